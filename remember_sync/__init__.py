@@ -1,0 +1,44 @@
+"""Encrypted, scoped memory for AI-agent tools.
+
+Quick start::
+
+    from remember_sync import RememberPlugin, identity
+
+    plugin = RememberPlugin.init()
+    with identity(session_id="s-1", user_id="alice"):
+        plugin.remember.set("theme", "dark", scope="user")
+"""
+
+from .accessor import RememberAccessor
+from .errors import (
+    RememberConfigurationError,
+    RememberDecryptionError,
+    RememberError,
+    RememberIdentityError,
+    RememberInputError,
+    RememberInputTypeError,
+    RememberScopeNotAllowedError,
+    RememberStoreError,
+)
+from .identity import current_identity, identity
+from .plugin import RememberPlugin
+from .types import BRANDS, SCOPES, Identity, RememberEntry
+
+__all__ = [
+    "BRANDS",
+    "SCOPES",
+    "Identity",
+    "RememberAccessor",
+    "RememberConfigurationError",
+    "RememberDecryptionError",
+    "RememberEntry",
+    "RememberError",
+    "RememberIdentityError",
+    "RememberInputError",
+    "RememberInputTypeError",
+    "RememberPlugin",
+    "RememberScopeNotAllowedError",
+    "RememberStoreError",
+    "current_identity",
+    "identity",
+]

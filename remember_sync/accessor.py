@@ -1,0 +1,429 @@
+"""The accessor: every memory policy lives here, once.
+
+Identity and scope rules, storage keys, input validation, TTL and expiry,
+serialisation and encryption are applied here; stores only move opaque
+strings.  A :class:`RememberAccessor` is either bound to a fixed
+:class:`~remember_sync.types.Identity` or (``plugin.remember``) reads the
+identity bound in the current context on every call.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codec import EntryCodec, check_json_value, entry_to_json
+from .errors import (
+    RememberDecryptionError,
+    RememberIdentityError,
+    RememberInputError,
+    RememberInputTypeError,
+    RememberStoreError,
+)
+from .identity import current_identity, resolve_namespace
+from .keys import check_key, check_pattern, match_user_pattern, scope_glob, scope_prefix, storage_key
+from .stores.base import Store
+from .types import Identity, Namespace, RememberEntry, Scope, check_brand, check_scope
+
+__all__ = ["DEFAULT_MAX_VALUE_BYTES", "AccessorCore", "RememberAccessor"]
+
+log = logging.getLogger("remember_sync")
+
+DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+_SENTINEL: Any = object()
+_CAS_ATTEMPTS = 1000
+_BATCH = 500
+
+
+def wall_clock_ms() -> int:
+    """Epoch milliseconds from the system clock."""
+    return time.time_ns() // 1_000_000
+
+
+def check_ttl(ttl: object, name: str = "ttl") -> int:
+    """A TTL is a whole number of seconds > 0 (``bool`` and ``float`` refused)."""
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+        raise RememberInputError(f"{name} must be a positive int of seconds; got {ttl!r}")
+    return ttl
+
+
+@dataclass
+class _Stats:
+    unreadable: int = 0
+    cas_retries: int = 0
+    by_op: dict[str, int] = field(default_factory=dict)
+
+
+class AccessorCore:
+    """The settings and shared state behind every accessor of one plugin.
+
+    :param store: where strings go.
+    :param codec: entries to strings (encryption policy).
+    :param prefix: the key prefix ``P``.
+    :param default_ttl: seconds; ``0`` for none.
+    :param clock: epoch-millisecond clock (inject in tests).
+    :param max_value_bytes: largest serialised entry accepted.
+    :param on_decrypt_error: ``"warn"`` (treat as absent, log once per key, count)
+        or ``"raise"``.
+    :param read_doubled_prefix: also read keys written by 1.8.0's Redis and
+        Vercel KV stores, which doubled the prefix (``P + P + ...``).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        codec: EntryCodec,
+        *,
+        prefix: str,
+        default_ttl: int = 0,
+        clock: Callable[[], int] | None = None,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        on_decrypt_error: str = "warn",
+        read_doubled_prefix: bool = False,
+    ) -> None:
+        self.store = store
+        self.codec = codec
+        self.prefix = prefix
+        self.default_ttl = default_ttl
+        self.clock = clock or wall_clock_ms
+        self.max_value_bytes = max_value_bytes
+        self.on_decrypt_error = on_decrypt_error
+        self.read_doubled_prefix = read_doubled_prefix
+        self._stats = _Stats()
+        self._warned: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- reporting ----------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Counters: unreadable entries seen, CAS retries, HKDF derivations."""
+        keyring = self.codec.keyring
+        return {
+            "unreadable": self._stats.unreadable,
+            "cas_retries": self._stats.cas_retries,
+            "key_derivations": keyring.derivations if keyring is not None else 0,
+        }
+
+    def _unreadable(self, full_key: str, exc: RememberDecryptionError) -> None:
+        with self._lock:
+            self._stats.unreadable += 1
+            first = full_key not in self._warned
+            if first:
+                self._warned[full_key] = None
+                if len(self._warned) > 10_000:
+                    self._warned.popitem(last=False)
+        if self.on_decrypt_error == "raise":
+            raise RememberDecryptionError(
+                f"entry {full_key!r} is unreadable: {exc.message}"
+            ) from exc
+        if first:
+            log.warning(
+                "remember: entry %r is unreadable (%s); treating it as absent. Check that every "
+                "instance uses the same REMEMBER_SECRET.",
+                full_key,
+                exc.message,
+            )
+
+    # -- decoding ---------------------------------------------------------------------
+
+    def decode(self, raw: str | None, ns: Namespace, skey: str, now: int) -> RememberEntry | None:
+        """The live entry in *raw*, or ``None`` when absent, expired or unreadable."""
+        if raw is None:
+            return None
+        try:
+            entry = self.codec.decode(raw, ns, skey)
+        except RememberDecryptionError as exc:
+            self._unreadable(skey, exc)
+            return None
+        return None if entry.is_expired(now) else entry
+
+    def read_raw(self, skey: str) -> tuple[str | None, str]:
+        """The stored string under *skey* (or its doubled-prefix twin) and the key it came from."""
+        raw = self.store.get(skey)
+        if raw is None and self.read_doubled_prefix:
+            doubled = self.prefix + skey
+            return self.store.get(doubled), doubled
+        return raw, skey
+
+    def ttl_ms(self, expires_at: int | None, now: int) -> int | None:
+        """The store TTL for a deadline: the remaining time, never longer than it."""
+        if expires_at is None:
+            return None
+        return max(1, expires_at - now)
+
+    def encode_checked(self, entry: RememberEntry, ns: Namespace, skey: str) -> str:
+        """Encode, refusing entries larger than ``max_value_bytes`` (nothing written)."""
+        text = entry_to_json(entry).encode("utf-8")
+        if len(text) > self.max_value_bytes:
+            raise RememberInputError(
+                f"entry is {len(text)} bytes serialised; max_value_bytes is {self.max_value_bytes}"
+            )
+        return self.codec.seal_text(text, ns, skey)
+
+    def scan_keys(self, ns: Namespace, pattern: str) -> list[str]:
+        """Full storage keys in *ns* whose bare key matches *pattern*, de-duplicated."""
+        head = scope_prefix(self.prefix, ns)
+        globs = [scope_glob(self.prefix, ns, pattern)]
+        heads = [head]
+        if self.read_doubled_prefix:
+            globs.append(scope_glob(self.prefix + self.prefix, ns, pattern))
+            heads.append(self.prefix + head)
+        found: dict[str, None] = {}
+        for glob, h in zip(globs, heads):
+            for key in self.store.scan(glob):
+                # Post-filter by the exact prefix: the glob is escaped, this is belt and braces.
+                if key.startswith(h) and match_user_pattern(pattern, key[len(h) :]):
+                    found.setdefault(key, None)
+        return list(found)
+
+
+class RememberAccessor:
+    """Scoped, encrypted memory for one identity.
+
+    Obtain one from ``plugin.remember`` (the identity bound in the current
+    context, read on every call) or ``plugin.accessor(identity)`` (a fixed
+    identity: notebooks, cron jobs).  Every method takes ``scope=``
+    (``"session"`` by default, ``"user"``, ``"tool"`` or ``"global"``).
+    """
+
+    def __init__(self, core: AccessorCore, identity: Identity | None = None) -> None:
+        self._core = core
+        self._identity = identity
+
+    # -- helpers ------------------------------------------------------------------------
+
+    @property
+    def identity(self) -> Identity:
+        """The identity this accessor acts for (the context's, when not fixed)."""
+        return self._identity if self._identity is not None else current_identity()
+
+    def _ns(self, scope: object) -> Namespace:
+        return resolve_namespace(self.identity, check_scope(scope))
+
+    def _key(self, key: object, scope: object) -> tuple[Namespace, str]:
+        check_key(key)
+        ns = self._ns(scope)
+        assert isinstance(key, str)
+        return ns, storage_key(self._core.prefix, ns, key)
+
+    def _deadline(self, ttl: int | None, now: int) -> int | None:
+        if ttl is not None:
+            return now + check_ttl(ttl) * 1000
+        if self._core.default_ttl:
+            return now + self._core.default_ttl * 1000
+        return None
+
+    # -- the API ------------------------------------------------------------------------
+
+    def set(
+        self,
+        key: str,
+        value: Any,
+        *,
+        scope: Scope = "session",
+        ttl: int | None = None,
+        brand: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """Store *value*, replacing any entry (``created_at = updated_at = now``).
+
+        :param ttl: seconds until it expires; ``None`` uses ``default_ttl``.
+        :param brand: one of ``approval``, ``preference``, ``cache``, ``state``,
+            ``conversation``, ``custom``.
+        :param metadata: a JSON object (``dict`` with ``str`` keys).
+        :raises ValueError: bad key, scope, ttl, brand or an entry over ``max_value_bytes``.
+        :raises TypeError: a value or metadata JSON cannot hold.
+        :raises RememberIdentityError: the scope needs an identity this caller lacks.
+        """
+        ns, skey = self._key(key, scope)
+        if ttl is not None:
+            check_ttl(ttl)
+        if brand is not None:
+            check_brand(brand)
+        check_json_value(value, "value")
+        if metadata is not None:
+            if not isinstance(metadata, dict):
+                raise RememberInputTypeError(
+                    f"metadata must be a dict with str keys; got {type(metadata).__name__}"
+                )
+            check_json_value(metadata, "metadata")
+        core = self._core
+        now = core.clock()
+        expires = self._deadline(ttl, now)
+        entry = RememberEntry(value, brand, now, now, expires, metadata)
+        stored = core.encode_checked(entry, ns, skey)
+        core.store.set(skey, stored, ttl_ms=core.ttl_ms(expires, now))
+
+    def get(self, key: str, *, scope: Scope = "session", default: Any = None) -> Any:
+        """The stored value, or *default* when missing, expired or unreadable."""
+        entry = self.get_entry(key, scope=scope)
+        return default if entry is None else entry.value
+
+    def get_entry(self, key: str, *, scope: Scope = "session") -> RememberEntry | None:
+        """The whole entry (value, brand, times, metadata), or ``None``."""
+        ns, skey = self._key(key, scope)
+        core = self._core
+        raw, _ = core.read_raw(skey)
+        return core.decode(raw, ns, skey, core.clock())
+
+    def knows(self, key: str, *, scope: Scope = "session") -> bool:
+        """Whether a readable, unexpired entry exists."""
+        return self.get_entry(key, scope=scope) is not None
+
+    def update(
+        self, key: str, value: Any, *, scope: Scope = "session", ttl: int | None = None
+    ) -> bool:
+        """Replace the value of an existing entry, atomically.
+
+        Keeps ``created_at``, ``brand`` and ``metadata``; sets ``updated_at``;
+        keeps the deadline unless *ttl* is given (an entry without one gets
+        ``default_ttl`` from now).  Returns ``False`` when the entry is missing
+        or expired.  A concurrent ``forget`` is never undone: the write is a
+        compare-and-set against the exact value read.
+        """
+        ns, skey = self._key(key, scope)
+        if ttl is not None:
+            check_ttl(ttl)
+        check_json_value(value, "value")
+        core = self._core
+        for _attempt in range(_CAS_ATTEMPTS):
+            raw, source = core.read_raw(skey)
+            now = core.clock()
+            current = core.decode(raw, ns, skey, now)
+            if current is None or raw is None:
+                return False
+            if ttl is not None:
+                expires: int | None = now + ttl * 1000
+            elif current.expires_at is not None:
+                expires = current.expires_at
+            else:
+                expires = self._deadline(None, now)
+            entry = RememberEntry(
+                value, current.brand, current.created_at, now, expires, current.metadata
+            )
+            stored = core.encode_checked(entry, ns, skey)
+            ttl_ms = core.ttl_ms(expires, now)
+            if source != skey:
+                # A 1.8.0 doubled-prefix entry: move it under the real key first.
+                if core.store.set(skey, raw, ttl_ms=ttl_ms, only_if_absent=True):
+                    core.store.delete(source)
+                continue
+            if core.store.compare_and_set(skey, raw, stored, ttl_ms=ttl_ms):
+                return True
+            with core._lock:
+                core._stats.cas_retries += 1
+        raise RememberStoreError(
+            f"update of {key!r} lost {_CAS_ATTEMPTS} compare-and-set races in a row"
+        )
+
+    def forget(self, key: str, *, scope: Scope = "session") -> bool:
+        """Delete the entry; return whether something was there."""
+        ns, skey = self._key(key, scope)
+        keys = [skey, self._core.prefix + skey] if self._core.read_doubled_prefix else [skey]
+        return self._core.store.delete(*keys) > 0
+
+    def list(self, *, scope: Scope = "session", pattern: str = "*") -> list[str]:
+        """Bare keys of readable, unexpired entries matching *pattern*, sorted.
+
+        Only ``*`` and ``?`` are wildcards; every other character is literal.
+        """
+        return sorted(self.entries(scope=scope, pattern=pattern))
+
+    def entries(
+        self, *, scope: Scope = "session", pattern: str = "*", brand: str | None = None
+    ) -> dict[str, RememberEntry]:
+        """Readable, unexpired entries matching *pattern* (and *brand*), in one batched read."""
+        check_pattern(pattern)
+        if brand is not None:
+            check_brand(brand)
+        ns = self._ns(scope)
+        core = self._core
+        head = scope_prefix(core.prefix, ns)
+        keys = core.scan_keys(ns, pattern)
+        out: dict[str, RememberEntry] = {}
+        for start in range(0, len(keys), _BATCH):
+            chunk = keys[start : start + _BATCH]
+            values = core.store.get_many(chunk)
+            now = core.clock()
+            for full, raw in zip(chunk, values):
+                bare = full[len(head) :] if full.startswith(head) else full[len(core.prefix + head) :]
+                skey = head + bare
+                entry = core.decode(raw, ns, skey, now)
+                if entry is not None and (brand is None or entry.brand == brand):
+                    out.setdefault(bare, entry)
+        return out
+
+    def forget_many(
+        self, *, scope: Scope = "session", pattern: str, brand: str | None = None
+    ) -> int:
+        """Delete every entry matching *pattern* (and *brand*); return how many were deleted."""
+        check_pattern(pattern)
+        if brand is not None:
+            check_brand(brand)
+            ns = self._ns(scope)
+            head = scope_prefix(self._core.prefix, ns)
+            keys = [head + k for k in self.entries(scope=scope, pattern=pattern, brand=brand)]
+            if self._core.read_doubled_prefix:
+                keys += [self._core.prefix + k for k in keys]
+        else:
+            keys = self._core.scan_keys(self._ns(scope), pattern)
+        return sum(
+            self._core.store.delete(*keys[i : i + _BATCH]) for i in range(0, len(keys), _BATCH)
+        )
+
+    # -- presentation -------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        who = "context" if self._identity is None else repr(self._identity)
+        return f"RememberAccessor(identity={who}, prefix={self._core.prefix!r})"
+
+    def table_rows(
+        self, scopes: Iterable[Scope] = ("session", "user", "tool", "global"), *, values: bool = False
+    ) -> list[dict[str, Any]]:
+        """One row per entry visible to this identity (scopes it cannot use are skipped)."""
+        rows: list[dict[str, Any]] = []
+        for scope in scopes:
+            try:
+                found = self.entries(scope=scope)
+            except RememberIdentityError:
+                continue  # a scope this identity cannot use is simply not shown
+            for key in sorted(found):
+                e = found[key]
+                row: dict[str, Any] = {
+                    "key": key,
+                    "scope": scope,
+                    "brand": e.brand,
+                    "expires_at": e.expires_at,
+                }
+                if values:
+                    row["value"] = e.value
+                rows.append(row)
+        return rows
+
+    def _repr_html_(self) -> str:
+        """Jupyter: an HTML table of keys, scopes, brands and expiry -- never values."""
+        rows = self.table_rows()
+        now = self._core.clock()
+        body = "".join(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
+                html.escape(r["key"]),
+                html.escape(r["scope"]),
+                html.escape(r["brand"] or ""),
+                "never"
+                if r["expires_at"] is None
+                else f"in {max(0, (r['expires_at'] - now) // 1000)} s",
+            )
+            for r in rows
+        )
+        return (
+            f"<table><caption>{html.escape(repr(self))}</caption>"
+            "<thead><tr><th>key</th><th>scope</th><th>brand</th><th>expires</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>"
+        )
+

@@ -1,0 +1,93 @@
+"""The one exception tree of :mod:`remember_sync`.
+
+Every error the library raises on purpose derives from :class:`RememberError`,
+which carries a stable machine-readable ``code`` and the ``http_status`` a host
+should answer with.  Bad input additionally subclasses the matching builtin
+(:class:`ValueError` or :class:`TypeError`) so plain ``except ValueError`` code
+keeps working.  This module imports nothing from the package.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RememberConfigurationError",
+    "RememberDecryptionError",
+    "RememberError",
+    "RememberIdentityError",
+    "RememberInputError",
+    "RememberInputTypeError",
+    "RememberScopeNotAllowedError",
+    "RememberStoreError",
+]
+
+
+class RememberError(Exception):
+    """Root of every error raised by remember_sync.
+
+    :param message: human-readable explanation.
+    :param code: overrides the class's default ``code``.
+    """
+
+    code: str = "REMEMBER_ERROR"
+    http_status: int = 500
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+
+class RememberConfigurationError(RememberError):
+    """The plugin or a store was configured wrongly; fix the options or environment."""
+
+    code = "REMEMBER_CONFIGURATION_ERROR"
+    http_status = 500
+
+
+class RememberIdentityError(RememberError):
+    """The scope needs an identity the current request does not have.
+
+    Raised before any store I/O.  The host should answer 403.
+    """
+
+    code = "REMEMBER_IDENTITY_REQUIRED"
+    http_status = 403
+
+
+class RememberScopeNotAllowedError(RememberError, ValueError):
+    """A memory tool was called with a scope outside ``allowed_scopes``."""
+
+    code = "REMEMBER_SCOPE_NOT_ALLOWED"
+    http_status = 400
+
+
+class RememberInputError(RememberError, ValueError):
+    """An argument has the right type but an invalid value (key, ttl, scope, pattern, size)."""
+
+    code = "REMEMBER_INVALID_INPUT"
+    http_status = 400
+
+
+class RememberInputTypeError(RememberError, TypeError):
+    """An argument has a type that cannot be stored (not JSON-serialisable, bad metadata)."""
+
+    code = "REMEMBER_INVALID_INPUT"
+    http_status = 400
+
+
+class RememberStoreError(RememberError):
+    """The store was unreachable or failed; the driver's exception is the ``__cause__``."""
+
+    code = "REMEMBER_STORE_ERROR"
+    http_status = 503
+
+
+class RememberDecryptionError(RememberError):
+    """A stored entry could not be decrypted or parsed (wrong secret, tampering, garbage)."""
+
+    code = "REMEMBER_DECRYPTION_FAILED"
+    http_status = 500

@@ -1,0 +1,122 @@
+"""The identity of the current request and the scope rules (SPEC section 2).
+
+The host binds an :class:`~remember_sync.types.Identity` for the duration of
+a request with :func:`identity`; :func:`current_identity` reads it.  The
+binding lives in a module-level :class:`contextvars.ContextVar` and is always
+reset with its token.
+
+Threads do not inherit the binding: a thread started inside ``with
+identity(...)`` sees nothing bound unless it runs its target through
+:func:`contextvars.copy_context` (``ctx = copy_context(); Thread(target=ctx.run,
+args=(fn,))``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from .errors import RememberIdentityError
+from .types import Identity, Namespace, Scope
+
+__all__ = [
+    "STATELESS_SESSION_ID",
+    "current_identity",
+    "identity",
+    "is_anonymous",
+    "resolve_namespace",
+    "session_identity",
+]
+
+#: The session id stateless transports inject into every request; never an identity.
+STATELESS_SESSION_ID = "__stateless__"
+
+_EMPTY = Identity()
+_current: ContextVar[Identity | None] = ContextVar("remember_sync.identity", default=None)
+
+
+@contextmanager
+def identity(
+    session_id: str | None = None,
+    user_id: str | None = None,
+    tool_name: str | None = None,
+    *,
+    bound: Identity | None = None,
+) -> Iterator[Identity]:
+    """Bind an identity for the ``with`` block (hosts call this per request).
+
+    ``session_id`` must be a session the host verified.  Pass ``bound`` to
+    bind a ready-made :class:`Identity` instead of its parts.
+    """
+    value = bound if bound is not None else Identity(session_id, user_id, tool_name)
+    token = _current.set(value)
+    try:
+        yield value
+    finally:
+        _current.reset(token)
+
+
+def current_identity() -> Identity:
+    """The identity bound in this context (an empty one when nothing is bound)."""
+    value = _current.get()
+    return _EMPTY if value is None else value
+
+
+def _is_bound() -> bool:
+    return _current.get() is not None
+
+
+def is_anonymous(user_id: str | None) -> bool:
+    """Whether *user_id* names no one: ``None``, empty, or an ``anon:`` id."""
+    return not user_id or user_id.startswith("anon:")
+
+
+def session_identity(ident: Identity) -> str | None:
+    """The session identity: the verified session, else ``stateless-user:<user>``, else None."""
+    sid = ident.session_id
+    if sid and sid != STATELESS_SESSION_ID:
+        return sid
+    if not is_anonymous(ident.user_id):
+        return f"stateless-user:{ident.user_id}"
+    return None
+
+
+def _hint() -> str:
+    if _is_bound():
+        return ""
+    return (
+        " (No identity is bound in this context: wrap the call in "
+        "`with remember_sync.identity(...)` or use plugin.accessor(Identity(...)).)"
+    )
+
+
+def resolve_namespace(ident: Identity, scope: Scope) -> Namespace:
+    """Apply the scope rules; raise :class:`RememberIdentityError` before any I/O."""
+    if scope == "global":
+        return Namespace("global")
+    if scope == "user":
+        if is_anonymous(ident.user_id):
+            raise RememberIdentityError(
+                "Remember cannot use user scope without an authenticated user: all "
+                "unauthenticated callers would share one namespace. Authenticate the request "
+                "or use scope='global' if the data really is shared." + _hint()
+            )
+        return Namespace("user", user=ident.user_id)
+    session = session_identity(ident)
+    if session is None:
+        raise RememberIdentityError(
+            f"Remember cannot use {scope} scope without a verified session or an "
+            "authenticated user: every such request would share one namespace with all other "
+            "clients. Authenticate the request, use a stateful transport, or use "
+            "scope='global' if the data really is shared." + _hint()
+        )
+    if scope == "session":
+        return Namespace("session", session=session)
+    if not ident.tool_name:
+        raise RememberIdentityError(
+            "Remember cannot use tool scope without a running tool: tool memory is keyed by "
+            "the tool executing the call. Call it from inside a tool, bind tool_name, or use "
+            "session scope."
+        )
+    return Namespace("tool", session=session, tool=ident.tool_name)

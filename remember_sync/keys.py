@@ -1,0 +1,198 @@
+"""The storage-key grammar (SPEC section 3), wire-compatible with the reference.
+
+``P`` is the key prefix (default ``remember:``); identity parts are encoded
+with JavaScript's ``encodeURIComponent``; the user's key is appended raw.
+
+======== ================================================
+scope    storage key
+======== ================================================
+session  ``P + "v2:session:" + enc(S) + ":" + key``
+user     ``P + "v2:user:" + enc(U) + ":" + key``
+tool     ``P + "v2:tool:" + enc(T) + ":" + enc(S) + ":" + key``
+global   ``P + "global:" + key``
+======== ================================================
+
+Patterns are Redis globs in which only ``*`` and ``?`` of the *user's*
+pattern are wildcards; every other character -- and every character of the
+prefix and identity -- is escaped, so no identity can list another's keys.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from .errors import RememberInputError
+from .types import Namespace, Scope
+
+__all__ = [
+    "MAX_KEY_BYTES",
+    "MAX_PATTERN_LENGTH",
+    "MAX_PATTERN_WILDCARDS",
+    "ParsedKey",
+    "check_key",
+    "check_pattern",
+    "encode_component",
+    "glob_escape",
+    "layout_marker_key",
+    "legacy_patterns",
+    "match_user_pattern",
+    "parse_storage_key",
+    "scope_prefix",
+    "scope_glob",
+    "storage_key",
+]
+
+MAX_KEY_BYTES = 1024
+MAX_PATTERN_LENGTH = 500
+MAX_PATTERN_WILDCARDS = 20
+
+_ENC_SAFE = "!~*'()"
+_GLOB_SPECIALS = re.compile(r"([*?\[\]\\])")
+
+
+def encode_component(text: str) -> str:
+    """JavaScript ``encodeURIComponent``: UTF-8, upper-case hex, ``A-Za-z0-9-_.!~*'()`` kept.
+
+    :raises ValueError: for a lone surrogate (JavaScript throws ``URIError``).
+    """
+    try:
+        return quote(text, safe=_ENC_SAFE, encoding="utf-8", errors="strict")
+    except UnicodeEncodeError as exc:
+        raise RememberInputError(f"identity part {text!r} is not valid Unicode text") from exc
+
+
+def check_key(key: object) -> str:
+    """Validate a memory key: non-empty ``str``, at most 1,024 UTF-8 bytes, no NUL."""
+    if not isinstance(key, str):
+        raise RememberInputError(f"key must be a str; got {type(key).__name__}")
+    if not key:
+        raise RememberInputError("key must not be empty")
+    if "\x00" in key:
+        raise RememberInputError("key must not contain NUL characters")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise RememberInputError("key is not valid Unicode text (lone surrogate)") from exc
+    if size > MAX_KEY_BYTES:
+        raise RememberInputError(f"key is {size} UTF-8 bytes; at most {MAX_KEY_BYTES} allowed")
+    return key
+
+
+def check_pattern(pattern: object) -> str:
+    """Validate a user ``list`` pattern: ``str``, at most 500 characters and 20 wildcards."""
+    if not isinstance(pattern, str):
+        raise RememberInputError(f"pattern must be a str; got {type(pattern).__name__}")
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise RememberInputError(
+            f"Pattern too long: {len(pattern)} chars (max {MAX_PATTERN_LENGTH})"
+        )
+    wildcards = pattern.count("*") + pattern.count("?")
+    if wildcards > MAX_PATTERN_WILDCARDS:
+        raise RememberInputError(
+            f"Too many wildcards in pattern: {wildcards} (max {MAX_PATTERN_WILDCARDS})"
+        )
+    if "\x00" in pattern:
+        raise RememberInputError("pattern must not contain NUL characters")
+    return pattern
+
+
+def scope_prefix(prefix: str, ns: Namespace) -> str:
+    """The storage-key prefix of one scope and identity (ends with ``:``)."""
+    if ns.scope == "global":
+        return f"{prefix}global:"
+    if ns.scope == "user":
+        assert ns.user is not None
+        return f"{prefix}v2:user:{encode_component(ns.user)}:"
+    assert ns.session is not None
+    if ns.scope == "session":
+        return f"{prefix}v2:session:{encode_component(ns.session)}:"
+    assert ns.tool is not None
+    return f"{prefix}v2:tool:{encode_component(ns.tool)}:{encode_component(ns.session)}:"
+
+
+def storage_key(prefix: str, ns: Namespace, key: str) -> str:
+    """The full storage key of *key* (appended unencoded) in namespace *ns*."""
+    return scope_prefix(prefix, ns) + key
+
+
+def layout_marker_key(prefix: str) -> str:
+    """``P + "__layout__"``: the fleet clock of the legacy purge."""
+    return f"{prefix}__layout__"
+
+
+def legacy_patterns(prefix: str) -> tuple[str, str, str]:
+    """Globs of the pre-``v2`` session/tool/user keys (never ``v2:``, ``global:``, the marker)."""
+    p = glob_escape(prefix)
+    return (f"{p}session:*", f"{p}tool:*", f"{p}user:*")
+
+
+def glob_escape(text: str) -> str:
+    """Escape Redis glob specials (``* ? [ ] \\``) so *text* matches only itself."""
+    return _GLOB_SPECIALS.sub(r"\\\1", text)
+
+
+def _user_pattern_to_glob(pattern: str) -> str:
+    return "".join(c if c in "*?" else glob_escape(c) for c in pattern)
+
+
+def scope_glob(prefix: str, ns: Namespace, pattern: str) -> str:
+    """A Redis glob over full keys: the escaped scope prefix + the user's ``*``/``?`` pattern."""
+    return glob_escape(scope_prefix(prefix, ns)) + _user_pattern_to_glob(pattern)
+
+
+_USER_PATTERN_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def match_user_pattern(pattern: str, bare_key: str) -> bool:
+    """Whether *bare_key* matches *pattern* where only ``*`` and ``?`` are wildcards."""
+    regex = _USER_PATTERN_CACHE.get(pattern)
+    if regex is None:
+        body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+        regex = re.compile(body, re.DOTALL)
+        if len(_USER_PATTERN_CACHE) > 512:
+            _USER_PATTERN_CACHE.clear()
+        _USER_PATTERN_CACHE[pattern] = regex
+    return regex.fullmatch(bare_key) is not None
+
+
+@dataclass(frozen=True)
+class ParsedKey:
+    """A storage key taken apart: its namespace and the bare memory key."""
+
+    namespace: Namespace
+    key: str
+
+
+def parse_storage_key(prefix: str, full_key: str) -> ParsedKey | None:
+    """Recover namespace and key from a storage key; ``None`` if it is not one of ours.
+
+    Used by operators' tools (rotate, export, stats) that walk a whole store.
+    Legacy pre-``v2`` keys and the layout marker return ``None``.
+    """
+    if not full_key.startswith(prefix):
+        return None
+    rest = full_key[len(prefix) :]
+    if rest.startswith("global:"):
+        key = rest[len("global:") :]
+        return ParsedKey(Namespace("global"), key) if key else None
+    scope: Scope
+    for scope in ("session", "user", "tool"):
+        head = f"v2:{scope}:"
+        if not rest.startswith(head):
+            continue
+        parts = rest[len(head) :].split(":", 2 if scope == "tool" else 1)
+        if len(parts) != (3 if scope == "tool" else 2) or not parts[-1]:
+            return None
+        ids = [unquote(p, errors="strict") for p in parts[:-1]]
+        if any(not i for i in ids):
+            return None
+        if scope == "session":
+            ns = Namespace("session", session=ids[0])
+        elif scope == "user":
+            ns = Namespace("user", user=ids[0])
+        else:
+            ns = Namespace("tool", tool=ids[0], session=ids[1])
+        return ParsedKey(ns, parts[-1])
+    return None

@@ -1,0 +1,327 @@
+"""``RememberPlugin.init(**options)``: options to a store, a keyring, a purge and tools.
+
+Every option is validated here, and a bad one raises
+:class:`~remember_sync.errors.RememberConfigurationError` naming it.  There is
+never a silent fallback to another store.  Environment variables are read
+here (and by named store constructors), never deep inside a store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+from .accessor import DEFAULT_MAX_VALUE_BYTES, AccessorCore, RememberAccessor
+from .codec import EntryCodec
+from .crypto import Keyring
+from .errors import RememberConfigurationError
+from .secret_source import resolve_keyring
+from .stores.base import Store
+from .stores.memory import MemoryStore
+from .types import SCOPES, Identity
+
+__all__ = ["STORE_TYPES", "RememberPlugin", "register_global_store_resolver"]
+
+STORE_TYPES = ("memory", "redis", "redis-client", "vercel-kv", "global-store")
+
+_OPTIONS = frozenset(
+    {
+        "type",
+        "config",
+        "client",
+        "url",
+        "token",
+        "store",
+        "key_prefix",
+        "default_ttl",
+        "encryption",
+        "tools",
+        "legacy_purge_delay_ms",
+        "skip_legacy_purge",
+        # Beyond the reference:
+        "max_value_bytes",
+        "max_entries",
+        "on_decrypt_error",
+        "read_doubled_prefix",
+        "clock",
+        "environ",
+    }
+)
+_ENCRYPTION_OPTIONS = frozenset(
+    {"enabled", "custom_key", "secrets", "frontmcp_compatible", "secret_file"}
+)
+_TOOLS_OPTIONS = frozenset({"enabled", "allowed_scopes", "prefix"})
+_REDIS_CONFIG = frozenset(
+    {"host", "port", "password", "db", "url", "ssl", "username", "socket_timeout"}
+)
+
+#: Resolvers that framework integrations register so ``global-store`` can find the
+#: host's store configuration.  Each returns ``{"redis_url": ...}`` or
+#: ``{"url": ..., "token": ...}`` (Vercel KV), or ``None`` when it has nothing.
+_global_store_resolvers: list[Callable[[], Mapping[str, Any] | None]] = []
+
+
+def register_global_store_resolver(resolver: Callable[[], Mapping[str, Any] | None]) -> None:
+    """Let a host integration tell ``type="global-store"`` where its store is."""
+    if resolver not in _global_store_resolvers:
+        _global_store_resolvers.append(resolver)
+
+
+def _config_error(option: str, message: str) -> RememberConfigurationError:
+    return RememberConfigurationError(f"RememberPlugin.init option {option!r}: {message}")
+
+
+def _check_whole(value: object, option: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _config_error(option, f"must be an int >= {minimum}; got {value!r}")
+    return value
+
+
+def _check_bool(value: object, option: str) -> bool:
+    if not isinstance(value, bool):
+        raise _config_error(option, f"must be True or False; got {value!r}")
+    return value
+
+
+def _check_dict(value: object, option: str, allowed: frozenset[str]) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _config_error(option, f"must be a dict; got {type(value).__name__}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise _config_error(
+            option, f"unknown key(s) {', '.join(map(repr, unknown))}; allowed: {sorted(allowed)}"
+        )
+    return dict(value)
+
+
+class RememberPlugin:
+    """Encrypted, scoped memory for one application.
+
+    Build it with :meth:`init`.  ``plugin.remember`` is the accessor for the
+    identity bound in the current context; :meth:`accessor` binds an explicit
+    one.  Close it (or use it as a context manager) to release what it created.
+    """
+
+    def __init__(
+        self,
+        *,
+        core: AccessorCore,
+        owns_store: bool,
+        store_type: str,
+        tools: Mapping[str, Any],
+        purge_options: Mapping[str, Any],
+    ) -> None:
+        self._core = core
+        self._owns_store = owns_store
+        self.store_type = store_type
+        self.tools_options: dict[str, Any] = dict(tools)
+        self.purge_options: dict[str, Any] = dict(purge_options)
+        self._closed = False
+        self._purge: Any = None
+        self._start_purge()
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def init(cls, **options: Any) -> RememberPlugin:
+        """Build a plugin from snake_case mirrors of the reference options.
+
+        See the README for every option.  Raises
+        :class:`RememberConfigurationError` naming the first bad option.
+        """
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            raise RememberConfigurationError(
+                f"RememberPlugin.init got unknown option(s) {', '.join(map(repr, unknown))}"
+            )
+        environ: Mapping[str, str] = options.get("environ") or os.environ
+        store_type = options.get("type", "memory" if options.get("store") is None else "custom")
+        if options.get("store") is not None:
+            if "type" in options:
+                raise _config_error("store", "give either 'store' or 'type', not both")
+            if not isinstance(options["store"], Store):
+                raise _config_error("store", "must implement the Store protocol")
+        elif store_type not in STORE_TYPES:
+            raise _config_error("type", f"must be one of {', '.join(STORE_TYPES)}; got {store_type!r}")
+
+        prefix = options.get("key_prefix", "remember:")
+        if not isinstance(prefix, str):
+            raise _config_error("key_prefix", f"must be a str; got {type(prefix).__name__}")
+        default_ttl = _check_whole(options.get("default_ttl", 0), "default_ttl", minimum=0)
+        max_value_bytes = _check_whole(
+            options.get("max_value_bytes", DEFAULT_MAX_VALUE_BYTES), "max_value_bytes", minimum=1
+        )
+        on_decrypt_error = options.get("on_decrypt_error", "warn")
+        if on_decrypt_error not in ("warn", "raise"):
+            raise _config_error("on_decrypt_error", f"must be 'warn' or 'raise'; got {on_decrypt_error!r}")
+        read_doubled = _check_bool(options.get("read_doubled_prefix", False), "read_doubled_prefix")
+        delay = _check_whole(
+            options.get("legacy_purge_delay_ms", 86_400_000), "legacy_purge_delay_ms", minimum=0
+        )
+        skip_purge = _check_bool(options.get("skip_legacy_purge", False), "skip_legacy_purge")
+        clock = options.get("clock")
+        if clock is not None and not callable(clock):
+            raise _config_error("clock", "must be a callable returning epoch milliseconds")
+        max_entries = options.get("max_entries")
+        if max_entries is not None:
+            _check_whole(max_entries, "max_entries", minimum=1)
+            if store_type != "memory":
+                raise _config_error("max_entries", "only applies to the memory store")
+
+        encryption = _check_dict(options.get("encryption"), "encryption", _ENCRYPTION_OPTIONS)
+        enabled = _check_bool(encryption.get("enabled", True), "encryption.enabled")
+        compatible = _check_bool(
+            encryption.get("frontmcp_compatible", False), "encryption.frontmcp_compatible"
+        )
+        custom_key = encryption.get("custom_key")
+        if custom_key is not None and (not isinstance(custom_key, str) or not custom_key):
+            raise _config_error("encryption.custom_key", "must be a non-empty string")
+        tools = cls._check_tools(_check_dict(options.get("tools"), "tools", _TOOLS_OPTIONS))
+
+        store, owns = _build_store(store_type, options, environ, clock, max_entries)
+        try:
+            keyring: Keyring | None = None
+            if enabled:
+                keyring = resolve_keyring(
+                    secrets=encryption.get("secrets"),
+                    custom_key=custom_key,
+                    environ=environ,
+                    secret_file=encryption.get("secret_file"),
+                )
+            codec = EntryCodec(keyring, prefix=prefix, bind_key=not compatible)
+            core = AccessorCore(
+                store,
+                codec,
+                prefix=prefix,
+                default_ttl=default_ttl,
+                clock=clock,
+                max_value_bytes=max_value_bytes,
+                on_decrypt_error=on_decrypt_error,
+                read_doubled_prefix=read_doubled,
+            )
+        except BaseException:
+            if owns:
+                store.close()
+            raise
+        return cls(
+            core=core,
+            owns_store=owns,
+            store_type=store_type,
+            tools=tools,
+            purge_options={"delay_ms": delay, "skip": skip_purge},
+        )
+
+    @staticmethod
+    def _check_tools(tools: dict[str, Any]) -> dict[str, Any]:
+        enabled = _check_bool(tools.get("enabled", False), "tools.enabled")
+        prefix = tools.get("prefix", "")
+        if not isinstance(prefix, str):
+            raise _config_error("tools.prefix", "must be a str")
+        allowed = tools.get("allowed_scopes")
+        if allowed is None:
+            allowed = ["session", "user", "tool"]
+        if isinstance(allowed, str) or not isinstance(allowed, (list, tuple)) or not allowed:
+            raise _config_error("tools.allowed_scopes", "must be a non-empty list of scopes")
+        bad = [s for s in allowed if s not in SCOPES]
+        if bad:
+            raise _config_error(
+                "tools.allowed_scopes", f"unknown scope(s) {bad}; choose from {list(SCOPES)}"
+            )
+        return {"enabled": enabled, "prefix": prefix, "allowed_scopes": list(dict.fromkeys(allowed))}
+
+    # -- the public surface -------------------------------------------------------------
+
+    @property
+    def remember(self) -> RememberAccessor:
+        """The accessor for the identity bound in the current context (read per call)."""
+        return RememberAccessor(self._core)
+
+    def accessor(self, identity: Identity) -> RememberAccessor:
+        """An accessor bound to an explicit identity (notebooks, cron jobs, tests)."""
+        if not isinstance(identity, Identity):
+            raise TypeError(f"identity must be an Identity; got {type(identity).__name__}")
+        return RememberAccessor(self._core, identity)
+
+    @property
+    def store(self) -> Store:
+        """The store this plugin writes to."""
+        return self._core.store
+
+    @property
+    def key_prefix(self) -> str:
+        return self._core.prefix
+
+    @property
+    def core(self) -> AccessorCore:
+        """Shared settings behind every accessor (for hosts and operators' tools)."""
+        return self._core
+
+    @property
+    def keyring(self) -> Keyring | None:
+        """The master secrets (``None`` with encryption disabled)."""
+        return self._core.codec.keyring
+
+    def stats(self) -> dict[str, int]:
+        """Counters: ``unreadable`` entries seen, ``cas_retries``, ``key_derivations``."""
+        return self._core.stats()
+
+    def _start_purge(self) -> None:
+        """Arm the legacy purge (SPEC section 7); implemented by :mod:`remember_sync.purge`."""
+
+    def close(self) -> None:
+        """Stop background work and close the store if this plugin created it."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._purge is not None:
+            self._purge.stop()
+        if self._owns_store:
+            self._core.store.close()
+
+    def __enter__(self) -> RememberPlugin:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        source = self.keyring.source if self.keyring is not None else "disabled"
+        return (
+            f"RememberPlugin(store={self.store_type!r}, key_prefix={self.key_prefix!r}, "
+            f"encryption={source!r})"
+        )
+
+
+def _build_store(
+    store_type: str,
+    options: Mapping[str, Any],
+    environ: Mapping[str, str],
+    clock: Callable[[], int] | None,
+    max_entries: int | None,
+) -> tuple[Store, bool]:
+    """The store for *store_type* and whether the plugin owns (must close) it."""
+    given = options.get("store")
+    if given is not None:
+        return given, False
+    if store_type == "memory":
+        return MemoryStore(max_entries=max_entries, clock=clock), True
+    if store_type == "redis":
+        if options.get("config") is None:
+            raise _config_error("config", "type='redis' needs config={'host': ..., 'port': ...}")
+        _check_dict(options["config"], "config", _REDIS_CONFIG)
+    if store_type == "redis-client" and options.get("client") is None:
+        raise _config_error("client", "type='redis-client' needs client=<redis.Redis>")
+    if store_type == "vercel-kv":
+        url, token = options.get("url"), options.get("token")
+        if (url is None) != (token is None):
+            raise _config_error("url", "give both url and token for vercel-kv, or neither")
+    raise _config_error("type", f"the {store_type!r} store is not available yet in this version")

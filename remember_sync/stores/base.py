@@ -1,0 +1,78 @@
+"""The store protocol: opaque strings under full keys.
+
+A store knows nothing of scopes, identities, JSON or encryption.  Keys arrive
+complete (prefix included) and the store never adds a prefix of its own.
+Policy -- TTL rules, expiry checks, identity, serialisation, crypto -- lives
+once, in :mod:`remember_sync.accessor`.
+
+Every method either does what it says or raises
+:class:`~remember_sync.errors.RememberStoreError` (wrapping the driver's error
+with ``raise ... from``).  There is no base class with default methods that
+silently succeed: a store implements all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Store"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the accessor, the purge and the CLI need from a key/value store.
+
+    ``ttl_ms`` is a time-to-live in whole milliseconds (``> 0``) or ``None``
+    for no expiry.  ``pattern`` is a Redis glob (``*``, ``?``, ``[...]``,
+    ``\\`` escapes) over full keys.
+    """
+
+    def get(self, key: str) -> str | None:
+        """Return the value stored under *key*, or ``None`` when absent or expired."""
+        ...
+
+    def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        """Return the values of *keys*, in order, ``None`` for each one absent."""
+        ...
+
+    def set(
+        self,
+        key: str,
+        value: str,
+        *,
+        ttl_ms: int | None = None,
+        only_if_absent: bool = False,
+    ) -> bool:
+        """Store *value* under *key*; return whether it was written.
+
+        With ``only_if_absent`` nothing is written when the key exists (and
+        ``False`` is returned).  Without ``ttl_ms`` any previous expiry is
+        cleared.
+        """
+        ...
+
+    def compare_and_set(
+        self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
+    ) -> bool:
+        """Atomically replace *key*'s value with *value* if it currently equals *expected*.
+
+        Returns ``False`` (writing nothing) when the key is absent or holds
+        anything else.  ``ttl_ms`` is applied as in :meth:`set`.
+        """
+        ...
+
+    def delete(self, *keys: str) -> int:
+        """Delete *keys*; return how many existed."""
+        ...
+
+    def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
+        """Yield every key matching the glob *pattern*, each once.
+
+        ``count`` is a hint for how many keys one round trip examines.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release what the store created (never a client that was passed in)."""
+        ...

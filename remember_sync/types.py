@@ -1,0 +1,105 @@
+"""Plain value types shared by every layer: scopes, brands, identities and entries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Final, Literal, Union
+
+from .errors import RememberInputError
+
+__all__ = [
+    "BRANDS",
+    "SCOPES",
+    "Brand",
+    "Clock",
+    "Identity",
+    "JSONValue",
+    "Namespace",
+    "RememberEntry",
+    "Scope",
+    "check_brand",
+    "check_scope",
+]
+
+Scope = Literal["session", "user", "tool", "global"]
+SCOPES: Final[tuple[Scope, ...]] = ("session", "user", "tool", "global")
+
+Brand = Literal["approval", "preference", "cache", "state", "conversation", "custom"]
+BRANDS: Final[tuple[Brand, ...]] = (
+    "approval",
+    "preference",
+    "cache",
+    "state",
+    "conversation",
+    "custom",
+)
+
+JSONValue = Union[None, bool, int, float, str, list[Any], dict[str, Any]]
+
+#: A clock returns the current time as integer epoch milliseconds.
+Clock = Callable[[], int]
+
+
+def check_scope(scope: object) -> Scope:
+    """Return *scope* if it is one of :data:`SCOPES`, else raise ``ValueError``."""
+    if isinstance(scope, str) and scope in SCOPES:
+        return scope  # type: ignore[return-value]
+    raise RememberInputError(
+        f"scope must be one of {', '.join(SCOPES)}; got {scope!r}", code="REMEMBER_INVALID_SCOPE"
+    )
+
+
+def check_brand(brand: object) -> Brand:
+    """Return *brand* if it is one of :data:`BRANDS`, else raise ``ValueError``."""
+    if isinstance(brand, str) and brand in BRANDS:
+        return brand  # type: ignore[return-value]
+    raise RememberInputError(f"brand must be one of {', '.join(BRANDS)}; got {brand!r}")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is calling: bound by the host for one request.
+
+    ``session_id`` must be a session the host *verified* (issued itself); an
+    unverified client header is never bound here.
+    """
+
+    session_id: str | None = None
+    user_id: str | None = None
+    tool_name: str | None = None
+
+    def with_tool(self, tool_name: str | None) -> Identity:
+        """Return a copy with ``tool_name`` replaced."""
+        return Identity(self.session_id, self.user_id, tool_name)
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """The resolved identity parts one scope is keyed and encrypted by.
+
+    ``session`` is the *session identity* (a verified session id, or
+    ``stateless-user:<user>``); parts a scope does not use are ``None``.
+    """
+
+    scope: Scope
+    session: str | None = None
+    user: str | None = None
+    tool: str | None = None
+
+
+@dataclass(frozen=True)
+class RememberEntry:
+    """One stored entry.  Times are integer epoch milliseconds."""
+
+    value: Any
+    #: One of :data:`BRANDS` when written by us; entries written by other
+    #: implementations may carry any string and are returned as they are.
+    brand: str | None
+    created_at: int
+    updated_at: int
+    expires_at: int | None = None
+    metadata: dict[str, Any] | None = None
+
+    def is_expired(self, now_ms: int) -> bool:
+        """``True`` when ``now_ms >= expires_at`` (the rule on every store)."""
+        return self.expires_at is not None and now_ms >= self.expires_at

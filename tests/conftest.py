@@ -1,0 +1,137 @@
+"""Shared fixtures: an injectable clock, the store matrix, plugin factories.
+
+The store matrix is the list ``STORE_KINDS``; every kind ``k`` has a fixture
+named ``<k>_store`` that yields a fresh, empty store (each store's fixtures
+live in their own plugin module listed in ``pytest_plugins``).  The store
+conformance suite and the accessor suite run unchanged on every kind.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from remember_sync import RememberPlugin
+from remember_sync.stores.base import Store
+from remember_sync.stores.memory import MemoryStore
+
+pytest_plugins: list[str] = []
+
+#: Every store the conformance and accessor suites run on.
+STORE_KINDS: list[str] = ["memory"]
+
+TEST_SECRET = "test-secret-0123456789abcdef0123456789"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", help="run the 60 s soak tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--soak"):
+        return
+    skip = pytest.mark.skip(reason="soak test: run with --soak")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
+class FakeClock:
+    """Epoch-millisecond clock that only moves when told to."""
+
+    def __init__(self, start_ms: int | None = None) -> None:
+        self.now = start_ms if start_ms is not None else time.time_ns() // 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, *, ms: int = 0, s: float = 0) -> None:
+        self.now += ms + int(s * 1000)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_secret_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """No test sees the developer's secrets or writes a secret file into the checkout."""
+    for name in (
+        "REMEMBER_SECRET",
+        "MCP_MEMORY_SECRET",
+        "MCP_SESSION_SECRET",
+        "REMEMBER_PREVIOUS_SECRETS",
+        "REMEMBER_ENV",
+        "NODE_ENV",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
+@pytest.fixture
+def memory_store() -> Iterator[Store]:
+    # Real time: the cross-store suite polls for expiry as it must on Redis.
+    # MemoryStore's own tests drive its expiry with an injected clock.
+    store = MemoryStore()
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store(store_kind: str, request: pytest.FixtureRequest) -> Store:
+    """A fresh, empty store of every kind in ``STORE_KINDS``."""
+    value: Store = request.getfixturevalue(f"{store_kind}_store")
+    return value
+
+
+@pytest.fixture
+def make_plugin(
+    store: Store, clock: FakeClock
+) -> Iterator[Callable[..., RememberPlugin]]:
+    """Build plugins over the current test store, with the fake clock and a test secret."""
+    made: list[RememberPlugin] = []
+
+    def factory(**options: Any) -> RememberPlugin:
+        options.setdefault("store", store)
+        options.setdefault("clock", clock)
+        options.setdefault("skip_legacy_purge", True)
+        encryption = options.setdefault("encryption", {})
+        if encryption.get("enabled", True):
+            encryption.setdefault("secrets", [TEST_SECRET])
+        plugin = RememberPlugin.init(**options)
+        made.append(plugin)
+        return plugin
+
+    yield factory
+    for plugin in made:
+        plugin.close()
+
+
+@pytest.fixture
+def plugin(make_plugin: Callable[..., RememberPlugin]) -> RememberPlugin:
+    return make_plugin()
+
+
+def require_component(name: str, available: bool, why: str) -> None:
+    """Skip a test whose real component is missing -- or fail under ``CI``.
+
+    CI must never silently skip a store or a server: a missing component there
+    is a broken install step.
+    """
+    if available:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{name} is required under CI but is not available: {why}")
+    pytest.skip(f"{name} not available: {why}")

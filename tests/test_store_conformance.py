@@ -1,0 +1,183 @@
+"""One conformance suite for the store protocol, run unchanged on every store kind."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from remember_sync.stores.base import Store
+
+
+def wait_until_gone(store: Store, key: str, timeout: float = 3.0) -> bool:
+    """Poll until *key* has expired (stores with a real clock can't be fast-forwarded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if store.get(key) is None:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_get_missing_returns_none(store: Store) -> None:
+    """A key never written reads as None."""
+    assert store.get("t:missing") is None
+
+
+def test_set_then_get_round_trips_any_text(store: Store) -> None:
+    """Values are opaque strings returned byte-for-byte, unicode and JSON included."""
+    value = '{"alg":"A256GCM","x":"h\u00e9llo \u2713 \U0001f389 \\n \\"q\\""}\x01\x7f'
+    assert store.set("t:k", value) is True
+    assert store.get("t:k") == value
+
+
+def test_set_overwrites(store: Store) -> None:
+    """A second set replaces the first value."""
+    store.set("t:k", "a")
+    store.set("t:k", "b")
+    assert store.get("t:k") == "b"
+
+
+def test_set_without_ttl_clears_previous_ttl(store: Store) -> None:
+    """set() without ttl_ms removes an earlier expiry."""
+    store.set("t:k", "a", ttl_ms=50)
+    store.set("t:k", "b")
+    time.sleep(0.15)
+    assert store.get("t:k") == "b"
+
+
+def test_ttl_expires_key(store: Store) -> None:
+    """A key written with ttl_ms disappears from get, get_many and scan."""
+    store.set("t:short", "v", ttl_ms=30)
+    store.set("t:long", "v", ttl_ms=60_000)
+    assert wait_until_gone(store, "t:short")
+    assert store.get_many(["t:short", "t:long"]) == [None, "v"]
+    assert sorted(store.scan("t:*")) == ["t:long"]
+
+
+def test_only_if_absent(store: Store) -> None:
+    """only_if_absent writes once and never overwrites."""
+    assert store.set("t:marker", "first", only_if_absent=True) is True
+    assert store.set("t:marker", "second", only_if_absent=True) is False
+    assert store.get("t:marker") == "first"
+
+
+def test_get_many_keeps_order_and_marks_missing(store: Store) -> None:
+    """get_many returns values in the order asked, None where absent."""
+    store.set("t:a", "1")
+    store.set("t:c", "3")
+    assert store.get_many(["t:c", "t:b", "t:a"]) == ["3", None, "1"]
+    assert store.get_many([]) == []
+
+
+def test_get_many_across_many_keys(store: Store) -> None:
+    """get_many over hundreds of keys (several cluster slots) is complete and ordered."""
+    keys = [f"t:many:{i}" for i in range(300)]
+    for i, key in enumerate(keys):
+        store.set(key, str(i))
+    asked = keys[::-1] + ["t:many:absent"]
+    assert store.get_many(asked) == [str(i) for i in range(299, -1, -1)] + [None]
+
+
+def test_compare_and_set_replaces_only_expected_value(store: Store) -> None:
+    """CAS writes when the current value equals expected, and only then."""
+    store.set("t:k", "old")
+    assert store.compare_and_set("t:k", "other", "new") is False
+    assert store.get("t:k") == "old"
+    assert store.compare_and_set("t:k", "old", "new") is True
+    assert store.get("t:k") == "new"
+
+
+def test_compare_and_set_on_absent_key_writes_nothing(store: Store) -> None:
+    """CAS never creates a key (an update cannot resurrect a forgotten entry)."""
+    assert store.compare_and_set("t:gone", "x", "y") is False
+    assert store.get("t:gone") is None
+
+
+def test_compare_and_set_applies_ttl(store: Store) -> None:
+    """CAS with ttl_ms sets the new expiry; without it the key persists."""
+    store.set("t:k", "a", ttl_ms=60_000)
+    assert store.compare_and_set("t:k", "a", "b", ttl_ms=30) is True
+    assert wait_until_gone(store, "t:k")
+    store.set("t:p", "a", ttl_ms=50)
+    assert store.compare_and_set("t:p", "a", "b") is True
+    time.sleep(0.15)
+    assert store.get("t:p") == "b"
+
+
+def test_delete_counts_existing_keys(store: Store) -> None:
+    """delete returns how many of the keys existed."""
+    store.set("t:a", "1")
+    store.set("t:b", "2")
+    assert store.delete("t:a", "t:b", "t:none") == 2
+    assert store.delete("t:a") == 0
+    assert store.delete() == 0
+    assert store.get("t:a") is None
+
+
+def test_scan_matches_glob_and_yields_each_key_once(store: Store) -> None:
+    """scan covers every matching key exactly once, over thousands of keys."""
+    wanted = {f"ns:a:{i}" for i in range(2500)}
+    for key in wanted:
+        store.set(key, "v")
+    for i in range(300):
+        store.set(f"ns:b:{i}", "v")
+    found = list(store.scan("ns:a:*"))
+    assert len(found) == len(wanted)
+    assert set(found) == wanted
+
+
+def test_scan_question_mark_and_escapes(store: Store) -> None:
+    """`?` matches one character; escaped `*`, `?`, `[`, `]`, `\\` match only themselves."""
+    for key in ["p:ab", "p:abc", "p:a*", "p:a?", "p:a[x]", "p:a\\", "p:aX"]:
+        store.set(key, "v")
+    assert sorted(store.scan("p:a?")) == sorted(["p:ab", "p:a*", "p:a?", "p:a\\", "p:aX"])
+    assert list(store.scan("p:a\\*")) == ["p:a*"]
+    assert list(store.scan("p:a\\?")) == ["p:a?"]
+    assert list(store.scan("p:a\\[x\\]")) == ["p:a[x]"]
+    assert list(store.scan("p:a\\\\")) == ["p:a\\"]
+
+
+def test_scan_handles_unicode_and_separators(store: Store) -> None:
+    """Keys with colons, slashes, spaces and non-ASCII text scan as written."""
+    keys = ["u:v2:user:a%3Ab:x:y/\u00fc", "u:v2:user:a%3Ab:with space", "u:v2:user:a%3Ab:\u2713"]
+    for key in keys:
+        store.set(key, "v")
+    assert sorted(store.scan("u:v2:user:a%3Ab:*")) == sorted(keys)
+
+
+def test_compare_and_set_is_atomic_under_threads(store: Store) -> None:
+    """Concurrent CAS increments never lose an update."""
+    store.set("t:counter", "0")
+    per_thread, threads = 50, 4
+
+    def worker() -> None:
+        done = 0
+        while done < per_thread:
+            current = store.get("t:counter")
+            assert current is not None
+            if store.compare_and_set("t:counter", current, str(int(current) + 1)):
+                done += 1
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert store.get("t:counter") == str(per_thread * threads)
+
+
+def test_store_rejects_nothing_it_should_accept_empty_value(store: Store) -> None:
+    """An empty string is a value, distinct from absence."""
+    store.set("t:empty", "")
+    assert store.get("t:empty") == ""
+    assert store.get_many(["t:empty"]) == [""]
+
+
+@pytest.mark.parametrize("count", [1, 10])
+def test_scan_count_hint_does_not_change_results(store: Store, count: int) -> None:
+    """The count hint affects round trips only, never which keys come back."""
+    for i in range(25):
+        store.set(f"c:{i}", "v")
+    assert sorted(store.scan("c:*", count=count)) == sorted(f"c:{i}" for i in range(25))

@@ -315,13 +315,50 @@ def _build_store(
     if store_type == "memory":
         return MemoryStore(max_entries=max_entries, clock=clock), True
     if store_type == "redis":
-        if options.get("config") is None:
+        config = options.get("config")
+        if config is None:
             raise _config_error("config", "type='redis' needs config={'host': ..., 'port': ...}")
-        _check_dict(options["config"], "config", _REDIS_CONFIG)
-    if store_type == "redis-client" and options.get("client") is None:
-        raise _config_error("client", "type='redis-client' needs client=<redis.Redis>")
+        return _redis_store(_check_dict(config, "config", _REDIS_CONFIG), None), True
+    if store_type == "redis-client":
+        client = options.get("client")
+        if client is None:
+            raise _config_error("client", "type='redis-client' needs client=<redis.Redis>")
+        return _redis_store({}, client), False
     if store_type == "vercel-kv":
         url, token = options.get("url"), options.get("token")
         if (url is None) != (token is None):
             raise _config_error("url", "give both url and token for vercel-kv, or neither")
-    raise _config_error("type", f"the {store_type!r} store is not available yet in this version")
+        return _vercel_store(url, token, environ), True
+    return _global_store(environ), True
+
+
+def _global_store(environ: Mapping[str, str]) -> Store:
+    """Resolve the host's store: an integration's config, else REDIS_URL, else Vercel KV env."""
+    for resolver in _global_store_resolvers:
+        found = resolver()
+        if not found:
+            continue
+        if found.get("redis_url"):
+            return _redis_store({"url": found["redis_url"]}, None)
+        if found.get("url") and found.get("token"):
+            return _vercel_store(found["url"], found["token"], environ)
+    if environ.get("REDIS_URL"):
+        return _redis_store({"url": environ["REDIS_URL"]}, None)
+    if environ.get("KV_REST_API_URL") and environ.get("KV_REST_API_TOKEN"):
+        return _vercel_store(environ["KV_REST_API_URL"], environ["KV_REST_API_TOKEN"], environ)
+    raise RememberConfigurationError(
+        "type='global-store' found no store: configure the Flask/Django integration "
+        "(REMEMBER_REDIS_URL / settings.REMEMBER), or set REDIS_URL, or set both "
+        "KV_REST_API_URL and KV_REST_API_TOKEN",
+        code="GLOBAL_CONFIG_NOT_FOUND",
+    )
+
+
+def _redis_store(config: Mapping[str, Any], client: Any) -> Store:
+    """A RedisStore from a validated ``config`` dict (``url`` or host/port/...) or a client."""
+    raise _config_error("type", "the Redis store is not available yet in this version")
+
+
+def _vercel_store(url: str | None, token: str | None, environ: Mapping[str, str]) -> Store:
+    """A VercelKVStore from url/token, falling back to KV_REST_API_URL / KV_REST_API_TOKEN."""
+    raise _config_error("type", "the Vercel KV store is not available yet in this version")

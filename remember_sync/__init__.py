@@ -26,7 +26,6 @@ from .types import BRANDS, SCOPES, Identity, RememberEntry
 
 __all__ = [
     "BRANDS",
-    "SCOPES",
     "Identity",
     "RememberAccessor",
     "RememberConfigurationError",
@@ -39,6 +38,7 @@ __all__ = [
     "RememberPlugin",
     "RememberScopeNotAllowedError",
     "RememberStoreError",
+    "SCOPES",
     "current_identity",
     "identity",
 ]

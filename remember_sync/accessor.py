@@ -9,6 +9,7 @@ identity bound in the current context on every call.
 
 from __future__ import annotations
 
+import builtins
 import html
 import logging
 import threading
@@ -385,9 +386,9 @@ class RememberAccessor:
 
     def table_rows(
         self, scopes: Iterable[Scope] = ("session", "user", "tool", "global"), *, values: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """One row per entry visible to this identity (scopes it cannot use are skipped)."""
-        rows: list[dict[str, Any]] = []
+        rows: builtins.list[dict[str, Any]] = []
         for scope in scopes:
             try:
                 found = self.entries(scope=scope)

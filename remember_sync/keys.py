@@ -185,8 +185,12 @@ def parse_storage_key(prefix: str, full_key: str) -> ParsedKey | None:
         parts = rest[len(head) :].split(":", 2 if scope == "tool" else 1)
         if len(parts) != (3 if scope == "tool" else 2) or not parts[-1]:
             return None
-        ids = [unquote(p, errors="strict") for p in parts[:-1]]
-        if any(not i for i in ids):
+        try:
+            ids = [unquote(p, errors="strict") for p in parts[:-1]]
+        except UnicodeDecodeError:
+            return None
+        # Only keys we could have written: each part must re-encode to itself.
+        if any(not i or encode_component(i) != p for i, p in zip(ids, parts)):
             return None
         if scope == "session":
             ns = Namespace("session", session=ids[0])

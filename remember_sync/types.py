@@ -43,7 +43,7 @@ Clock = Callable[[], int]
 def check_scope(scope: object) -> Scope:
     """Return *scope* if it is one of :data:`SCOPES`, else raise ``ValueError``."""
     if isinstance(scope, str) and scope in SCOPES:
-        return scope  # type: ignore[return-value]
+        return scope
     raise RememberInputError(
         f"scope must be one of {', '.join(SCOPES)}; got {scope!r}", code="REMEMBER_INVALID_SCOPE"
     )
@@ -52,7 +52,7 @@ def check_scope(scope: object) -> Scope:
 def check_brand(brand: object) -> Brand:
     """Return *brand* if it is one of :data:`BRANDS`, else raise ``ValueError``."""
     if isinstance(brand, str) and brand in BRANDS:
-        return brand  # type: ignore[return-value]
+        return brand
     raise RememberInputError(f"brand must be one of {', '.join(BRANDS)}; got {brand!r}")
 
 

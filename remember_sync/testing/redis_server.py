@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -54,8 +56,27 @@ def find_redis_server() -> str | None:
     return bundled if Path(bundled).is_file() else None
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (never 6379)."""
+def _is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, cluster_bus: bool = False) -> int:
+    """A free TCP port on 127.0.0.1 (never 6379).
+
+    With ``cluster_bus`` the port is at most 55535 and ``port + 10000`` (the
+    cluster bus port Redis derives from it) is free too.
+    """
+    if cluster_bus:
+        for _ in range(1000):
+            port = random.randint(20000, 45000)
+            if _is_free(port) and _is_free(port + 10000):
+                return port
+        raise RuntimeError("no free port pair for a cluster node")
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
@@ -190,6 +211,7 @@ class RedisCluster:
         self.servers = [
             RedisServer(
                 binary,
+                port=free_port(cluster_bus=True),
                 extra_args=["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
             )
             for _ in range(nodes)
@@ -207,7 +229,10 @@ class RedisCluster:
 
     def client(self, **kwargs: object) -> redis.cluster.RedisCluster:
         """A new redis-py cluster client."""
-        nodes = [redis.cluster.ClusterNode(h, p) for h, p in self.startup_nodes]
+        nodes = [
+            redis.cluster.ClusterNode(h, p)  # type: ignore[no-untyped-call]
+            for h, p in self.startup_nodes
+        ]
         return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs)  # type: ignore[arg-type]
 
     def start(self, timeout: float = 30.0) -> RedisCluster:
@@ -220,12 +245,12 @@ class RedisCluster:
             for i, c in enumerate(clients):
                 lo = i * step
                 hi = 16383 if i == n - 1 else (i + 1) * step - 1
-                c.execute_command("CLUSTER", "ADDSLOTS", *range(lo, hi + 1))
+                _command(c, "CLUSTER", "ADDSLOTS", *range(lo, hi + 1))
             for c in clients[1:]:
-                c.execute_command("CLUSTER", "MEET", "127.0.0.1", self.servers[0].port)
+                _command(c, "CLUSTER", "MEET", "127.0.0.1", self.servers[0].port)
             deadline = time.monotonic() + timeout
             while True:
-                infos = [c.execute_command("CLUSTER", "INFO") for c in clients]
+                infos = [_command(c, "CLUSTER", "INFO") for c in clients]
                 texts = [i.decode() if isinstance(i, bytes) else str(i) for i in infos]
                 if all("cluster_state:ok" in t and f"cluster_known_nodes:{n}" in t for t in texts):
                     return self
@@ -253,6 +278,10 @@ class RedisCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+def _command(client: redis.Redis, *args: object) -> Any:
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
 @atexit.register

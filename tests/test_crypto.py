@@ -1,0 +1,306 @@
+"""Encryption at rest (SPEC section 4): vectors, envelopes, binding, tampering, rotation."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable
+
+import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from remember_sync import Identity, RememberDecryptionError, RememberPlugin
+from remember_sync.codec import EntryCodec
+from remember_sync.crypto import Keyring, derive_key, parse_envelope, seal
+from remember_sync.identity import resolve_namespace
+from remember_sync.keys import storage_key
+from remember_sync.stores.base import Store
+from remember_sync.types import Namespace
+from tests.conftest import TEST_SECRET
+from tests.vectors import VECTORS, vector_identity, vector_tool_name
+
+ENCRYPTED = [v for v in VECTORS if v["encrypted"]]
+ALICE = Identity("s-1", "alice", "t1")
+
+
+def vector_namespace(vector: dict) -> Namespace:
+    ident = vector_identity(vector)
+    scope = vector["scope"]
+    if scope == "user":
+        return Namespace("user", user=vector["resolvedUserId"])
+    if scope == "global":
+        return Namespace("global")
+    session = ident.session_id or f"stateless-user:{ident.user_id}"
+    if scope == "session":
+        return Namespace("session", session=session)
+    return Namespace("tool", session=session, tool=vector_tool_name(vector))
+
+
+def b64url(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def reference_decrypt(stored: str, secret: str, ikm: str, info: str) -> bytes:
+    """The reference read path only: HKDF as documented, AES-GCM without AAD."""
+    blob = json.loads(stored)
+    assert blob["alg"] == "A256GCM"
+    key = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=b"remember-plugin-v1", info=info.encode()
+    ).derive(ikm.encode())
+    return AESGCM(key).decrypt(b64url(blob["iv"]), b64url(blob["data"]) + b64url(blob["tag"]), None)
+
+
+@pytest.mark.parametrize("vector", ENCRYPTED, ids=[v["name"] for v in ENCRYPTED])
+def test_vector_derived_key(vector: dict) -> None:
+    """HKDF of each vector's secret and identity equals its derivedKeyHex."""
+    assert derive_key(vector["secret"], vector_namespace(vector)).hex() == vector["derivedKeyHex"]
+
+
+@pytest.mark.parametrize("vector", ENCRYPTED, ids=[v["name"] for v in ENCRYPTED])
+def test_vector_decrypts_to_plaintext(vector: dict) -> None:
+    """Every 1.8.0 envelope opens to its exact plaintext entry through our codec."""
+    ns = vector_namespace(vector)
+    codec = EntryCodec(Keyring([vector["secret"]], source="test"), prefix=vector["keyPrefix"])
+    entry = codec.decode(vector["rawStoredValue"], ns, vector["storageKey"])
+    expected = json.loads(vector["plaintext"])
+    assert entry.value == vector["value"] == expected["value"]
+    assert entry.created_at == expected["createdAt"]
+    assert entry.expires_at == expected.get("expiresAt")
+    assert entry.brand == expected.get("brand")
+    assert entry.metadata == expected.get("metadata")
+    plaintext, _ = codec.keyring.open(parse_envelope(vector["rawStoredValue"]), ns, None)  # type: ignore[union-attr]
+    assert plaintext.decode("utf-8") == vector["plaintext"]
+
+
+def test_unencrypted_vector_reads_with_encryption_disabled() -> None:
+    """The encryption-disabled vector is the plaintext entry JSON, read as is."""
+    vector = next(v for v in VECTORS if not v["encrypted"])
+    codec = EntryCodec(None, prefix="remember:")
+    entry = codec.decode(vector["rawStoredValue"], vector_namespace(vector), vector["storageKey"])
+    assert entry.value == vector["value"]
+
+
+def test_our_plaintext_entry_json_matches_reference_bytes(
+    make_plugin: Callable[..., RememberPlugin], store: Store, clock
+) -> None:
+    """encryption disabled stores the entry JSON in the reference's key order, compact."""
+    plain = make_plugin(encryption={"enabled": False}).accessor(Identity("sess-123"))
+    plain.set("last_query", {"q": "weather", "n": 3}, ttl=600, brand="cache", metadata={"source": "api"})
+    raw = store.get("remember:v2:session:sess-123:last_query")
+    t = clock.now
+    assert raw == (
+        '{"value":{"q":"weather","n":3},"brand":"cache",'
+        f'"createdAt":{t},"updatedAt":{t},"expiresAt":{t + 600_000},"metadata":{{"source":"api"}}}}'
+    )
+
+
+def test_frontmcp_compatible_readable_by_reference_algorithm(
+    make_plugin: Callable[..., RememberPlugin], store: Store
+) -> None:
+    """frontmcp_compatible=True writes the plain envelope that the reference read path opens."""
+    secret = "compat-secret-0123456789abcdef0123"
+    plugin = make_plugin(encryption={"secrets": [secret], "frontmcp_compatible": True})
+    mem = plugin.accessor(Identity("sess-9", "alice", "search:web"))
+    mem.set("theme", {"x": "\u00e9"}, scope="user", brand="preference")
+    mem.set("q", 1, scope="tool")
+    raw_user = store.get("remember:v2:user:alice:theme")
+    assert raw_user is not None
+    assert list(json.loads(raw_user)) == ["alg", "iv", "tag", "data"]
+    entry = json.loads(reference_decrypt(raw_user, secret, secret + "alice", "remember:user:alice"))
+    assert entry["value"] == {"x": "\u00e9"} and entry["brand"] == "preference"
+    raw_tool = store.get("remember:v2:tool:search%3Aweb:sess-9:q")
+    assert raw_tool is not None
+    tool_entry = reference_decrypt(
+        raw_tool, secret, secret + "sess-9", "remember:tool:search:web:sess-9"
+    )
+    assert json.loads(tool_entry)["value"] == 1
+
+
+def test_default_envelope_has_kid_and_binds_key(plugin: RememberPlugin, store: Store) -> None:
+    """Our default envelope carries kid and aad:key; the reference path cannot open it."""
+    plugin.accessor(ALICE).set("k", "v", scope="user")
+    raw = store.get("remember:v2:user:alice:k")
+    assert raw is not None
+    blob = json.loads(raw)
+    assert list(blob) == ["alg", "kid", "aad", "iv", "tag", "data"]
+    assert blob["aad"] == "key" and blob["kid"] == plugin.keyring.primary_kid  # type: ignore[union-attr]
+    with pytest.raises(Exception):
+        reference_decrypt(raw, TEST_SECRET, TEST_SECRET + "alice", "remember:user:alice")
+
+
+@pytest.mark.parametrize("compatible", [False, True])
+def test_reads_both_envelope_forms(
+    make_plugin: Callable[..., RememberPlugin], compatible: bool
+) -> None:
+    """Either writer's envelopes are read by either reader."""
+    writer = make_plugin(encryption={"frontmcp_compatible": compatible}).accessor(ALICE)
+    reader = make_plugin(encryption={"frontmcp_compatible": not compatible}).accessor(ALICE)
+    writer.set("k", [1, "two"], scope="session")
+    assert reader.get("k") == [1, "two"]
+
+
+def _moved(store: Store, source: str, target: str) -> None:
+    raw = store.get(source)
+    assert raw is not None
+    store.set(target, raw)
+
+
+def test_value_copied_to_another_key_fails_logged_and_counted(
+    plugin: RememberPlugin, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bound envelope copied to another key of the same identity does not open there."""
+    mem = plugin.accessor(ALICE)
+    mem.set("secret", "s3cr3t", scope="user")
+    _moved(store, "remember:v2:user:alice:secret", "remember:v2:user:alice:public")
+    with caplog.at_level(logging.WARNING, logger="remember_sync"):
+        assert mem.get("public", scope="user", default="absent") == "absent"
+        assert mem.get("public", scope="user", default="absent") == "absent"
+    assert plugin.stats()["unreadable"] == 2
+    warnings = [r for r in caplog.records if "unreadable" in r.getMessage()]
+    assert len(warnings) == 1  # one warning per key
+    assert "remember:v2:user:alice:public" in warnings[0].getMessage()
+    assert mem.get("secret", scope="user") == "s3cr3t"
+
+
+@pytest.mark.parametrize("field", ["tag", "data", "iv"])
+def test_tampered_envelope_fails_logged_and_counted(
+    plugin: RememberPlugin, store: Store, field: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Flipping a bit in tag, data or iv makes the entry unreadable, loudly."""
+    mem = plugin.accessor(ALICE)
+    mem.set("k", "value-123")
+    skey = "remember:v2:session:s-1:k"
+    blob = json.loads(store.get(skey) or "")
+    raw = bytearray(b64url(blob[field]))
+    raw[0] ^= 1
+    blob[field] = base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+    store.set(skey, json.dumps(blob))
+    with caplog.at_level(logging.WARNING, logger="remember_sync"):
+        assert mem.get("k") is None
+        assert mem.knows("k") is False
+        assert mem.list() == []
+    assert plugin.stats()["unreadable"] == 3
+    assert sum("unreadable" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_wrong_secret_fails_logged_and_counted(
+    make_plugin: Callable[..., RememberPlugin], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry sealed under another secret is unreadable, logged and counted."""
+    make_plugin(encryption={"secrets": ["secret-A-0123456789abcdef0123"]}).accessor(ALICE).set("k", 1)
+    other = make_plugin(encryption={"secrets": ["secret-B-0123456789abcdef0123"]})
+    with caplog.at_level(logging.WARNING, logger="remember_sync"):
+        assert other.accessor(ALICE).get("k", default="x") == "x"
+    assert other.stats()["unreadable"] == 1
+    assert any("unreadable" in r.getMessage() for r in caplog.records)
+
+
+def test_on_decrypt_error_raise(make_plugin: Callable[..., RememberPlugin]) -> None:
+    """on_decrypt_error='raise' raises RememberDecryptionError instead of hiding the entry."""
+    make_plugin(encryption={"secrets": ["secret-A-0123456789abcdef0123"]}).accessor(ALICE).set("k", 1)
+    strict = make_plugin(
+        encryption={"secrets": ["secret-B-0123456789abcdef0123"]}, on_decrypt_error="raise"
+    )
+    with pytest.raises(RememberDecryptionError) as info:
+        strict.accessor(ALICE).get("k")
+    assert info.value.code == "REMEMBER_DECRYPTION_FAILED"
+    with pytest.raises(RememberDecryptionError):
+        strict.accessor(ALICE).update("k", 2)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    ["not json", "{}", '{"alg":"A128GCM","iv":"","tag":"","data":""}', "[1]", '{"value":1}'],
+)
+def test_non_envelopes_are_unreadable_never_plaintext(
+    plugin: RememberPlugin, store: Store, garbage: str
+) -> None:
+    """A value that does not look encrypted is unreadable, never returned as plaintext."""
+    store.set("remember:v2:session:s-1:k", garbage)
+    assert plugin.accessor(ALICE).get("k", default="absent") == "absent"
+    assert plugin.stats()["unreadable"] == 1
+
+
+def test_rotation_reads_old_writes_new(make_plugin: Callable[..., RememberPlugin], store: Store) -> None:
+    """secrets=[new, old]: old entries read, new writes sealed under the new secret."""
+    old, new = "old-secret-0123456789abcdef01234", "new-secret-0123456789abcdef01234"
+    make_plugin(encryption={"secrets": [old]}).accessor(ALICE).set("k", "from-old")
+    rotated = make_plugin(encryption={"secrets": [new, old]})
+    mem = rotated.accessor(ALICE)
+    assert mem.get("k") == "from-old"
+    assert mem.update("k", "from-new")
+    blob = json.loads(store.get("remember:v2:session:s-1:k") or "")
+    assert blob["kid"] == rotated.keyring.primary_kid  # type: ignore[union-attr]
+    only_new = make_plugin(encryption={"secrets": [new]}).accessor(ALICE)
+    assert only_new.get("k") == "from-new"
+    only_old = make_plugin(encryption={"secrets": [old]}).accessor(ALICE)
+    assert only_old.get("k", default="unreadable") == "unreadable"
+
+
+def test_rotation_from_environment(
+    make_plugin: Callable[..., RememberPlugin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """REMEMBER_SECRET plus REMEMBER_PREVIOUS_SECRETS: first encrypts, all decrypt."""
+    make_plugin(encryption={"secrets": ["env-old-0123456789abcdef0123456"]}).accessor(ALICE).set("k", 1)
+    monkeypatch.setenv("REMEMBER_SECRET", "env-new-0123456789abcdef0123456")
+    monkeypatch.setenv("REMEMBER_PREVIOUS_SECRETS", " env-x , env-old-0123456789abcdef0123456,")
+    plugin = make_plugin(encryption={"secrets": None})
+    assert plugin.keyring.source == "env:REMEMBER_SECRET"  # type: ignore[union-attr]
+    assert plugin.accessor(ALICE).get("k") == 1
+
+
+def test_custom_key_replaces_secret(make_plugin: Callable[..., RememberPlugin], store: Store) -> None:
+    """custom_key is the master secret when set (1.8.0 ignored it)."""
+    custom = "custom-key-0123456789abcdef012345"
+    plugin = make_plugin(encryption={"custom_key": custom, "frontmcp_compatible": True})
+    plugin.accessor(ALICE).set("k", "v", scope="global")
+    raw = store.get("remember:global:k") or ""
+    assert json.loads(reference_decrypt(raw, custom, custom, "remember:global"))["value"] == "v"
+
+
+def test_raw_values_hold_no_plaintext(plugin: RememberPlugin, store: Store) -> None:
+    """No store holds the value or metadata in clear."""
+    mem = plugin.accessor(ALICE)
+    mem.set("k", "PLAINTEXT-VALUE-MARKER", metadata={"m": "PLAINTEXT-META-MARKER"}, brand="state")
+    mem.set("u", {"deep": ["PLAINTEXT-VALUE-MARKER"]}, scope="user")
+    keys = list(store.scan("*"))
+    assert len(keys) == 2
+    for raw in store.get_many(keys):
+        assert raw is not None
+        assert "PLAINTEXT" not in raw and "state" not in raw
+
+
+def test_one_hkdf_per_namespace(plugin: RememberPlugin) -> None:
+    """Repeated operations on one (scope, identity) derive its key once."""
+    mem = plugin.accessor(ALICE)
+    for i in range(50):
+        mem.set(f"k{i}", i)
+        mem.get(f"k{i}")
+        mem.update(f"k{i}", i + 1)
+    mem.list()
+    assert plugin.stats()["key_derivations"] == 1
+    for scope in ("user", "tool", "global"):
+        for _ in range(20):
+            mem.set("x", 1, scope=scope)  # type: ignore[arg-type]
+    assert plugin.stats()["key_derivations"] == 4
+
+
+def test_seal_is_deterministic_with_injected_iv() -> None:
+    """With an injected IV, seal reproduces a 1.8.0 vector byte for byte."""
+    vector = VECTORS[0]
+    blob = json.loads(vector["rawStoredValue"])
+    key = bytes.fromhex(vector["derivedKeyHex"])
+    assert seal(vector["plaintext"].encode(), key, iv=b64url(blob["iv"])) == vector["rawStoredValue"]
+
+
+def test_namespace_of_vector_matches_scope_rules() -> None:
+    """The namespaces used above are the ones our scope rules produce."""
+    for vector in ENCRYPTED:
+        if vector["name"] in ("user-anon-clientid-accepted", "tool-no-flow-defaults-unknown"):
+            continue
+        ns = resolve_namespace(vector_identity(vector), vector["scope"])
+        assert ns == vector_namespace(vector)
+        assert storage_key(vector["keyPrefix"], ns, vector["key"]) == vector["storageKey"]

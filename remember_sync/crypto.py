@@ -63,16 +63,14 @@ def b64url_encode(data: bytes) -> str:
 
 def b64url_decode(text: str) -> bytes:
     """Decode unpadded (or padded) base64url; raise ``ValueError`` on anything else."""
-    if not isinstance(text, str) or any(c not in _B64URL_ALPHABET for c in text.rstrip("=")):
+    if not isinstance(text, str) or "+" in text or "/" in text:
         raise ValueError("not base64url")
     stripped = text.rstrip("=")
     try:
-        return base64.urlsafe_b64decode(stripped + "=" * (-len(stripped) % 4))
+        # validate=True rejects every character outside the alphabet (in C).
+        return base64.b64decode(stripped + "=" * (-len(stripped) % 4), b"-_", validate=True)
     except (binascii.Error, ValueError) as exc:
         raise ValueError("not base64url") from exc
-
-
-_B64URL_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 def key_id(secret: str) -> str:
@@ -144,7 +142,7 @@ def parse_envelope(stored: str) -> Envelope:
 
 def seal(
     plaintext: bytes,
-    key: bytes,
+    key: bytes | AESGCM,
     *,
     kid: str | None = None,
     aad: bytes | None = None,
@@ -157,7 +155,8 @@ def seal(
     ``iv`` is for known-answer tests only; by default a fresh random IV is used.
     """
     nonce = iv if iv is not None else os.urandom(IV_BYTES)
-    sealed = AESGCM(key).encrypt(nonce, plaintext, aad)
+    aead = key if isinstance(key, AESGCM) else AESGCM(key)
+    sealed = aead.encrypt(nonce, plaintext, aad)
     ct, tag = sealed[:-TAG_BYTES], sealed[-TAG_BYTES:]
     head = f'{{"alg":"{ALG}",'
     if kid is not None:
@@ -170,13 +169,14 @@ def seal(
     )
 
 
-def open_envelope(env: Envelope, key: bytes, aad: bytes | None) -> bytes:
+def open_envelope(env: Envelope, key: bytes | AESGCM, aad: bytes | None) -> bytes:
     """Decrypt *env* with *key* (and *aad* when the envelope is bound).
 
     :raises RememberDecryptionError: on a wrong key or any tampering.
     """
+    aead = key if isinstance(key, AESGCM) else AESGCM(key)
     try:
-        return AESGCM(key).decrypt(env.iv, env.data + env.tag, aad if env.aad else None)
+        return aead.decrypt(env.iv, env.data + env.tag, aad if env.aad else None)
     except InvalidTag as exc:
         raise RememberDecryptionError("entry failed authentication (wrong secret or tampered)") from exc
 
@@ -198,7 +198,7 @@ class Keyring:
         self._secrets = tuple(dict.fromkeys(cleaned))
         self._kids = tuple(key_id(s) for s in self._secrets)
         self.source = source
-        self._cache: OrderedDict[tuple[int, Namespace], bytes] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, Namespace], AESGCM] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
         #: How many HKDF derivations ran (a test pins "one per namespace").
@@ -215,15 +215,15 @@ class Keyring:
     def kids(self) -> tuple[str, ...]:
         return self._kids
 
-    def key(self, ns: Namespace, index: int = 0) -> bytes:
-        """The derived key of *ns* under secret number *index* (cached)."""
+    def key(self, ns: Namespace, index: int = 0) -> AESGCM:
+        """The AEAD for *ns*'s derived key under secret number *index* (cached)."""
         cache_key = (index, ns)
         with self._lock:
             found = self._cache.get(cache_key)
             if found is not None:
                 self._cache.move_to_end(cache_key)
                 return found
-        derived = derive_key(self._secrets[index], ns)
+        derived = AESGCM(derive_key(self._secrets[index], ns))
         with self._lock:
             self.derivations += 1
             self._cache[cache_key] = derived

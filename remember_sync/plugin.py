@@ -270,7 +270,20 @@ class RememberPlugin:
         return self._core.stats()
 
     def _start_purge(self) -> None:
-        """Arm the legacy purge (SPEC section 7); implemented by :mod:`remember_sync.purge`."""
+        """Arm the legacy purge (SPEC section 7); implemented by :mod:`remember_sync.purge`.
+
+        Only schedules a daemon timer: no store I/O happens on this thread.
+        """
+        from .purge import LegacyPurge
+
+        if self.purge_options.get("skip") or not self._core.prefix:
+            return
+        self._purge = LegacyPurge(
+            self._core.store,
+            self._core.prefix,
+            delay_ms=self.purge_options["delay_ms"],
+            clock=self._core.clock,
+        ).start()
 
     def close(self) -> None:
         """Stop background work and close the store if this plugin created it."""
@@ -292,6 +305,36 @@ class RememberPlugin:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def tool_definitions(self) -> list[dict[str, Any]]:
+        """The MCP definitions of the four memory tools (SPEC section 8.1).
+
+        ``<prefix>remember_this``, ``<prefix>recall``, ``<prefix>forget`` and
+        ``<prefix>list_memories``; an empty list unless ``tools.enabled``.
+        """
+        from .tools import plugin_tool_definitions
+
+        return plugin_tool_definitions(self)
+
+    def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        identity: Identity | None = None,
+    ) -> dict[str, Any]:
+        """Run memory tool *name*; return an MCP ``CallToolResult``-shaped dict.
+
+        Never raises: bad arguments, a scope outside ``allowed_scopes``, a
+        missing identity or a store failure come back as a tool error
+        (``isError: true``) with a ``code`` and a message.
+
+        :param identity: the caller (default: the identity bound in this
+            context); ``tool`` scope is keyed by *name*, the tool running.
+        """
+        from .tools import call_plugin_tool
+
+        return call_plugin_tool(self, name, arguments, identity=identity)
 
     def __repr__(self) -> str:
         source = self.keyring.source if self.keyring is not None else "disabled"
@@ -356,9 +399,57 @@ def _global_store(environ: Mapping[str, str]) -> Store:
 
 def _redis_store(config: Mapping[str, Any], client: Any) -> Store:
     """A RedisStore from a validated ``config`` dict (``url`` or host/port/...) or a client."""
-    raise _config_error("type", "the Redis store is not available yet in this version")
+    from .stores.redis import RedisStore  # noqa: PLC0415 - only the Redis types need it
+
+    if client is not None:
+        return RedisStore(client=client)
+    checks: dict[str, tuple[type | tuple[type, ...], str]] = {
+        "host": (str, "a host name"),
+        "port": (int, "an int port"),
+        "password": (str, "a str"),
+        "username": (str, "a str"),
+        "db": (int, "an int >= 0"),
+        "ssl": (bool, "True or False"),
+        "socket_timeout": ((int, float), "a positive number of seconds"),
+        "url": (str, "a redis:// or rediss:// URL"),
+    }
+    for name, value in config.items():
+        kind, what = checks[name]
+        if value is None and name in ("password", "username", "socket_timeout"):
+            continue
+        bad_bool = isinstance(value, bool) and kind is not bool
+        if bad_bool or not isinstance(value, kind):
+            raise _config_error(f"config.{name}", f"must be {what}; got {type(value).__name__}")
+    port, db = config.get("port", 6379), config.get("db", 0)
+    timeout = config.get("socket_timeout", 5.0)
+    if not 0 < port < 65536:
+        raise _config_error("config.port", f"must be 1..65535; got {port}")
+    if db < 0:
+        raise _config_error("config.db", f"must be an int >= 0; got {db}")
+    if timeout is not None and timeout <= 0:
+        raise _config_error("config.socket_timeout", f"must be > 0; got {timeout}")
+    if "url" in config:
+        clash = sorted({"host", "port", "ssl"} & set(config))
+        if clash:
+            raise _config_error(
+                "config.url", f"give either url or {', '.join(clash)}; put them in the URL"
+            )
+        # username/password/db given beside a URL are defaults; the URL's own win.
+        extra = {k: config[k] for k in ("password", "username", "db") if k in config}
+        return RedisStore.from_url(config["url"], socket_timeout=timeout, **extra)
+    return RedisStore(
+        host=config.get("host", "127.0.0.1"),
+        port=port,
+        password=config.get("password"),
+        db=db,
+        ssl=config.get("ssl", False),
+        username=config.get("username"),
+        socket_timeout=timeout,
+    )
 
 
 def _vercel_store(url: str | None, token: str | None, environ: Mapping[str, str]) -> Store:
     """A VercelKVStore from url/token, falling back to KV_REST_API_URL / KV_REST_API_TOKEN."""
-    raise _config_error("type", "the Vercel KV store is not available yet in this version")
+    from .stores.vercel_kv import VercelKVStore  # noqa: PLC0415 - only users of KV pay for it
+
+    return VercelKVStore(url, token, environ=environ)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisCluster, RedisServer, find_redis_server
 from tests.conftest import require_component
 
@@ -62,3 +63,21 @@ def redis_cluster_client(redis_cluster: RedisCluster) -> Iterator[redis.cluster.
     client = redis_cluster.client()
     yield client
     client.close()
+
+
+@pytest.fixture
+def redis_store(redis_client: redis.Redis, redis_url: str) -> Iterator[RedisStore]:
+    """A RedisStore that owns its client, on the flushed standalone server."""
+    store = RedisStore.from_url(redis_url)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def redis_cluster_store(
+    redis_cluster_client: redis.cluster.RedisCluster,
+) -> Iterator[RedisStore]:
+    """A RedisStore over a passed-in RedisCluster client, on the flushed cluster."""
+    store = RedisStore(client=redis_cluster_client)
+    yield store
+    store.close()

@@ -1,0 +1,168 @@
+"""Benchmark: the legacy purge on a real redis-server against a one-DEL-per-key baseline.
+
+Usage::
+
+    python benchmarks/purge.py [--keys 100000] [--batch 500]
+
+Starts a throw-away ``redis-server`` on a free loopback port, fills it with
+*keys* pre-``v2`` keys (split over ``session:``, ``tool:`` and ``user:``) plus
+some ``v2:``/``global:`` keys that must survive, and times two ways of
+deleting the legacy ones, each on a freshly filled keyspace in the same run:
+
+* **baseline** -- what 1.8.0 does: ``SCAN ... COUNT 100`` per scope to list the
+  keys, then one ``DEL`` per key, one round trip each;
+* **sweep_legacy** -- :func:`remember_sync.purge.sweep_legacy` over a
+  :class:`~remember_sync.stores.redis.RedisStore`: ``SCAN ... COUNT 1000`` and
+  one ``UNLINK`` per batch.
+
+Both runs are checked (every legacy key gone, every survivor kept) and the
+table shows the time, the rate, the commands the server counted
+(``INFO commandstats``) and the ratio.  :func:`run` is importable so a smoke
+test can run it with tiny sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import redis
+
+from remember_sync.purge import sweep_legacy
+from remember_sync.stores.redis import RedisStore
+from remember_sync.testing.redis_server import RedisServer
+
+PREFIX = "remember:"
+SCOPES = ("session", "tool", "user")
+SURVIVORS = 1000
+
+
+def _legacy_key(i: int) -> str:
+    scope = SCOPES[i % 3]
+    if scope == "tool":
+        return f"{PREFIX}tool:search:sess-{i}:cache"
+    return f"{PREFIX}{scope}:id-{i}:key"
+
+
+def _fill(client: redis.Redis, keys: int) -> list[str]:
+    """Flush, then write *keys* legacy keys and the survivors; return the survivors."""
+    client.flushdb()
+    survivors = [f"{PREFIX}v2:session:s{i}:k" for i in range(SURVIVORS // 2)]
+    survivors += [f"{PREFIX}global:k{i}" for i in range(SURVIVORS - len(survivors))]
+    survivors.append(f"{PREFIX}__layout__")
+    value = b'{"alg":"A256GCM","iv":"x","tag":"y","data":"z"}'
+    pipe = client.pipeline(transaction=False)
+    for i in range(keys):
+        pipe.set(_legacy_key(i), value)
+        if i % 10_000 == 9_999:
+            pipe.execute()
+    for key in survivors:
+        pipe.set(key, value)
+    pipe.execute()
+    return survivors
+
+
+def _commands(client: redis.Redis) -> int:
+    stats: dict[str, Any] = client.info("commandstats")
+    names = ("scan", "del", "unlink")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names)
+
+
+def _check(client: redis.Redis, survivors: list[str]) -> None:
+    left = sum(1 for s in SCOPES for _ in client.scan_iter(match=f"{PREFIX}{s}:*", count=1000))
+    kept = int(client.exists(*survivors))
+    if left or kept != len(survivors):
+        raise RuntimeError(f"purge was wrong: {left} legacy keys left, {kept} survivors kept")
+
+
+def _baseline(client: redis.Redis) -> int:
+    """1.8.0's purge: list each scope with SCAN COUNT 100, then one DEL per key."""
+    deleted = 0
+    for scope in SCOPES:
+        listed = list(client.scan_iter(match=f"{PREFIX}{scope}:*", count=100))
+        for key in listed:
+            deleted += int(client.delete(key))
+    return deleted
+
+
+def run(keys: int = 100_000, *, batch: int = 500) -> list[dict[str, Any]]:
+    """Time both purges of *keys* legacy keys on a throw-away redis-server.
+
+    :returns: one row per method: ``method``, ``keys``, ``deleted``,
+        ``seconds``, ``keys_per_s``, ``commands`` and ``ratio`` (baseline
+        seconds / this method's seconds).
+    """
+    rows: list[dict[str, Any]] = []
+    with RedisServer() as server:
+        client = server.client()
+        store = RedisStore.from_url(server.url)
+        try:
+            version = str(client.info("server")["redis_version"])
+            for method in ("baseline", "sweep_legacy"):
+                survivors = _fill(client, keys)
+                client.config_resetstat()
+                started = time.perf_counter()
+                if method == "baseline":
+                    deleted = _baseline(client)
+                    label = "1.8.0-style: SCAN COUNT 100 + one DEL per key"
+                else:
+                    result = sweep_legacy(store, PREFIX, batch=batch)
+                    deleted = result.deleted
+                    label = f"sweep_legacy: SCAN COUNT 1000 + UNLINK x{batch}"
+                seconds = time.perf_counter() - started
+                commands = _commands(client)
+                _check(client, survivors)
+                rows.append(
+                    {
+                        "method": label,
+                        "keys": keys,
+                        "deleted": deleted,
+                        "seconds": seconds,
+                        "keys_per_s": deleted / seconds if seconds else float("inf"),
+                        "commands": commands,
+                        "redis": version,
+                    }
+                )
+        finally:
+            store.close()
+            client.close()
+    base = rows[0]["seconds"]
+    for row in rows:
+        row["ratio"] = base / row["seconds"] if row["seconds"] else float("inf")
+    return rows
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """The rows as a plain-text table."""
+    head = f"legacy purge of {rows[0]['keys']:,} keys on redis-server {rows[0]['redis']} (loopback)"
+    lines = [
+        head,
+        f"{'method':<48} {'seconds':>9} {'keys/s':>12} {'commands':>10} {'ratio':>7}",
+    ]
+    for row in rows:
+        lines.append(
+            f"{row['method']:<48} {row['seconds']:>9.3f} {row['keys_per_s']:>12,.0f} "
+            f"{row['commands']:>10,} {row['ratio']:>6.1f}x"
+        )
+    lines.append(
+        f"sweep_legacy is {rows[-1]['ratio']:.1f}x faster than one DEL per key "
+        "(ratio = baseline seconds / method seconds)"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--keys", type=int, default=100_000, help="legacy keys (default 100000)")
+    parser.add_argument("--batch", type=int, default=500, help="keys per UNLINK (default 500)")
+    args = parser.parse_args(argv)
+    if args.keys < 1 or args.batch < 1:
+        parser.error("--keys and --batch must be positive")
+    print(render(run(args.keys, batch=args.batch)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,380 @@
+"""Redis store: standalone servers, Redis Cluster, or a client you already have.
+
+Commands are the plain ones (``SET ... PX``, ``SET ... NX``, ``GET``,
+``MGET``, ``UNLINK``, ``SCAN ... MATCH ... COUNT``); ``compare_and_set`` is a
+three-line Lua script on a single key, so it is atomic and cluster-safe.
+On a :class:`redis.cluster.RedisCluster` client, multi-key reads and deletes
+are split per hash slot (one ``MGET``/``UNLINK`` per slot, pipelined per node)
+and ``SCAN`` walks every primary.
+
+Keys and values are text.  They are sent as UTF-8 bytes and replies are
+decoded here, so a passed-in client works whether or not it was built with
+``decode_responses=True``.
+
+Every driver exception is translated in :func:`_translate` -- the one place --
+into :class:`~remember_sync.errors.RememberStoreError` (or
+:class:`~remember_sync.errors.RememberConfigurationError` for rejected
+credentials), with the driver's exception as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+import redis.cluster
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    AuthorizationError,
+    NoPermissionError,
+    RedisClusterException,
+    RedisError,
+)
+from redis.retry import Retry
+
+from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
+
+__all__ = ["RedisStore"]
+
+#: Keys per MGET/UNLINK command: bounds the size of one request and reply.
+_CHUNK = 1000
+
+# KEYS[1] = key; ARGV = expected, new value, PX milliseconds or "" for none.
+# A missing key reads as false, which never equals a string: CAS cannot create a key,
+# so an update racing a forget can never resurrect it.  A SET without PX clears the TTL.
+_CAS_SCRIPT = """\
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+"""
+
+# Errors that mean "these credentials or this ACL user are wrong": retrying or
+# reporting them as an outage would hide a configuration mistake.
+_AUTH_ERRORS = (AuthenticationError, AuthenticationWrongNumberOfArgsError)
+_ACL_ERRORS = (AuthorizationError, NoPermissionError)
+
+
+@contextlib.contextmanager
+def _translate(operation: str) -> Iterator[None]:
+    """Map redis-py exceptions raised inside the block to the remember error tree."""
+    try:
+        yield
+    except _AUTH_ERRORS as exc:
+        raise RememberConfigurationError(
+            f"Redis {operation} failed: the server rejected the credentials ({exc}); "
+            "check the Redis password (and username) in config / the URL"
+        ) from exc
+    except _ACL_ERRORS as exc:
+        raise RememberConfigurationError(
+            f"Redis {operation} failed: the Redis user lacks a permission ({exc}); "
+            "grant it the string, scan and scripting commands"
+        ) from exc
+    except (RedisError, RedisClusterException) as exc:
+        raise RememberStoreError(f"Redis {operation} failed: {exc}") from exc
+    except UnicodeError as exc:
+        raise RememberStoreError(f"Redis {operation} failed: not UTF-8 text ({exc})") from exc
+
+
+def _b(text: str) -> bytes:
+    # surrogateescape round-trips keys that are not valid UTF-8 (written by someone
+    # else) exactly, so scan -> delete can address them.
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _s(raw: bytes | str) -> str:
+    return raw if isinstance(raw, str) else raw.decode("utf-8", "surrogateescape")
+
+
+def _check_ttl_ms(ttl_ms: int | None) -> None:
+    if ttl_ms is None:
+        return
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
+        raise RememberInputError(f"ttl_ms must be a positive int or None; got {ttl_ms!r}")
+
+
+def _redacted(url: str) -> str:
+    """*url* without its password, for error messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        return parts._replace(netloc=f"{user}{host}{port}").geturl()
+    except ValueError:
+        return "<unparseable URL>"
+
+
+def _check_timeout(socket_timeout: float | None) -> None:
+    if socket_timeout is not None and (
+        isinstance(socket_timeout, bool)
+        or not isinstance(socket_timeout, (int, float))
+        or socket_timeout <= 0
+    ):
+        raise RememberConfigurationError(
+            f"socket_timeout must be a positive number of seconds or None; got {socket_timeout!r}"
+        )
+
+
+def _check_retries(retries: int) -> None:
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise RememberConfigurationError(f"retries must be an int >= 0; got {retries!r}")
+
+
+def _retry(retries: int) -> Retry:
+    # 50 ms, 100 ms, 200 ms ... capped at 1 s: rides out a failover or restart of a
+    # few hundred ms, then gives up so the caller sees RememberStoreError quickly.
+    return Retry(ExponentialBackoff(cap=1.0, base=0.025), retries)
+
+
+class RedisStore:
+    """A :class:`~remember_sync.stores.base.Store` on Redis or Redis Cluster.
+
+    Either give connection settings (the store creates its own client and
+    :meth:`close` closes it) or ``client=`` -- a :class:`redis.Redis` or
+    :class:`redis.cluster.RedisCluster` you built -- which is used as is and
+    never closed by the store.
+
+    :param host: server host name.
+    :param port: server port.
+    :param password: ``AUTH`` password (``None``: no authentication).
+    :param db: database number (standalone only).
+    :param ssl: connect with TLS.
+    :param username: ACL user name (Redis 6+), with *password*.
+    :param client: an existing client.  The connection settings above must then be
+        left at their defaults, and ``socket_timeout``/``retries`` do not apply:
+        timeouts and retries are whatever that client was built with.
+    :param socket_timeout: seconds to wait for a connection or a reply before the
+        attempt fails (bounds how long a dead server can block a call).
+    :param retries: how many times a connection error or timeout is retried, with
+        exponential backoff, before :class:`RememberStoreError` is raised.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 6379,
+        password: str | None = None,
+        db: int = 0,
+        ssl: bool = False,
+        *,
+        username: str | None = None,
+        client: redis.Redis | redis.cluster.RedisCluster | None = None,
+        socket_timeout: float | None = 5.0,
+        retries: int = 3,
+    ) -> None:
+        _check_timeout(socket_timeout)
+        _check_retries(retries)
+        if client is None:
+            client = redis.Redis(
+                host=host,
+                port=port,
+                password=password,
+                db=db,
+                ssl=ssl,
+                username=username,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_timeout,
+                retry=_retry(retries),
+            )
+            owns = True
+        else:
+            if not isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
+                raise RememberConfigurationError(
+                    "client must be a redis.Redis or redis.cluster.RedisCluster; "
+                    f"got {type(client).__name__}"
+                )
+            given = {
+                "host": host != "127.0.0.1",
+                "port": port != 6379,
+                "password": password is not None,
+                "db": db != 0,
+                "ssl": ssl,
+                "username": username is not None,
+            }
+            clash = [name for name, differs in given.items() if differs]
+            if clash:
+                # Silently ignoring them would connect somewhere the caller did not ask for.
+                raise RememberConfigurationError(
+                    f"RedisStore got client= and {', '.join(clash)}; configure the connection "
+                    "on the client you pass"
+                )
+            owns = False
+        self._init(client, owns)
+
+    def _init(self, client: redis.Redis | redis.cluster.RedisCluster, owns: bool) -> None:
+        # redis-py's types describe sync and asyncio clients at once; Any keeps the
+        # calls below readable, and every result is checked/decoded here anyway.
+        self._client: Any = client
+        self._owns = owns
+        self._cluster = isinstance(client, redis.cluster.RedisCluster)
+        self._cas = client.register_script(_CAS_SCRIPT)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        socket_timeout: float | None = 5.0,
+        retries: int = 3,
+        **client_options: Any,
+    ) -> RedisStore:
+        """A store on the server named by *url*, parsed by :meth:`redis.Redis.from_url`.
+
+        ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` for TLS and
+        ``unix:///path.sock?db=N`` are accepted.  Extra keyword arguments go to
+        redis-py (values in the URL win over them).  The store owns the client.
+        For Redis Cluster build a :class:`redis.cluster.RedisCluster` yourself and
+        pass it as ``client=``.
+        """
+        if not isinstance(url, str) or not url:
+            raise RememberConfigurationError("Redis url must be a non-empty string")
+        _check_timeout(socket_timeout)
+        _check_retries(retries)
+        options: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_timeout,
+            "retry": _retry(retries),
+        }
+        options.update(client_options)
+        options["decode_responses"] = False
+        try:
+            client = redis.Redis.from_url(url, **options)
+        except (ValueError, TypeError) as exc:
+            raise RememberConfigurationError(
+                f"invalid Redis url {_redacted(url)!r}: {exc}"
+            ) from exc
+        store = cls.__new__(cls)
+        store._init(client, owns=True)
+        return store
+
+    # -- introspection ------------------------------------------------------------
+
+    @property
+    def client(self) -> redis.Redis | redis.cluster.RedisCluster:
+        """The redis-py client in use."""
+        client: redis.Redis | redis.cluster.RedisCluster = self._client
+        return client
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether the client is a :class:`redis.cluster.RedisCluster`."""
+        return self._cluster
+
+    def ping(self) -> bool:
+        """Check that the server (every primary, on a cluster) answers."""
+        with _translate("PING"):
+            return bool(self._client.ping())
+
+    # -- the Store protocol -----------------------------------------------------------
+
+    def get(self, key: str) -> str | None:
+        with _translate("GET"):
+            raw = self._client.get(_b(key))
+            return None if raw is None else _s(raw)
+
+    def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        out: list[str | None] = []
+        with _translate("MGET"):
+            for start in range(0, len(keys), _CHUNK):
+                chunk = [_b(k) for k in keys[start : start + _CHUNK]]
+                if self._cluster:
+                    # One MGET per hash slot, pipelined per node, re-ordered as asked.
+                    values = self._client.mget_nonatomic(chunk)
+                else:
+                    values = self._client.mget(chunk)
+                out.extend(None if v is None else _s(v) for v in values)
+        return out
+
+    def set(
+        self,
+        key: str,
+        value: str,
+        *,
+        ttl_ms: int | None = None,
+        only_if_absent: bool = False,
+    ) -> bool:
+        _check_ttl_ms(ttl_ms)
+        with _translate("SET"):
+            done = self._client.set(_b(key), _b(value), px=ttl_ms, nx=only_if_absent)
+        return bool(done)
+
+    def compare_and_set(
+        self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
+    ) -> bool:
+        _check_ttl_ms(ttl_ms)
+        args = [_b(expected), _b(value), b"" if ttl_ms is None else str(ttl_ms).encode()]
+        with _translate("EVALSHA (compare-and-set)"):
+            # register_script: EVALSHA, and SCRIPT LOAD + retry on NOSCRIPT (a restarted
+            # or failed-over server has an empty script cache).
+            done = self._cas(keys=[_b(key)], args=args, client=self._client)
+        return int(done) == 1
+
+    def delete(self, *keys: str) -> int:
+        removed = 0
+        with _translate("UNLINK"):
+            for start in range(0, len(keys), _CHUNK):
+                chunk = [_b(k) for k in keys[start : start + _CHUNK]]
+                # On a cluster redis-py splits UNLINK per hash slot and sums the
+                # counts, so a batch may mix keys of any slots.
+                removed += int(self._client.unlink(*chunk))
+        return removed
+
+    def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
+        """Yield the keys matching *pattern* on the server (every primary of a cluster).
+
+        ``SCAN`` may return a key more than once (while the keyspace is being
+        rehashed, or during a slot migration); each key is yielded once.
+        Errors while iterating are raised as :class:`RememberStoreError` too.
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise RememberInputError(f"count must be a positive int; got {count!r}")
+        return self._scan(_b(pattern), count)
+
+    def _scan(self, pattern: bytes, count: int) -> Iterator[str]:
+        seen: set[bytes | str] = set()
+        if self._cluster:
+            with _translate("SCAN"):
+                nodes: list[Any] = list(self._client.get_primaries())
+        else:
+            nodes = [None]
+        for node in nodes:
+            cursor = 0
+            while True:
+                with _translate("SCAN"):
+                    if node is None:
+                        cursor, page = self._client.scan(cursor, match=pattern, count=count)
+                    else:
+                        cursors, page = self._client.scan(
+                            cursor, match=pattern, count=count, target_nodes=node
+                        )
+                        cursor = next(iter(cursors.values()))
+                for raw in page:
+                    if raw not in seen:
+                        seen.add(raw)
+                        yield _s(raw)
+                if int(cursor) == 0:
+                    break
+
+    def close(self) -> None:
+        """Close the client if this store created it; a passed-in client is left open."""
+        if self._owns:
+            with _translate("close"):
+                self._client.close()
+
+    def __repr__(self) -> str:
+        kind = "cluster" if self._cluster else "standalone"
+        owner = "own client" if self._owns else "passed-in client"
+        return f"RedisStore({kind}, {owner})"

@@ -190,7 +190,7 @@ def parse_storage_key(prefix: str, full_key: str) -> ParsedKey | None:
         except UnicodeDecodeError:
             return None
         # Only keys we could have written: each part must re-encode to itself.
-        if any(not i or encode_component(i) != p for i, p in zip(ids, parts)):
+        if any(not i or encode_component(i) != p for i, p in zip(ids, parts[:-1], strict=True)):
             return None
         if scope == "session":
             ns = Namespace("session", session=ids[0])

@@ -34,6 +34,7 @@ __all__ = [
     "is_production",
     "load_or_create_secret_file",
     "resolve_keyring",
+    "validate_secret_file",
 ]
 
 log = logging.getLogger("remember_sync")
@@ -63,7 +64,12 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _validate_file(raw: str, now_ms: int) -> str:
+def validate_secret_file(raw: str, now_ms: int) -> str:
+    """The secret in a secret file's text; ``ValueError`` saying why it is invalid.
+
+    Valid: a JSON object with a ``secret`` of at least 32 characters, a positive
+    integer ``createdAt`` not in the future, and ``version`` 1 (as 1.8.0 checks).
+    """
     data = json.loads(raw)
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
@@ -131,7 +137,7 @@ def load_or_create_secret_file(path: Path) -> str:
                 f"could not read the secret file {path}: {exc.strerror}"
             ) from exc
         try:
-            return _validate_file(raw, now)
+            return validate_secret_file(raw, now)
         except ValueError as exc:
             aside = path.with_name(f"{path.name}.invalid-{now}")
             log.warning(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Final, Literal, Union
+from typing import Any, Final, Literal
 
 from .errors import RememberInputError
 
@@ -34,7 +35,7 @@ BRANDS: Final[tuple[Brand, ...]] = (
     "custom",
 )
 
-JSONValue = Union[None, bool, int, float, str, list[Any], dict[str, Any]]
+JSONValue = None | bool | int | float | str | list[Any] | dict[str, Any]
 
 #: A clock returns the current time as integer epoch milliseconds.
 Clock = Callable[[], int]

@@ -19,10 +19,10 @@ from remember_sync import RememberPlugin
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
 
-pytest_plugins: list[str] = ["tests.fixtures_redis"]
+pytest_plugins: list[str] = ["tests.fixtures_redis", "tests.fixtures_kv"]
 
 #: Every store the conformance and accessor suites run on.
-STORE_KINDS: list[str] = ["memory"]
+STORE_KINDS: list[str] = ["memory", "redis", "redis_cluster", "vercel_kv"]
 
 TEST_SECRET = "test-secret-0123456789abcdef0123456789"
 
@@ -108,7 +108,8 @@ def make_plugin(
         options.setdefault("clock", clock)
         options.setdefault("skip_legacy_purge", True)
         encryption = options.setdefault("encryption", {})
-        if encryption.get("enabled", True):
+        # A fixed test secret unless the test chooses (secrets=None: from the environment).
+        if encryption.get("enabled", True) and "custom_key" not in encryption:
             encryption.setdefault("secrets", [TEST_SECRET])
         plugin = RememberPlugin.init(**options)
         made.append(plugin)

@@ -354,7 +354,7 @@ def test_values_round_trip(mem: RememberAccessor) -> None:
         [],
         {},
         "",
-        "\x00\x1f\"\\",
+        '\x00\x1f"\\',
     ]
     for i, value in enumerate(values):
         mem.set(f"k{i}", value)

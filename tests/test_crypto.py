@@ -88,7 +88,9 @@ def test_our_plaintext_entry_json_matches_reference_bytes(
 ) -> None:
     """encryption disabled stores the entry JSON in the reference's key order, compact."""
     plain = make_plugin(encryption={"enabled": False}).accessor(Identity("sess-123"))
-    plain.set("last_query", {"q": "weather", "n": 3}, ttl=600, brand="cache", metadata={"source": "api"})
+    plain.set(
+        "last_query", {"q": "weather", "n": 3}, ttl=600, brand="cache", metadata={"source": "api"}
+    )
     raw = store.get("remember:v2:session:sess-123:last_query")
     t = clock.now
     assert raw == (
@@ -190,7 +192,9 @@ def test_wrong_secret_fails_logged_and_counted(
     make_plugin: Callable[..., RememberPlugin], caplog: pytest.LogCaptureFixture
 ) -> None:
     """An entry sealed under another secret is unreadable, logged and counted."""
-    make_plugin(encryption={"secrets": ["secret-A-0123456789abcdef0123"]}).accessor(ALICE).set("k", 1)
+    make_plugin(encryption={"secrets": ["secret-A-0123456789abcdef0123"]}).accessor(ALICE).set(
+        "k", 1
+    )
     other = make_plugin(encryption={"secrets": ["secret-B-0123456789abcdef0123"]})
     with caplog.at_level(logging.WARNING, logger="remember_sync"):
         assert other.accessor(ALICE).get("k", default="x") == "x"
@@ -200,7 +204,9 @@ def test_wrong_secret_fails_logged_and_counted(
 
 def test_on_decrypt_error_raise(make_plugin: Callable[..., RememberPlugin]) -> None:
     """on_decrypt_error='raise' raises RememberDecryptionError instead of hiding the entry."""
-    make_plugin(encryption={"secrets": ["secret-A-0123456789abcdef0123"]}).accessor(ALICE).set("k", 1)
+    make_plugin(encryption={"secrets": ["secret-A-0123456789abcdef0123"]}).accessor(ALICE).set(
+        "k", 1
+    )
     strict = make_plugin(
         encryption={"secrets": ["secret-B-0123456789abcdef0123"]}, on_decrypt_error="raise"
     )
@@ -224,7 +230,9 @@ def test_non_envelopes_are_unreadable_never_plaintext(
     assert plugin.stats()["unreadable"] == 1
 
 
-def test_rotation_reads_old_writes_new(make_plugin: Callable[..., RememberPlugin], store: Store) -> None:
+def test_rotation_reads_old_writes_new(
+    make_plugin: Callable[..., RememberPlugin], store: Store
+) -> None:
     """secrets=[new, old]: old entries read, new writes sealed under the new secret."""
     old, new = "old-secret-0123456789abcdef01234", "new-secret-0123456789abcdef01234"
     make_plugin(encryption={"secrets": [old]}).accessor(ALICE).set("k", "from-old")
@@ -244,7 +252,9 @@ def test_rotation_from_environment(
     make_plugin: Callable[..., RememberPlugin], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """REMEMBER_SECRET plus REMEMBER_PREVIOUS_SECRETS: first encrypts, all decrypt."""
-    make_plugin(encryption={"secrets": ["env-old-0123456789abcdef0123456"]}).accessor(ALICE).set("k", 1)
+    make_plugin(encryption={"secrets": ["env-old-0123456789abcdef0123456"]}).accessor(ALICE).set(
+        "k", 1
+    )
     monkeypatch.setenv("REMEMBER_SECRET", "env-new-0123456789abcdef0123456")
     monkeypatch.setenv("REMEMBER_PREVIOUS_SECRETS", " env-x , env-old-0123456789abcdef0123456,")
     plugin = make_plugin(encryption={"secrets": None})
@@ -252,7 +262,9 @@ def test_rotation_from_environment(
     assert plugin.accessor(ALICE).get("k") == 1
 
 
-def test_custom_key_replaces_secret(make_plugin: Callable[..., RememberPlugin], store: Store) -> None:
+def test_custom_key_replaces_secret(
+    make_plugin: Callable[..., RememberPlugin], store: Store
+) -> None:
     """custom_key is the master secret when set (1.8.0 ignored it)."""
     custom = "custom-key-0123456789abcdef012345"
     plugin = make_plugin(encryption={"custom_key": custom, "frontmcp_compatible": True})
@@ -293,7 +305,9 @@ def test_seal_is_deterministic_with_injected_iv() -> None:
     vector = VECTORS[0]
     blob = json.loads(vector["rawStoredValue"])
     key = bytes.fromhex(vector["derivedKeyHex"])
-    assert seal(vector["plaintext"].encode(), key, iv=b64url(blob["iv"])) == vector["rawStoredValue"]
+    assert (
+        seal(vector["plaintext"].encode(), key, iv=b64url(blob["iv"])) == vector["rawStoredValue"]
+    )
 
 
 def test_namespace_of_vector_matches_scope_rules() -> None:

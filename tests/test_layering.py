@@ -134,9 +134,12 @@ def test_py_typed_marker_present() -> None:
 
 def test_mypy_strict_passes() -> None:
     """mypy --strict (configured in pyproject.toml) passes on the package."""
-    if shutil.which("mypy") is None and subprocess.run(
-        [sys.executable, "-m", "mypy", "--version"], capture_output=True
-    ).returncode:
+    if (
+        shutil.which("mypy") is None
+        and subprocess.run(
+            [sys.executable, "-m", "mypy", "--version"], capture_output=True
+        ).returncode
+    ):
         pytest.fail("mypy is part of the test extra and must be installed")
     root = PACKAGE.parent
     result = subprocess.run(

@@ -24,8 +24,14 @@ from remember_sync.secret_source import (
 @pytest.mark.parametrize(
     ("env", "source"),
     [
-        ({"REMEMBER_SECRET": "a", "MCP_MEMORY_SECRET": "b", "MCP_SESSION_SECRET": "c"}, "env:REMEMBER_SECRET"),
-        ({"REMEMBER_SECRET": "", "MCP_MEMORY_SECRET": "b", "MCP_SESSION_SECRET": "c"}, "env:MCP_MEMORY_SECRET"),
+        (
+            {"REMEMBER_SECRET": "a", "MCP_MEMORY_SECRET": "b", "MCP_SESSION_SECRET": "c"},
+            "env:REMEMBER_SECRET",
+        ),
+        (
+            {"REMEMBER_SECRET": "", "MCP_MEMORY_SECRET": "b", "MCP_SESSION_SECRET": "c"},
+            "env:MCP_MEMORY_SECRET",
+        ),
         ({"MCP_SESSION_SECRET": "c"}, "env:MCP_SESSION_SECRET"),
     ],
 )

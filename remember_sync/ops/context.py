@@ -1,0 +1,248 @@
+"""Opening a store and loading the secrets for an operator command.
+
+The command line is a thin shell over this: it parses arguments, then asks
+for a :class:`StoreChoice` to be opened and a plugin to be built over it.
+Two decisions differ from the library's own start-up, on purpose:
+
+* The CLI **never creates** a secret file and never falls back to a random
+  production secret.  An operator pointing ``rotate`` or ``set`` at a real
+  store with the wrong secret would otherwise write entries nobody can read;
+  instead the command stops with a message saying what to set.
+* The CLI never arms the background legacy purge (``skip_legacy_purge``), so
+  no command but ``purge-legacy`` deletes, and none writes the layout marker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from ..errors import RememberConfigurationError
+from ..plugin import RememberPlugin
+from ..secret_source import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
+from ..stores.base import Store
+
+__all__ = [
+    "REDIS_URL_ENV",
+    "Opened",
+    "SecretChoice",
+    "StoreChoice",
+    "build_plugin",
+    "open_store",
+    "redact",
+    "secret_values",
+]
+
+#: Environment variable the CLI reads a Redis URL from when ``--redis-url`` is not given,
+#: so a password need not appear on a command line (and in ``ps``).
+REDIS_URL_ENV = "REMEMBER_REDIS_URL"
+
+StoreKind = Literal["memory", "redis", "vercel-kv"]
+
+
+@dataclass(frozen=True)
+class StoreChoice:
+    """Which store a command talks to.
+
+    :attr kind: ``memory`` (a fresh in-process store), ``redis`` or ``vercel-kv``.
+    :attr redis_url: the URL for ``redis`` (may hold a password: never print it).
+    """
+
+    kind: StoreKind
+    redis_url: str | None = None
+
+    def describe(self) -> str:
+        """A printable name of the store, without any password."""
+        if self.kind == "redis" and self.redis_url is not None:
+            return f"redis {redacted_url(self.redis_url)}"
+        if self.kind == "vercel-kv":
+            return "vercel-kv (KV_REST_API_URL)"
+        return "memory (in-process, empty)"
+
+
+@dataclass(frozen=True)
+class SecretChoice:
+    """Where the master secrets come from.
+
+    :attr encryption: ``False`` for a store written with ``encryption={"enabled": False}``.
+    :attr secret_file: a development secret file to read instead of the environment.
+    :attr frontmcp_compatible: write the reference's plain envelope (no key binding).
+    """
+
+    encryption: bool = True
+    secret_file: str | None = None
+    frontmcp_compatible: bool = False
+
+
+def redacted_url(url: str) -> str:
+    """*url* with any password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        user = parts.username or ""
+        return parts._replace(netloc=f"{user}:***@{host}{port}").geturl()
+    except ValueError:
+        return "<unparseable URL>"
+
+
+def secret_values(environ: Mapping[str, str], store: StoreChoice | None = None) -> list[str]:
+    """Every secret-bearing string the command knows of (to scrub from messages)."""
+    found: list[str] = []
+    for name in (*ENV_SECRET_NAMES, "KV_REST_API_TOKEN"):
+        if environ.get(name):
+            found.append(environ[name])
+    found.extend(s.strip() for s in environ.get("REMEMBER_PREVIOUS_SECRETS", "").split(","))
+    if store is not None and store.redis_url:
+        try:
+            password = urlsplit(store.redis_url).password
+        except ValueError:
+            password = None
+        if password:
+            found.append(password)
+    # Longest first, so a secret that contains another is scrubbed whole.
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """*text* with every occurrence of *secrets* replaced by ``***``."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def open_store(choice: StoreChoice) -> Store:
+    """Build the store; nothing is sent to it yet (connections are made on first use).
+
+    :raises RememberConfigurationError: a bad URL or missing Vercel KV settings.
+    """
+    if choice.kind == "redis":
+        # Imported here so that ``remember-sync --help`` and ``demo`` stay fast.
+        from ..stores.redis import RedisStore
+
+        assert choice.redis_url is not None
+        # The library's defaults: a refused connection fails in well under a second
+        # (three short backoffs), a silent host after the 5 s socket timeout.
+        return RedisStore.from_url(choice.redis_url)
+    if choice.kind == "vercel-kv":
+        from ..stores.vercel_kv import VercelKVStore
+
+        return VercelKVStore()
+    from ..stores.memory import MemoryStore
+
+    return MemoryStore()
+
+
+def _read_secret_file(path: Path) -> str:
+    """The secret in *path*; refuse a missing or invalid file rather than replace it."""
+    # The library renames an invalid file aside and creates a new one; an operator's
+    # command must never do that to a file an application depends on, so the file is
+    # read and checked here with the library's own rules.
+    from ..secret_source import validate_secret_file
+
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RememberConfigurationError(
+            f"no secret: {path} does not exist, and no REMEMBER_SECRET (or MCP_MEMORY_SECRET "
+            "/ MCP_SESSION_SECRET) is set. Set REMEMBER_SECRET to the application's secret "
+            "(the CLI never creates one)"
+        ) from None
+    except OSError as exc:
+        raise RememberConfigurationError(
+            f"could not read the secret file {path}: {exc.strerror}"
+        ) from exc
+    try:
+        return validate_secret_file(raw, time.time_ns() // 1_000_000)
+    except (ValueError, TypeError) as exc:
+        raise RememberConfigurationError(
+            f"the secret file {path} is invalid ({exc}); the CLI will not replace it"
+        ) from None
+
+
+@dataclass
+class Opened:
+    """A plugin built for an operator command, and where its secrets came from."""
+
+    plugin: RememberPlugin
+    #: ``env:REMEMBER_SECRET``, ``file:<path>`` or ``disabled`` -- never a secret.
+    secret_source: str
+
+    def secret_summary(self) -> dict[str, Any]:
+        """Where the secrets came from and their public ids -- never a secret."""
+        keyring = self.plugin.keyring
+        if keyring is None:
+            return {"encryption": False, "source": self.secret_source}
+        return {
+            "encryption": True,
+            "source": self.secret_source,
+            "secrets": len(keyring.kids),
+            "primary_kid": keyring.primary_kid,
+            "previous_kids": list(keyring.kids[1:]),
+        }
+
+
+def build_plugin(
+    store: Store,
+    *,
+    prefix: str,
+    secrets: SecretChoice,
+    environ: Mapping[str, str] | None = None,
+    on_decrypt_error: str = "warn",
+) -> Opened:
+    """A plugin over *store* with the operator's secrets, never arming the purge.
+
+    Secrets come from ``--secret-file`` when given, else the environment
+    (``REMEMBER_SECRET`` ... plus ``REMEMBER_PREVIOUS_SECRETS``), else the
+    development file ``.frontmcp/remember-secret.json`` if it exists.  Older
+    secrets in ``REMEMBER_PREVIOUS_SECRETS`` are added after a file's secret too.
+
+    The plugin does not own *store*: the caller closes it.
+
+    :raises RememberConfigurationError: no usable secret.
+    """
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    encryption: dict[str, object] = {
+        "enabled": secrets.encryption,
+        "frontmcp_compatible": secrets.frontmcp_compatible,
+    }
+    source = "disabled"
+    if secrets.encryption:
+        path: Path | None = None
+        if secrets.secret_file is not None:
+            path = Path(secrets.secret_file)
+        elif not any(env.get(name) for name in ENV_SECRET_NAMES):
+            if is_production(env):
+                raise RememberConfigurationError(
+                    "no secret: REMEMBER_ENV/NODE_ENV is production and no REMEMBER_SECRET is "
+                    "set; a random secret would read nothing. Set REMEMBER_SECRET"
+                )
+            path = Path.cwd() / DEFAULT_SECRET_FILE
+        if path is not None:
+            previous = [s.strip() for s in env.get("REMEMBER_PREVIOUS_SECRETS", "").split(",")]
+            encryption["secrets"] = [_read_secret_file(path), *[s for s in previous if s]]
+            source = f"file:{path}"
+    plugin = RememberPlugin.init(
+        store=store,
+        key_prefix=prefix,
+        encryption=encryption,
+        environ=env,
+        skip_legacy_purge=True,
+        on_decrypt_error=on_decrypt_error,
+    )
+    if plugin.keyring is not None and source == "disabled":
+        source = plugin.keyring.source  # env:<NAME>, resolved by the library
+    return Opened(plugin, source)
+
+
+def json_line(obj: object) -> str:
+    """Compact JSON with non-ASCII kept (one JSON Lines record)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

@@ -1,0 +1,115 @@
+"""``rotate``: re-encrypt every entry under the first configured secret.
+
+Run it after deploying ``REMEMBER_SECRET=<new>`` with
+``REMEMBER_PREVIOUS_SECRETS=<old>`` everywhere; once it reports nothing
+unreadable, the old secret can be dropped.
+
+* The identity each entry is encrypted for is recovered from its storage key
+  (:func:`~remember_sync.keys.parse_storage_key`).
+* **Idempotent and resumable**: an entry already sealed by the primary secret
+  in the configured envelope form is left alone, so a second run -- or a run
+  after an interrupted one -- does only what is left.
+* **No lost updates**: each entry is written with compare-and-set against the
+  exact value read; if an application changed it in between, the entry is
+  read again (the new value is probably current already).
+* The entry keeps its deadline: the store TTL is the remaining time.
+* Entries that do not decrypt with any configured secret are reported, never
+  touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+from ..accessor import AccessorCore
+from ..keys import ParsedKey
+from .inspect import MAX_LISTED
+from .walk import Item, decode_item, list_keys, read_items
+
+__all__ = ["RotateResult", "rotate"]
+
+#: Compare-and-set attempts per entry before it is reported as contended.
+CAS_ATTEMPTS = 5
+
+
+@dataclass
+class RotateResult:
+    """What ``rotate`` did.
+
+    :attr rotated: entries re-encrypted (or, on a dry run, that would be).
+    :attr current: entries already sealed by the primary secret.
+    :attr contended: entries changed concurrently more than ``CAS_ATTEMPTS``
+        times in a row (run again).
+    """
+
+    examined: int = 0
+    rotated: int = 0
+    current: int = 0
+    expired: int = 0
+    vanished: int = 0
+    unreadable: int = 0
+    unreadable_keys: list[str] = field(default_factory=list)
+    contended: int = 0
+    contended_keys: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def complete(self) -> bool:
+        """Every live entry is now sealed by the primary secret."""
+        return not (self.unreadable or self.contended)
+
+
+def _rotate_one(core: AccessorCore, item: Item, dry_run: bool) -> str:
+    """Bring one entry to the primary secret; return what happened to it."""
+    parsed: ParsedKey = item.parsed
+    for _attempt in range(CAS_ATTEMPTS):
+        if item.raw is None:
+            return "vanished"
+        if item.entry is None:
+            return "unreadable"
+        now = core.clock()
+        if item.entry.is_expired(now):
+            return "expired"
+        if item.current:
+            return "current"
+        if dry_run:
+            return "rotated"
+        # Re-serialise the decoded entry: same fields, same key order, new envelope.
+        fresh = core.codec.encode(item.entry, parsed.namespace, item.key)
+        ttl_ms = core.ttl_ms(item.entry.expires_at, now)
+        if core.store.compare_and_set(item.key, item.raw, fresh, ttl_ms=ttl_ms):
+            return "rotated"
+        # Someone wrote (or deleted) it since we read it: look again.
+        item = decode_item(core.codec, item.key, parsed, core.store.get(item.key))
+    return "contended"
+
+
+def rotate(
+    core: AccessorCore,
+    *,
+    dry_run: bool = False,
+    progress_stream: TextIO | None = None,
+) -> RotateResult:
+    """Re-encrypt every entry under the prefix that is not sealed by the primary secret."""
+    result = RotateResult(dry_run=dry_run)
+    keys = list_keys(core.store, core.prefix)
+    for item in read_items(
+        core.store, core.codec, keys, label="rotate", progress_stream=progress_stream
+    ):
+        result.examined += 1
+        outcome = _rotate_one(core, item, dry_run)
+        if outcome == "unreadable":
+            result.unreadable += 1
+            if len(result.unreadable_keys) < MAX_LISTED:
+                result.unreadable_keys.append(item.key)
+        elif outcome == "contended":
+            result.contended += 1
+            if len(result.contended_keys) < MAX_LISTED:
+                result.contended_keys.append(item.key)
+        else:
+            setattr(result, outcome, getattr(result, outcome) + 1)
+    return result

@@ -1,0 +1,312 @@
+"""``export`` and ``import``: a store's entries as JSON Lines, and back.
+
+Two record forms, one JSON object per line:
+
+* **envelope** (the default): the stored string as it is, with its storage key
+  *without the prefix* (so it can be imported under another prefix: the
+  ciphertext is bound to the key without the prefix) and its deadline::
+
+      {"storageKey":"v2:user:alice:theme","stored":"{\\"alg\\":\\"A256GCM\\",...}",
+       "expiresAt":1767225600000,"ttlMs":3599000}
+
+* **decrypted** (``--decrypted``): the entry in clear, re-encrypted on import
+  under the importing side's primary secret::
+
+      {"storageKey":"v2:user:alice:theme","scope":"user","user":"alice","key":"theme",
+       "value":"dark","brand":"preference","createdAt":...,"updatedAt":...,
+       "expiresAt":...,"metadata":{...}}
+
+  ``storageKey`` is informational here; ``scope``, ``session``/``user``/``tool``
+  and ``key`` say where the entry goes.
+
+Deadlines are absolute (``expiresAt``, epoch ms): an imported entry expires
+when the exported one would have, and one already past its deadline is
+skipped.  Export reads every entry (it must decrypt to learn the deadline), so
+an entry that does not decrypt is reported and left out, never exported with
+a made-up lifetime.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+from ..accessor import AccessorCore
+from ..codec import check_json_value
+from ..errors import RememberDecryptionError, RememberError, RememberInputError
+from ..keys import check_key, parse_storage_key, storage_key
+from ..progress import Progress
+from ..types import SCOPES, Namespace, RememberEntry
+from .context import json_line
+from .inspect import MAX_LISTED
+from .walk import list_keys, read_items
+
+__all__ = [
+    "ExportResult",
+    "ImportRecord",
+    "ImportResult",
+    "export_entries",
+    "import_entries",
+    "parse_records",
+]
+
+
+@dataclass
+class ExportResult:
+    """What ``export`` wrote and what it could not."""
+
+    exported: int = 0
+    expired: int = 0
+    unreadable: int = 0
+    unreadable_keys: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _decrypted_record(
+    rel_key: str, ns: Namespace, key: str, entry: RememberEntry
+) -> dict[str, Any]:
+    record: dict[str, Any] = {"storageKey": rel_key, "scope": ns.scope}
+    if ns.scope in ("session", "tool"):
+        record["session"] = ns.session
+    if ns.scope == "user":
+        record["user"] = ns.user
+    if ns.scope == "tool":
+        record["tool"] = ns.tool
+    record["key"] = key
+    record["value"] = entry.value
+    if entry.brand is not None:
+        record["brand"] = entry.brand
+    record["createdAt"] = entry.created_at
+    record["updatedAt"] = entry.updated_at
+    if entry.expires_at is not None:
+        record["expiresAt"] = entry.expires_at
+    if entry.metadata is not None:
+        record["metadata"] = entry.metadata
+    return record
+
+
+def export_entries(
+    core: AccessorCore,
+    out: TextIO,
+    *,
+    decrypted: bool = False,
+    progress_stream: TextIO | None = None,
+) -> ExportResult:
+    """Write every readable, unexpired entry under the prefix to *out* as JSON Lines."""
+    result = ExportResult()
+    prefix = core.prefix
+    keys = list_keys(core.store, prefix)
+    for item in read_items(
+        core.store, core.codec, keys, label="export", progress_stream=progress_stream
+    ):
+        if item.raw is None:
+            continue
+        if item.entry is None:
+            result.unreadable += 1
+            if len(result.unreadable_keys) < MAX_LISTED:
+                result.unreadable_keys.append(item.key)
+            continue
+        now = core.clock()
+        entry = item.entry
+        if entry.is_expired(now):
+            result.expired += 1
+            continue
+        rel = item.key[len(prefix) :]
+        if decrypted:
+            record = _decrypted_record(rel, item.parsed.namespace, item.parsed.key, entry)
+        else:
+            record = {
+                "storageKey": rel,
+                "stored": item.raw,
+                "expiresAt": entry.expires_at,
+                "ttlMs": None if entry.expires_at is None else entry.expires_at - now,
+            }
+        out.write(json_line(record) + "\n")
+        result.exported += 1
+    out.flush()
+    return result
+
+
+@dataclass(frozen=True)
+class ImportRecord:
+    """One parsed line: where it goes and what to store (before encryption checks)."""
+
+    line: int
+    namespace: Namespace
+    key: str
+    #: An envelope to store verbatim (``None`` for a decrypted record).
+    stored: str | None
+    #: The entry of a decrypted record (``None`` for an envelope).
+    entry: RememberEntry | None
+
+
+@dataclass
+class ImportResult:
+    """What ``import`` wrote and what it skipped."""
+
+    imported: int = 0
+    existing: int = 0
+    expired: int = 0
+    unreadable: int = 0
+    existing_keys: list[str] = field(default_factory=list)
+    unreadable_keys: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _bad(line: int, message: str) -> RememberInputError:
+    return RememberInputError(f"line {line}: {message}")
+
+
+def _opt_int(obj: dict[str, Any], name: str, line: int) -> int | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _bad(line, f"{name} must be a non-negative integer (epoch ms)")
+    return value
+
+
+def _identity_part(obj: dict[str, Any], name: str, line: int) -> str:
+    value = obj.get(name)
+    if not isinstance(value, str) or not value:
+        raise _bad(line, f"a {obj['scope']}-scope record needs a non-empty string {name!r}")
+    return value
+
+
+def _parse_decrypted(obj: dict[str, Any], line: int) -> ImportRecord:
+    scope = obj.get("scope")
+    if scope not in SCOPES:
+        raise _bad(line, f"scope must be one of {', '.join(SCOPES)}")
+    if scope == "global":
+        ns = Namespace("global")
+    elif scope == "user":
+        ns = Namespace("user", user=_identity_part(obj, "user", line))
+    elif scope == "session":
+        ns = Namespace("session", session=_identity_part(obj, "session", line))
+    else:
+        ns = Namespace(
+            "tool",
+            tool=_identity_part(obj, "tool", line),
+            session=_identity_part(obj, "session", line),
+        )
+    key = obj.get("key")
+    try:
+        check_key(key)
+        check_json_value(obj["value"], "value")
+        metadata = obj.get("metadata")
+        if metadata is not None:
+            if not isinstance(metadata, dict):
+                raise _bad(line, "metadata must be a JSON object")
+            check_json_value(metadata, "metadata")
+    except (ValueError, TypeError) as exc:
+        raise _bad(line, str(exc)) from None
+    assert isinstance(key, str)
+    brand = obj.get("brand")
+    if brand is not None and not isinstance(brand, str):
+        raise _bad(line, "brand must be a string")
+    created = _opt_int(obj, "createdAt", line)
+    updated = _opt_int(obj, "updatedAt", line)
+    if created is None or updated is None:
+        raise _bad(line, "createdAt and updatedAt are required (epoch ms)")
+    entry = RememberEntry(
+        value=obj["value"],
+        brand=brand,
+        created_at=created,
+        updated_at=updated,
+        expires_at=_opt_int(obj, "expiresAt", line),
+        metadata=metadata,
+    )
+    return ImportRecord(line, ns, key, None, entry)
+
+
+def _parse_envelope(obj: dict[str, Any], line: int) -> ImportRecord:
+    rel = obj.get("storageKey")
+    stored = obj.get("stored")
+    if not isinstance(rel, str) or not isinstance(stored, str):
+        raise _bad(line, "an envelope record needs string storageKey and stored")
+    try:
+        parsed = parse_storage_key("", rel)
+    except UnicodeDecodeError:
+        parsed = None
+    if parsed is None:
+        raise _bad(line, f"storageKey {rel!r} is not a v2 or global storage key")
+    return ImportRecord(line, parsed.namespace, parsed.key, stored, None)
+
+
+def parse_records(lines: Iterable[str]) -> list[ImportRecord]:
+    """Parse JSON Lines; the first malformed line raises ``RememberInputError`` naming it."""
+    records: list[ImportRecord] = []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _bad(number, f"not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise _bad(number, "nested too deeply") from None
+        if not isinstance(obj, dict):
+            raise _bad(number, "not a JSON object")
+        if "stored" in obj:
+            records.append(_parse_envelope(obj, number))
+        elif "value" in obj:
+            records.append(_parse_decrypted(obj, number))
+        else:
+            raise _bad(number, "neither an envelope record (stored) nor a decrypted one (value)")
+    return records
+
+
+def import_entries(
+    core: AccessorCore,
+    records: list[ImportRecord],
+    *,
+    overwrite: bool = False,
+    progress_stream: TextIO | None = None,
+) -> ImportResult:
+    """Store *records* under the core's prefix.
+
+    Every record is checked first (envelopes must decrypt with the configured
+    secrets; decrypted records are encrypted), then written.  Without
+    *overwrite* a key that exists is left alone (only-if-absent) and reported.
+    """
+    result = ImportResult()
+    prefix = core.prefix
+    ready: list[tuple[str, str, int | None]] = []
+    for rec in records:
+        skey = storage_key(prefix, rec.namespace, rec.key)
+        if rec.stored is not None:
+            try:
+                entry = core.codec.decode(rec.stored, rec.namespace, skey)
+            except RememberDecryptionError:
+                result.unreadable += 1
+                if len(result.unreadable_keys) < MAX_LISTED:
+                    result.unreadable_keys.append(skey)
+                continue
+            ready.append((skey, rec.stored, entry.expires_at))
+        else:
+            assert rec.entry is not None
+            try:
+                stored = core.encode_checked(rec.entry, rec.namespace, skey)
+            except RememberError as exc:
+                raise _bad(rec.line, exc.message) from None
+            ready.append((skey, stored, rec.entry.expires_at))
+    with Progress(len(ready), "import", stream=progress_stream) as bar:
+        for skey, stored, expires_at in ready:
+            now = core.clock()
+            ttl_ms = core.ttl_ms(expires_at, now)
+            if expires_at is not None and expires_at <= now:
+                result.expired += 1
+            elif core.store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=not overwrite):
+                result.imported += 1
+            else:
+                result.existing += 1
+                if len(result.existing_keys) < MAX_LISTED:
+                    result.existing_keys.append(skey)
+            bar.advance()
+    return result

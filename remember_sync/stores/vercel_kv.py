@@ -1,0 +1,484 @@
+"""Vercel KV (Upstash Redis over REST) with ``requests`` only.
+
+Every operation is one ``POST`` of a JSON command array (``["GET", key]``) to
+the database URL, authenticated with ``Authorization: Bearer <token>`` and
+asking for ``Upstash-Encoding: base64`` so that any value -- control
+characters, quotes, emoji -- comes back byte-exact (we decode it ourselves).
+Replies are ``{"result": ...}`` or ``{"error": "..."}``.
+
+Round trips: ``get_many`` is one ``MGET``, ``delete`` one ``UNLINK``,
+``compare_and_set`` one ``EVAL``, whatever the number of keys; ``scan`` costs
+one request per ``SCAN`` page (the cursor is a string and ``"0"`` ends).
+
+Failures and retries (see ``docs/vercel-kv.rst``): ``timeout`` bounds a whole
+operation, retries included.  A request that certainly never reached the
+server (connection refused, connect timeout) is retried for every command.
+A request whose outcome is unknown (read timeout, dropped connection, HTTP
+5xx, unparsable reply) is retried only for commands that are safe to repeat:
+``GET``, ``MGET``, ``SCAN``, ``SET`` without ``NX`` and ``UNLINK``.  ``SET ...
+NX`` and the compare-and-set ``EVAL`` are not, because a lost reply to a
+write that happened would turn into a false "not written".  HTTP 401/403 is
+a :class:`~remember_sync.errors.RememberConfigurationError` naming
+``KV_REST_API_TOKEN``; everything else that fails is a
+:class:`~remember_sync.errors.RememberStoreError` carrying the server's
+message.  The token never appears in a message, a log record or ``repr``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+import requests.adapters
+import requests.auth
+from urllib3.exceptions import NewConnectionError
+
+from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
+
+__all__ = ["VercelKVStore"]
+
+log = logging.getLogger("remember_sync")
+
+URL_VARIABLE = "KV_REST_API_URL"
+TOKEN_VARIABLE = "KV_REST_API_TOKEN"  # noqa: S105 - the variable's name, not a secret
+
+# KEYS[1] = key; ARGV = expected, new value, PX milliseconds ("" = no expiry).
+# A plain SET without PX clears any previous TTL, matching Store.set.
+_CAS_SCRIPT = """\
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+"""
+
+_MAX_BACKOFF = 2.0
+
+
+class _BearerAuth(requests.auth.AuthBase):
+    """Sets the bearer header at send time.
+
+    Passing an auth object (rather than a session header) also stops requests
+    from replacing our header with credentials found in ``~/.netrc``, and its
+    ``repr`` never shows the token.
+    """
+
+    def __init__(self, token: str) -> None:
+        self._value = f"Bearer {token}"
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        r.headers["Authorization"] = self._value
+        return r
+
+    def __repr__(self) -> str:
+        return "_BearerAuth(<redacted>)"
+
+
+class _AttemptFailed(Exception):
+    """One HTTP attempt failed; ``retryable`` says whether sending it again is safe."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def _never_sent(exc: requests.RequestException) -> bool:
+    """Whether *exc* proves the request never reached the server (safe to repeat anything)."""
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return True
+    if isinstance(exc, requests.exceptions.ConnectionError) and exc.args:
+        reason = getattr(exc.args[0], "reason", exc.args[0])  # urllib3 MaxRetryError.reason
+        return isinstance(reason, NewConnectionError)  # refused, unreachable, DNS failure
+    return False
+
+
+def _redact_request(exc: requests.RequestException) -> None:
+    """Drop the bearer header from the request a driver exception keeps a reference to."""
+    request = getattr(exc, "request", None)
+    headers = getattr(request, "headers", None)
+    if headers is not None and "Authorization" in headers:
+        headers["Authorization"] = "Bearer <redacted>"
+
+
+def _check_number(
+    name: str, value: object, *, minimum: float, whole: bool = False, inclusive: bool = True
+) -> None:
+    kinds: tuple[type, ...] = (int,) if whole else (int, float)
+    ok = not isinstance(value, bool) and isinstance(value, kinds)
+    if ok:
+        number = float(value)  # type: ignore[arg-type]
+        ok = number >= minimum if inclusive else number > minimum
+    if not ok:
+        bound = (">= " if inclusive else "> ") + f"{minimum:g}"
+        what = "an int" if whole else "a number"
+        raise RememberConfigurationError(f"Vercel KV: {name} must be {what} {bound}; got {value!r}")
+
+
+def _decode(value: Any) -> Any:
+    """Undo ``Upstash-Encoding: base64``: every string but the status ``OK``, recursively."""
+    if isinstance(value, str):
+        if value == "OK":
+            return value
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise RememberStoreError(
+                "Vercel KV sent a result that is not base64 although "
+                "'Upstash-Encoding: base64' was requested"
+            ) from exc
+        # Our own values and keys are always UTF-8.  Bytes written by another
+        # program decode with U+FFFD; the accessor then reports the entry as
+        # unreadable (logged and counted) instead of failing a whole listing.
+        return raw.decode("utf-8", "replace")
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise RememberStoreError(f"Vercel KV sent an unexpected result type {type(value).__name__}")
+
+
+class VercelKVStore:
+    """A :class:`~remember_sync.stores.base.Store` on Vercel KV / Upstash Redis over REST.
+
+    :param url: the REST URL (``https://<db>.upstash.io``); default
+        ``KV_REST_API_URL`` from *environ*.
+    :param token: the REST token; default ``KV_REST_API_TOKEN`` from *environ*.
+    :param timeout: seconds one operation may take, retries and back-off
+        included; each HTTP attempt gets what is left as its connect and read
+        timeout.
+    :param retries: how many times a failed request may be repeated (see the
+        module docs for which failures and commands).
+    :param backoff: first back-off delay in seconds, doubled per retry (capped
+        at 2 s and at the time left).
+    :param environ: where to read the two variables (default ``os.environ``;
+        read here, once, never later).
+    :param session: a ``requests.Session`` to use (not closed by :meth:`close`);
+        by default the store creates and owns one pooled session.
+    :param pool_size: connections kept open per host by the store's own session.
+    :raises RememberConfigurationError: when the URL or token is missing or invalid.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 5.0,
+        retries: int = 3,
+        backoff: float = 0.1,
+        environ: Mapping[str, str] | None = None,
+        session: requests.Session | None = None,
+        pool_size: int = 16,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        url = url or env.get(URL_VARIABLE) or None
+        token = token or env.get(TOKEN_VARIABLE) or None
+        if url is None and token is None:
+            raise RememberConfigurationError(
+                f"Vercel KV needs its REST URL and token: set {URL_VARIABLE} and "
+                f"{TOKEN_VARIABLE} (Vercel dashboard > Storage > your KV database > .env.local), "
+                "or pass url= and token="
+            )
+        if token is None:
+            raise RememberConfigurationError(
+                f"Vercel KV: {TOKEN_VARIABLE} is not set but {URL_VARIABLE} is; set both or neither"
+            )
+        if url is None:
+            raise RememberConfigurationError(
+                f"Vercel KV: {URL_VARIABLE} is not set but {TOKEN_VARIABLE} is; set both or neither"
+            )
+        if not isinstance(url, str) or not isinstance(token, str):
+            raise RememberConfigurationError("Vercel KV: url and token must be strings")
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RememberConfigurationError(
+                f"Vercel KV: {URL_VARIABLE} must be an http(s) URL such as "
+                "https://<your-db>.upstash.io"
+            )
+        # requests would reject (and echo!) a header value with whitespace or
+        # control characters; refuse it here without showing the token.
+        if not all(33 <= ord(c) <= 126 for c in token):
+            raise RememberConfigurationError(
+                f"Vercel KV: {TOKEN_VARIABLE} contains whitespace or non-printable characters; "
+                "copy the token again from the Vercel dashboard"
+            )
+        _check_number("timeout", timeout, minimum=0.0, inclusive=False)
+        _check_number("retries", retries, minimum=0, whole=True)
+        _check_number("backoff", backoff, minimum=0.0)
+        _check_number("pool_size", pool_size, minimum=1, whole=True)
+
+        self._url = f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")
+        self._host = parts.netloc.rpartition("@")[2]  # never show URL credentials either
+        if parts.scheme == "http" and parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+            log.warning(
+                "remember: Vercel KV URL %s uses plain http: the token travels unencrypted",
+                self._host,
+            )
+        self._secret = token
+        self._auth = _BearerAuth(token)
+        self._headers = {"Content-Type": "application/json", "Upstash-Encoding": "base64"}
+        self._timeout = float(timeout)
+        self._retries = retries
+        self._backoff = float(backoff)
+        self._owns_session = session is None
+        if session is None:
+            session = requests.Session()
+            adapter = requests.adapters.HTTPAdapter(
+                pool_connections=1, pool_maxsize=pool_size, max_retries=0
+            )
+            session.mount("https://", adapter)
+            session.mount("http://", adapter)
+        self._session = session
+        self._closed = False
+
+    # -- the Store protocol ---------------------------------------------------------------
+
+    def get(self, key: str) -> str | None:
+        return self._text_or_none(self._command(["GET", key], idempotent=True))
+
+    def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        keys = list(keys)
+        if not keys:
+            return []
+        result = self._command(["MGET", *keys], idempotent=True)
+        if not isinstance(result, list) or len(result) != len(keys):
+            raise RememberStoreError(
+                f"Vercel KV answered MGET of {len(keys)} keys with {self._shape(result)}"
+            )
+        return [self._text_or_none(value) for value in result]
+
+    def set(
+        self,
+        key: str,
+        value: str,
+        *,
+        ttl_ms: int | None = None,
+        only_if_absent: bool = False,
+    ) -> bool:
+        command = ["SET", key, value]
+        if ttl_ms is not None:
+            command += ["PX", str(self._check_ttl(ttl_ms))]
+        if only_if_absent:
+            command.append("NX")
+        # SET without NX writes the same state however often it arrives, so an
+        # unknown outcome may be retried; with NX a repeat of a write that did
+        # happen would answer "not written", so it is only resent when it
+        # provably never left.
+        result = self._command(command, idempotent=not only_if_absent)
+        if result == "OK":
+            return True
+        if result is None and only_if_absent:
+            return False
+        raise RememberStoreError(f"Vercel KV answered SET with {self._shape(result)}")
+
+    def compare_and_set(
+        self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
+    ) -> bool:
+        px = "" if ttl_ms is None else str(self._check_ttl(ttl_ms))
+        # Not idempotent: after a lost reply to a swap that happened, a repeat
+        # sees the new value and answers False.
+        result = self._command(
+            ["EVAL", _CAS_SCRIPT, "1", key, expected, value, px], idempotent=False
+        )
+        if result == 1 or result == 0:
+            return bool(result)
+        raise RememberStoreError(
+            f"Vercel KV answered the compare-and-set with {self._shape(result)}"
+        )
+
+    def delete(self, *keys: str) -> int:
+        if not keys:
+            return 0
+        # UNLINK's effect is the same however often it runs.  After a lost reply
+        # the repeat counts fewer keys -- exactly what the caller would see by
+        # repeating the call after an error, but with the deletion confirmed.
+        result = self._command(["UNLINK", *keys], idempotent=True)
+        if isinstance(result, int) and not isinstance(result, bool):
+            return result
+        raise RememberStoreError(f"Vercel KV answered UNLINK with {self._shape(result)}")
+
+    def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise RememberInputError(f"count must be a positive int; got {count!r}")
+        return self._scan(pattern, count)
+
+    def _scan(self, pattern: str, count: int) -> Iterator[str]:
+        seen: set[str] = set()
+        cursor = "0"
+        while True:
+            result = self._command(
+                ["SCAN", cursor, "MATCH", pattern, "COUNT", str(count)], idempotent=True
+            )
+            if (
+                not isinstance(result, list)
+                or len(result) != 2
+                or not isinstance(result[0], str)
+                or not isinstance(result[1], list)
+            ):
+                raise RememberStoreError(f"Vercel KV answered SCAN with {self._shape(result)}")
+            cursor, keys = result
+            for key in keys:
+                # SCAN may return a key more than once (e.g. across a rehash).
+                if isinstance(key, str) and key not in seen:
+                    seen.add(key)
+                    yield key
+            if cursor == "0":
+                return
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_session:
+            self._session.close()
+
+    def __repr__(self) -> str:
+        state = ", closed" if self._closed else ""
+        return f"VercelKVStore(host={self._host!r}{state})"
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_ttl(ttl_ms: int) -> int:
+        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
+            raise RememberInputError(f"ttl_ms must be a positive int; got {ttl_ms!r}")
+        return ttl_ms
+
+    @staticmethod
+    def _text_or_none(value: Any) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        raise RememberStoreError(f"Vercel KV sent {type(value).__name__} where a string was due")
+
+    @staticmethod
+    def _shape(result: Any) -> str:
+        if isinstance(result, list):
+            return f"an array of {len(result)}"
+        return f"a {type(result).__name__}"
+
+    def _command(self, command: list[str], *, idempotent: bool) -> Any:
+        """Run one command; return its decoded ``result`` or raise a Remember error."""
+        if self._closed:
+            raise RememberStoreError(f"{self!r} is closed")
+        try:
+            body = json.dumps(command, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate cannot be sent as UTF-8
+            raise RememberInputError(
+                f"Vercel KV {command[0]}: keys and values must be valid Unicode text "
+                "(found a lone surrogate)"
+            ) from exc
+        reply = self._send(command[0], body, idempotent=idempotent)
+        return _decode(reply)
+
+    def _send(self, name: str, body: bytes, *, idempotent: bool) -> Any:
+        """POST *body*, retrying as the module docs say; return the raw ``result``."""
+        deadline = time.monotonic() + self._timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise _AttemptFailed(f"no answer within {self._timeout:g} s", retryable=False)
+                return self._attempt(name, body, remaining, idempotent=idempotent)
+            except _AttemptFailed as failure:
+                delay = min(self._backoff * 2 ** (attempt - 1), _MAX_BACKOFF)
+                if (
+                    not failure.retryable
+                    or attempt > self._retries
+                    or time.monotonic() + delay >= deadline
+                ):
+                    tries = f" after {attempt} attempts" if attempt > 1 else ""
+                    raise RememberStoreError(
+                        self._scrub(f"Vercel KV {name} at {self._host} failed{tries}: {failure}")
+                    ) from failure.__cause__  # the driver's exception, or None
+                log.debug(
+                    "remember: Vercel KV %s failed (%s); retry %d of %d in %.3f s",
+                    name,
+                    self._scrub(str(failure)),
+                    attempt,
+                    self._retries,
+                    delay,
+                )
+                time.sleep(delay)
+
+    def _attempt(self, name: str, body: bytes, timeout: float, *, idempotent: bool) -> Any:
+        """One POST: the ``result``, or :class:`_AttemptFailed` / a final Remember error."""
+        # The one place where requests' exceptions are translated.
+        try:
+            response = self._session.post(
+                self._url,
+                data=body,
+                headers=self._headers,
+                auth=self._auth,
+                timeout=(timeout, timeout),
+                # A redirected POST would silently turn into a GET: refuse instead.
+                allow_redirects=False,
+            )
+        except requests.Timeout as exc:
+            _redact_request(exc)
+            never_sent = _never_sent(exc)
+            what = "could not connect" if never_sent else "no answer"
+            raise _AttemptFailed(
+                f"{what} within {timeout:.3g} s ({type(exc).__name__})",
+                retryable=idempotent or never_sent,
+            ) from exc
+        except requests.RequestException as exc:
+            _redact_request(exc)
+            raise _AttemptFailed(
+                f"{type(exc).__name__}: {exc}", retryable=idempotent or _never_sent(exc)
+            ) from exc
+
+        status = response.status_code
+        if status in (401, 403):
+            raise RememberConfigurationError(
+                f"Vercel KV at {self._host} rejected the token (HTTP {status}): check "
+                f"{TOKEN_VARIABLE} (a read-only token cannot write)"
+            )
+        if 300 <= status < 400:
+            raise RememberStoreError(
+                f"Vercel KV at {self._host} answered HTTP {status} (a redirect): set "
+                f"{URL_VARIABLE} to the database's REST URL itself"
+            )
+        try:
+            payload = json.loads(response.content)
+        except ValueError as exc:
+            snippet = response.content[:120].decode("utf-8", "replace")
+            message = f"HTTP {status} with a body that is not JSON: {snippet!r}"
+            if status == 200 or status >= 500:
+                # A broken reply or a failing proxy: the command may or may not have run.
+                raise _AttemptFailed(message, retryable=idempotent) from exc
+            # Any other status without JSON is not the REST API talking (wrong URL?).
+            raise RememberStoreError(
+                self._scrub(f"Vercel KV {name} at {self._host}: {message}; check {URL_VARIABLE}")
+            ) from None
+        error = payload.get("error") if isinstance(payload, dict) else None
+        if status >= 500:
+            raise _AttemptFailed(
+                f"HTTP {status}: {error or 'server error'}", retryable=idempotent
+            )
+        if status != 200 or error is not None:
+            raise RememberStoreError(
+                self._scrub(f"Vercel KV {name} at {self._host}: {error or f'HTTP {status}'}")
+            )
+        if not isinstance(payload, dict) or "result" not in payload:
+            raise _AttemptFailed(
+                f"HTTP {status} with an unexpected body shape", retryable=idempotent
+            )
+        return payload["result"]
+
+    def _scrub(self, text: str) -> str:
+        """Never let the token into a message, however a server or driver echoed it."""
+        return text.replace(self._secret, "<redacted>")

@@ -1,0 +1,234 @@
+"""The operator functions behind ``remember-sync``, in process, with an injected clock.
+
+The subprocess tests in ``test_cli.py`` pin what users see; these pin the
+corners that need a controlled store or clock: a concurrent update during
+``rotate``, deadlines passing between export and import, an unreadable
+layout marker, the progress bar's drawing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from remember_sync import Identity, RememberPlugin
+from remember_sync.cli import main
+from remember_sync.errors import RememberConfigurationError, RememberInputError
+from remember_sync.ops.context import SecretChoice, build_plugin, redact, secret_values
+from remember_sync.ops.inspect import Check, run_doctor
+from remember_sync.ops.rotate import rotate
+from remember_sync.ops.transfer import export_entries, import_entries, parse_records
+from remember_sync.ops.walk import classify
+from remember_sync.progress import Progress
+from remember_sync.stores.memory import MemoryStore
+from tests.conftest import FakeClock
+
+SECRET_A = "ops-secret-A-0123456789abcdef0123456789"
+SECRET_B = "ops-secret-B-0123456789abcdef0123456789"
+OK_SECRET = Check("secret", "ok", "test")
+
+
+def _plugin(store: MemoryStore, clock: FakeClock, *secrets: str) -> RememberPlugin:
+    return RememberPlugin.init(
+        store=store, clock=clock, encryption={"secrets": list(secrets)}, skip_legacy_purge=True
+    )
+
+
+@pytest.fixture
+def shared(clock: FakeClock) -> Iterator[MemoryStore]:
+    store = MemoryStore(clock=clock)
+    yield store
+    store.close()
+
+
+class _RacingStore(MemoryStore):
+    """A memory store in which someone else writes a key just before our first CAS on it."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.before_cas: dict[str, object] = {}
+
+    def compare_and_set(
+        self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
+    ) -> bool:
+        hook = self.before_cas.pop(key, None)
+        if callable(hook):
+            hook()
+        return super().compare_and_set(key, expected, value, ttl_ms=ttl_ms)
+
+
+def test_rotate_never_loses_a_concurrent_update(clock: FakeClock) -> None:
+    """An application write between rotate's read and its write wins; rotate re-reads."""
+    store = _RacingStore(clock)
+    old = _plugin(store, clock, SECRET_A)
+    new = _plugin(store, clock, SECRET_B, SECRET_A)
+    alice = Identity(user_id="alice")
+    old.accessor(alice).set("theme", "dark", scope="user", ttl=60)
+    old.accessor(alice).set("lang", "en", scope="user")
+    store.before_cas["remember:v2:user:alice:theme"] = lambda: new.accessor(alice).update(
+        "theme", "light", scope="user"
+    )
+    result = rotate(new.core)
+    assert (result.examined, result.unreadable, result.contended) == (2, 0, 0)
+    # "lang" was rotated; "theme" was already current after the concurrent update.
+    assert (result.rotated, result.current) == (1, 1)
+    only_b = _plugin(store, clock, SECRET_B)
+    assert only_b.accessor(alice).get("theme", scope="user") == "light"
+    assert only_b.accessor(alice).get("lang", scope="user") == "en"
+    entry = only_b.accessor(alice).get_entry("theme", scope="user")
+    assert entry is not None and entry.expires_at == clock.now + 60_000
+
+
+def test_rotate_keeps_deadlines_and_skips_expired(shared: MemoryStore, clock: FakeClock) -> None:
+    """The re-encrypted entry expires when the original would have; expired ones are skipped."""
+    old = _plugin(shared, clock, SECRET_A)
+    mem = old.accessor(Identity(session_id="s"))
+    mem.set("short", 1, ttl=10)
+    mem.set("long", 2, ttl=100)
+    clock.advance(s=50)  # "short" is past its deadline (the memory store has dropped it)
+    new = _plugin(shared, clock, SECRET_B, SECRET_A)
+    result = rotate(new.core)
+    assert result.rotated == 1
+    clock.advance(s=49)
+    assert _plugin(shared, clock, SECRET_B).accessor(Identity(session_id="s")).get("long") == 2
+    clock.advance(s=1)
+    assert _plugin(shared, clock, SECRET_B).accessor(Identity(session_id="s")).get("long") is None
+
+
+def test_import_skips_entries_whose_deadline_passed(clock: FakeClock) -> None:
+    """A record exported before its deadline but imported after it is not written."""
+    source = MemoryStore(clock=clock)
+    plugin = _plugin(source, clock, SECRET_A)
+    mem = plugin.accessor(Identity(user_id="u"))
+    mem.set("soon", 1, scope="user", ttl=5)
+    mem.set("later", 2, scope="user", ttl=500)
+    out = io.StringIO()
+    assert export_entries(plugin.core, out).exported == 2
+    clock.advance(s=10)
+    target = MemoryStore(clock=clock)
+    copy = _plugin(target, clock, SECRET_A)
+    result = import_entries(copy.core, parse_records(out.getvalue().splitlines()))
+    assert (result.imported, result.expired) == (1, 1)
+    assert copy.accessor(Identity(user_id="u")).list(scope="user") == ["later"]
+
+
+def test_parse_records_names_the_bad_line() -> None:
+    """A malformed record is refused with its line number before anything is written."""
+    good = json.dumps({"scope": "global", "key": "k", "value": 1, "createdAt": 1, "updatedAt": 1})
+    cases = {
+        "{oops": "not JSON",
+        "[1]": "not a JSON object",
+        '{"x": 1}': "neither",
+        '{"scope": "user", "key": "k", "value": 1, "createdAt": 1, "updatedAt": 1}': "'user'",
+        '{"scope": "global", "key": "", "value": 1, "createdAt": 1, "updatedAt": 1}': "empty",
+        '{"scope": "global", "key": "k", "value": 1}': "createdAt",
+        '{"storageKey": "session:old:k", "stored": "x"}': "not a v2 or global",
+    }
+    for line, problem in cases.items():
+        with pytest.raises(RememberInputError) as info:
+            parse_records([good, "", line])
+        assert info.value.message.startswith("line 3: ") and problem in info.value.message
+
+
+def test_classify_tells_entries_from_legacy_marker_and_others() -> None:
+    """Walks classify v2/global entries, pre-v2 keys, the marker and anything else."""
+    p = "remember:"
+    assert classify(p, "remember:v2:user:alice:k")[0] == "entry"
+    assert classify(p, "remember:global:k")[0] == "entry"
+    assert classify(p, "remember:session:s:k")[0] == "legacy"
+    assert classify(p, "remember:tool:t:s:k")[0] == "legacy"
+    assert classify(p, "remember:__layout__")[0] == "marker"
+    assert classify(p, "remember:remember:v2:user:alice:k")[0] == "other"  # 1.8.0 doubled
+    assert classify(p, "remember:v2:user:%FF:k")[0] == "other"  # not UTF-8: not ours
+
+
+def test_doctor_flags_an_unreadable_marker(shared: MemoryStore, clock: FakeClock) -> None:
+    """A layout marker that is not a clock needs attention (the purge stands down)."""
+    shared.set("remember:__layout__", "garbage")
+    plugin = _plugin(shared, clock, SECRET_A)
+    checks = run_doctor(shared, "remember:", secret=OK_SECRET, codec=plugin.core.codec,
+                        now=clock.now)
+    marker = next(c for c in checks if c.name == "marker")
+    assert marker.status == "attention" and "unreadable" in marker.message
+
+
+def test_doctor_notes_entries_sealed_by_a_previous_secret(
+    shared: MemoryStore, clock: FakeClock
+) -> None:
+    """Readable entries under an older secret are a note suggesting rotate, not a failure."""
+    _plugin(shared, clock, SECRET_A).accessor(Identity()).set("k", 1, scope="global")
+    codec = _plugin(shared, clock, SECRET_B, SECRET_A).core.codec
+    checks = run_doctor(shared, "remember:", secret=OK_SECRET, codec=codec, now=clock.now)
+    entries = next(c for c in checks if c.name == "entries")
+    assert entries.status == "note" and "rotate" in entries.message
+
+
+def test_build_plugin_refuses_to_invent_a_secret() -> None:
+    """No env secret and no file: a configuration error, and no file is created."""
+    store = MemoryStore()
+    with pytest.raises(RememberConfigurationError, match="no secret"):
+        build_plugin(store, prefix="remember:", secrets=SecretChoice(), environ={})
+    with pytest.raises(RememberConfigurationError, match="production"):
+        build_plugin(
+            store, prefix="remember:", secrets=SecretChoice(), environ={"NODE_ENV": "production"}
+        )
+    assert not (Path.cwd() / ".frontmcp").exists()
+
+
+def test_build_plugin_reports_the_env_source_and_previous_secrets() -> None:
+    """Secrets from the environment: first encrypts, previous ones decrypt, source is named."""
+    opened = build_plugin(
+        MemoryStore(),
+        prefix="remember:",
+        secrets=SecretChoice(),
+        environ={"REMEMBER_SECRET": SECRET_B, "REMEMBER_PREVIOUS_SECRETS": f" {SECRET_A} ,"},
+    )
+    summary = opened.secret_summary()
+    assert summary["source"] == "env:REMEMBER_SECRET" and summary["secrets"] == 2
+    assert SECRET_A not in json.dumps(summary) and SECRET_B not in json.dumps(summary)
+
+
+def test_redact_scrubs_every_known_secret() -> None:
+    """Messages lose env secrets, previous secrets, the KV token and a URL password."""
+    from remember_sync.ops.context import StoreChoice
+
+    env = {
+        "REMEMBER_SECRET": "s3cret-one",
+        "REMEMBER_PREVIOUS_SECRETS": "old-s3cret,older-s3cret",
+        "KV_REST_API_TOKEN": "kv-t0ken",
+    }
+    known = secret_values(env, StoreChoice("redis", "redis://:url-pa55@h:1/0"))
+    text = "s3cret-one old-s3cret older-s3cret kv-t0ken url-pa55 fine"
+    assert redact(text, known) == "*** *** *** *** *** fine"
+
+
+def test_progress_draws_only_on_a_tty() -> None:
+    """The bar renders done/total and a rate on a terminal and writes nothing elsewhere."""
+    ticks = iter([0.0, 2.0, 2.0, 4.0, 4.0])
+    tty = _TTY()
+    with Progress(100, "rotate", stream=tty, clock=lambda: next(ticks)) as bar:
+        bar.advance(50)
+    assert "\rrotate [############............] 50/100 keys  25 keys/s" in tty.getvalue()
+    assert tty.getvalue().endswith("\n")
+    quiet = io.StringIO()
+    with Progress(100, "rotate", stream=quiet) as bar:
+        bar.advance(100)
+    assert quiet.getvalue() == ""
+
+
+class _TTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_main_returns_exit_codes_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    """main() returns 0 / 2 instead of exiting, so scripts and tests can call it."""
+    assert main(["secret", "generate"]) == 0
+    assert len(capsys.readouterr().out.strip()) == 43
+    assert main(["set", "k", "{bad", "--scope", "global"]) == 2
+    assert "argument VALUE" in capsys.readouterr().err
+    assert main([]) == 2

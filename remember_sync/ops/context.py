@@ -81,17 +81,10 @@ class SecretChoice:
 
 
 def redacted_url(url: str) -> str:
-    """*url* with any password replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        user = parts.username or ""
-        return parts._replace(netloc=f"{user}:***@{host}{port}").geturl()
-    except ValueError:
-        return "<unparseable URL>"
+    """*url* with any password replaced by ``***`` (the Redis store's own redaction)."""
+    from ..stores.redis import redacted_url as redact  # lazy: --help never imports redis
+
+    return redact(url)
 
 
 def secret_values(environ: Mapping[str, str], store: StoreChoice | None = None) -> list[str]:

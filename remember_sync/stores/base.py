@@ -16,7 +16,23 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Store"]
+__all__ = ["CAS_LUA_SCRIPT", "Store"]
+
+#: Compare-and-set for Redis-protocol stores. KEYS[1] = key; ARGV = expected, new
+#: value, PX milliseconds or "" for none.  A missing key reads as false, which never
+#: equals a string, so CAS cannot create a key: an update racing a forget can never
+#: resurrect it.  A SET without PX clears any previous TTL, matching Store.set.
+CAS_LUA_SCRIPT = """\
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+"""
 
 
 @runtime_checkable

@@ -38,26 +38,13 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
+from .base import CAS_LUA_SCRIPT
 
-__all__ = ["RedisStore"]
+__all__ = ["RedisStore", "redacted_url"]
 
 #: Keys per MGET/UNLINK command: bounds the size of one request and reply.
 _CHUNK = 1000
 
-# KEYS[1] = key; ARGV = expected, new value, PX milliseconds or "" for none.
-# A missing key reads as false, which never equals a string: CAS cannot create a key,
-# so an update racing a forget can never resurrect it.  A SET without PX clears the TTL.
-_CAS_SCRIPT = """\
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-if ARGV[3] == '' then
-  redis.call('SET', KEYS[1], ARGV[2])
-else
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-end
-return 1
-"""
 
 # Errors that mean "these credentials or this ACL user are wrong": retrying or
 # reporting them as an outage would hide a configuration mistake.
@@ -103,7 +90,7 @@ def _check_ttl_ms(ttl_ms: int | None) -> None:
         raise RememberInputError(f"ttl_ms must be a positive int or None; got {ttl_ms!r}")
 
 
-def _redacted(url: str) -> str:
+def redacted_url(url: str) -> str:
     """*url* without its password, for error messages."""
     try:
         parts = urlsplit(url)
@@ -220,7 +207,7 @@ class RedisStore:
         self._client: Any = client
         self._owns = owns
         self._cluster = isinstance(client, redis.cluster.RedisCluster)
-        self._cas = client.register_script(_CAS_SCRIPT)
+        self._cas = client.register_script(CAS_LUA_SCRIPT)
 
     @classmethod
     def from_url(
@@ -254,7 +241,7 @@ class RedisStore:
             client = redis.Redis.from_url(url, **options)
         except (ValueError, TypeError) as exc:
             raise RememberConfigurationError(
-                f"invalid Redis url {_redacted(url)!r}: {exc}"
+                f"invalid Redis url {redacted_url(url)!r}: {exc}"
             ) from exc
         store = cls.__new__(cls)
         store._init(client, owns=True)

@@ -42,6 +42,7 @@ import requests.auth
 from urllib3.exceptions import NewConnectionError
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
+from .base import CAS_LUA_SCRIPT
 
 __all__ = ["VercelKVStore"]
 
@@ -50,19 +51,6 @@ log = logging.getLogger("remember_sync")
 URL_VARIABLE = "KV_REST_API_URL"
 TOKEN_VARIABLE = "KV_REST_API_TOKEN"  # noqa: S105 - the variable's name, not a secret
 
-# KEYS[1] = key; ARGV = expected, new value, PX milliseconds ("" = no expiry).
-# A plain SET without PX clears any previous TTL, matching Store.set.
-_CAS_SCRIPT = """\
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-if ARGV[3] == '' then
-  redis.call('SET', KEYS[1], ARGV[2])
-else
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-end
-return 1
-"""
 
 _MAX_BACKOFF = 2.0
 
@@ -290,7 +278,7 @@ class VercelKVStore:
         # Not idempotent: after a lost reply to a swap that happened, a repeat
         # sees the new value and answers False.
         result = self._command(
-            ["EVAL", _CAS_SCRIPT, "1", key, expected, value, px], idempotent=False
+            ["EVAL", CAS_LUA_SCRIPT, "1", key, expected, value, px], idempotent=False
         )
         if result == 1 or result == 0:
             return bool(result)

@@ -418,10 +418,10 @@ class RememberAccessor:
                 html.escape(r["brand"] or ""),
                 "never"
                 if r["expires_at"] is None
-                else f"in {max(0, (r['expires_at'] - now) // 1000)} s",
+                else f"in {max(0, -((now - r['expires_at']) // 1000))} s",  # rounded up
             )
             for r in rows
-        )
+        ) or '<tr><td colspan="4">(no entries)</td></tr>'
         return (
             f"<table><caption>{html.escape(repr(self))}</caption>"
             "<thead><tr><th>key</th><th>scope</th><th>brand</th><th>expires</th></tr></thead>"

@@ -1,0 +1,367 @@
+"""Django middleware: ``settings.REMEMBER`` to one plugin per process, identity per request.
+
+``settings.py``::
+
+    MIDDLEWARE = [
+        ...,
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "remember_sync.integrations.django.RememberMiddleware",   # after authentication
+    ]
+    REMEMBER = {
+        "type": "redis",
+        "config": {"url": "redis://127.0.0.1:6379/0"},
+        "default_ttl": 86_400,
+    }
+
+A view::
+
+    def theme(request):
+        request.remember.set("theme", "dark", scope="user")
+        return JsonResponse({"theme": request.remember.get("theme", scope="user")})
+
+``settings.REMEMBER`` takes the :meth:`RememberPlugin.init` options under
+their own names (``type``, ``config``, ``url``, ``token``, ``default_ttl``,
+``key_prefix``, ``encryption``, ``tools``, ...) plus these integration keys:
+
+``plugin``
+    a ready :class:`~remember_sync.RememberPlugin` to use (never closed here);
+    the store options are then ignored.
+``principal_resolver``
+    ``request -> principal | None`` (a callable or its dotted path).  Default:
+    :func:`user_resolver`, the primary key of an authenticated
+    ``request.user`` -- put this middleware after ``AuthenticationMiddleware``.
+``token_verifier``
+    ``token -> principal | None`` (a callable or its dotted path): take the
+    principal from ``Authorization: Bearer <token>`` instead.
+``session_header`` (``"Mcp-Session-Id"``), ``reject_unverified_session`` (``False``)
+    as in :class:`remember_sync.integrations.wsgi.RememberMiddleware`: a
+    session header is bound only if it is a session id signed (with the
+    master secret, like the MCP server's) for the same principal; otherwise it
+    is ignored, or answered with ``404`` when ``reject_unverified_session``.
+``global_store``
+    where ``type="global-store"`` finds the host's store: ``{"redis_url":
+    ...}`` or ``{"url": ..., "token": ...}`` (Vercel KV).  Without it, the
+    ``config["url"]`` or ``url``/``token`` of ``settings.REMEMBER``, then the
+    ``LOCATION`` of a ``django.core.cache.backends.redis.RedisCache`` in
+    ``settings.CACHES``, then the environment (``REDIS_URL``, ``KV_REST_API_*``).
+
+Per request the middleware sets ``request.remember`` (an accessor bound to
+the request's identity), ``request.remember_identity`` and binds
+:func:`remember_sync.identity` while the view runs and around each chunk of a
+streaming response (so nothing stays bound in the worker thread after the
+response, even if it is never closed).  A
+:class:`~remember_sync.errors.RememberError` raised by a view becomes a JSON
+response with the error's status and code (``403`` and
+``REMEMBER_IDENTITY_REQUIRED`` for a missing identity).  The plugin is built
+once per process, when Django loads its middleware, so a configuration error
+shows at startup; changing ``settings.REMEMBER`` (``override_settings`` in
+tests) rebuilds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    from django.conf import settings
+    from django.core.signals import setting_changed
+    from django.http import HttpRequest, HttpResponseBase, JsonResponse
+    from django.utils.module_loading import import_string
+except ImportError as exc:  # pragma: no cover - exercised by the no-framework import test
+    raise ImportError(
+        "remember_sync.integrations.django needs Django: pip install 'remember-sync[django]'"
+    ) from exc
+
+from ..errors import RememberConfigurationError, RememberError
+from ..identity import identity
+from ..plugin import RememberPlugin, register_global_store_resolver
+from ..sessions import SessionSigner
+from ..types import Identity
+from .wsgi import (
+    SESSION_NOT_FOUND,
+    bearer_token,
+    error_payload,
+    session_signer,
+    verified_session,
+)
+
+__all__ = [
+    "RememberMiddleware",
+    "close_plugin",
+    "get_plugin",
+    "issue_session",
+    "remote_user_resolver",
+    "user_resolver",
+]
+
+log = logging.getLogger("remember_sync")
+
+#: ``request -> principal | None``.
+RequestPrincipalResolver = Callable[[HttpRequest], "str | None"]
+
+_INTEGRATION_KEYS = frozenset(
+    {
+        "plugin",
+        "principal_resolver",
+        "token_verifier",
+        "session_header",
+        "reject_unverified_session",
+        "global_store",
+    }
+)
+_REDIS_CACHE_BACKEND = "django.core.cache.backends.redis.RedisCache"
+
+
+def user_resolver(request: HttpRequest) -> str | None:
+    """The primary key of ``request.user`` when authenticated (stable across renames)."""
+    user = getattr(request, "user", None)
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return str(user.pk)
+
+
+def remote_user_resolver(request: HttpRequest) -> str | None:
+    """``REMOTE_USER`` as set by the server or an auth layer in front."""
+    value = request.META.get("REMOTE_USER")
+    return value if isinstance(value, str) and value else None
+
+
+def _config_error(key: str, message: str) -> RememberConfigurationError:
+    return RememberConfigurationError(f"settings.REMEMBER[{key!r}]: {message}")
+
+
+def _callable(value: object, key: str) -> Callable[..., Any]:
+    if isinstance(value, str):
+        try:
+            value = import_string(value)
+        except ImportError as exc:
+            raise _config_error(key, f"cannot import {value!r}: {exc}") from exc
+    if not callable(value):
+        raise _config_error(key, "must be a callable or its dotted path")
+    return value
+
+
+def _settings() -> Mapping[str, Any]:
+    value = getattr(settings, "REMEMBER", None) or {}
+    if not isinstance(value, Mapping):
+        raise RememberConfigurationError(
+            f"settings.REMEMBER must be a dict; got {type(value).__name__}"
+        )
+    return value
+
+
+def _redis_cache_location() -> str | None:
+    caches = getattr(settings, "CACHES", None) or {}
+    for cache in caches.values():
+        if isinstance(cache, Mapping) and cache.get("BACKEND") == _REDIS_CACHE_BACKEND:
+            location = cache.get("LOCATION")
+            if isinstance(location, (list, tuple)):
+                location = location[0] if location else None
+            if isinstance(location, str) and location:
+                # A comma-separated LOCATION lists a primary first, then replicas.
+                return location.split(",")[0].strip()
+    return None
+
+
+def _global_store_from_settings() -> Mapping[str, Any] | None:
+    """``global-store`` resolution from Django settings (none while unconfigured)."""
+    if not settings.configured:
+        return None
+    options = _settings()
+    explicit = options.get("global_store")
+    if explicit:
+        if not isinstance(explicit, Mapping):
+            raise _config_error("global_store", "must be {'redis_url': ...} or {'url', 'token'}")
+        return explicit
+    config = options.get("config")
+    if isinstance(config, Mapping) and config.get("url"):
+        return {"redis_url": config["url"]}
+    if options.get("url") and options.get("token"):
+        return {"url": options["url"], "token": options["token"]}
+    location = _redis_cache_location()
+    return {"redis_url": location} if location else None
+
+
+@dataclass
+class _Runtime:
+    plugin: RememberPlugin
+    owns_plugin: bool
+    signer: SessionSigner
+    resolver: RequestPrincipalResolver
+    session_header: str
+    reject_unverified_session: bool
+
+
+_lock = threading.Lock()
+_runtime: _Runtime | None = None
+
+
+def _build() -> _Runtime:
+    register_global_store_resolver(_global_store_from_settings)
+    options = dict(_settings())
+    integration = {k: options.pop(k) for k in list(options) if k in _INTEGRATION_KEYS}
+    resolver: Callable[..., Any] = user_resolver
+    if integration.get("principal_resolver") is not None:
+        resolver = _callable(integration["principal_resolver"], "principal_resolver")
+    if integration.get("token_verifier") is not None:
+        if integration.get("principal_resolver") is not None:
+            raise _config_error(
+                "token_verifier", "give principal_resolver or token_verifier, not both"
+            )
+        verify = _callable(integration["token_verifier"], "token_verifier")
+        resolver = _bearer_resolver(verify)
+    header = integration.get("session_header", "Mcp-Session-Id")
+    if not isinstance(header, str) or not header.strip():
+        raise _config_error("session_header", "must be a non-empty header name")
+    given = integration.get("plugin")
+    if given is not None:
+        if not isinstance(given, RememberPlugin):
+            raise _config_error("plugin", "must be a RememberPlugin")
+        plugin, owns = given, False
+    else:
+        plugin, owns = RememberPlugin.init(**options), True
+    try:
+        signer = session_signer(plugin)
+    except BaseException:
+        if owns:
+            plugin.close()
+        raise
+    return _Runtime(
+        plugin=plugin,
+        owns_plugin=owns,
+        signer=signer,
+        resolver=resolver,
+        session_header=header.strip(),
+        reject_unverified_session=bool(integration.get("reject_unverified_session", False)),
+    )
+
+
+def _bearer_resolver(verify: Callable[[str], Any]) -> RequestPrincipalResolver:
+    def resolve(request: HttpRequest) -> str | None:
+        token = bearer_token(request.headers.get("Authorization"))
+        if token is None:
+            return None
+        try:
+            principal = verify(token)
+        except Exception:  # noqa: BLE001 - a failing verifier refuses, it never lets in
+            log.warning("remember: the bearer token verifier raised", exc_info=True)
+            return None
+        return principal if isinstance(principal, str) and principal else None
+
+    return resolve
+
+
+def _get_runtime() -> _Runtime:
+    global _runtime
+    runtime = _runtime
+    if runtime is None:
+        with _lock:
+            if _runtime is None:
+                _runtime = _build()
+            runtime = _runtime
+    return runtime
+
+
+def get_plugin() -> RememberPlugin:
+    """The process's plugin, built from ``settings.REMEMBER`` on first use."""
+    return _get_runtime().plugin
+
+
+def close_plugin() -> None:
+    """Close the process's plugin (if built here); the next use builds a new one."""
+    global _runtime
+    with _lock:
+        runtime, _runtime = _runtime, None
+    if runtime is not None and runtime.owns_plugin:
+        runtime.plugin.close()
+
+
+def _on_setting_changed(*, setting: str, **_: Any) -> None:
+    if setting in ("REMEMBER", "CACHES"):
+        close_plugin()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="remember_sync.integrations.django")
+
+
+def issue_session(request: HttpRequest) -> str:
+    """A new session id for the caller of *request* (send it to the client to present back)."""
+    bound = getattr(request, "remember_identity", None)
+    principal = bound.user_id if isinstance(bound, Identity) else None
+    return _get_runtime().signer.issue(principal)
+
+
+def _json_error(exc: RememberError) -> JsonResponse:
+    status, payload = error_payload(exc)
+    return JsonResponse(payload, status=status)
+
+
+def _bound_chunks(content: Iterable[Any], bound: Identity) -> Iterator[Any]:
+    """*content*, with the identity bound while each chunk is produced and at close."""
+    iterator = iter(content)
+    try:
+        while True:
+            with identity(bound=bound):
+                try:
+                    chunk = next(iterator)
+                except StopIteration:
+                    return
+            # Yield outside the binding: while suspended, the thread is the server's.
+            yield chunk
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            with identity(bound=bound):
+                close()
+
+
+class RememberMiddleware:
+    """Django middleware binding the caller's identity; see the module documentation."""
+
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+        _get_runtime()  # build now: a configuration error shows when Django loads middleware
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        runtime = _get_runtime()
+        principal = runtime.resolver(request)
+        if principal is not None and not isinstance(principal, str):
+            raise TypeError(
+                f"principal resolver returned {type(principal).__name__}; expected a str or None"
+            )
+        principal = principal or None
+        presented = request.headers.get(runtime.session_header)
+        session = verified_session(runtime.signer, presented, principal)
+        if presented and session is None and runtime.reject_unverified_session:
+            return JsonResponse(SESSION_NOT_FOUND, status=404)
+        bound = Identity(session_id=session, user_id=principal)
+        request.remember_identity = bound
+        request.remember_session_rejected = bool(presented) and session is None
+        request.remember = runtime.plugin.accessor(bound)
+        with identity(bound=bound):
+            response = self.get_response(request)
+        if getattr(response, "streaming", False) and not getattr(response, "is_async", False):
+            response.streaming_content = _bound_chunks(response.streaming_content, bound)
+            # The view's generator registered its own close() with the response first, so
+            # closing a half-read stream runs it before ours: bind around the whole close.
+            close = response.close
+
+            def bound_close() -> None:
+                with identity(bound=bound):
+                    close()
+
+            response.close = bound_close
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> JsonResponse | None:
+        """A :class:`RememberError` from a view becomes a JSON response with its status."""
+        if isinstance(exception, RememberError):
+            return _json_error(exception)
+        return None

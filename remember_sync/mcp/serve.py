@@ -1,0 +1,355 @@
+"""``remember-sync serve``: run the MCP server on a threaded stdlib WSGI server.
+
+::
+
+    remember-sync serve [--host 127.0.0.1] [--port 8765] [--redis-url URL | --vercel-kv]
+                        [--tools-prefix P] [--allowed-scopes session,user,tool]
+                        [--auth-tokens FILE] [--default-ttl SECONDS]
+
+The in-memory store is the default (memory lives as long as the process).
+On start it prints one line saying where it listens, which store and which
+secret source it uses (never a secret); Ctrl-C or SIGTERM stop it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import RememberError
+from ..keys import layout_marker_key
+from ..types import SCOPES
+from .auth import StaticTokenVerifier
+from .httpd import KeepAliveWSGIServer, WSGIApp, make_server
+from .server import DEFAULT_PATH, McpServer, plugin_from_options
+
+__all__ = ["add_serve_command", "build_parser", "main", "run_serve", "run_server"]
+
+PROG = "remember-sync"
+REDIS_URL_ENV = "REMEMBER_REDIS_URL"
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number; got {text!r}") from None
+    if not 0 <= value < 65536:
+        raise argparse.ArgumentTypeError(f"must be 0..65535; got {value}")
+    return value
+
+
+def _scopes(text: str) -> list[str]:
+    scopes = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in scopes if s not in SCOPES]
+    if bad or not scopes:
+        raise argparse.ArgumentTypeError(
+            f"must be a comma-separated list of {', '.join(SCOPES)}; got {text!r}"
+        )
+    return list(dict.fromkeys(scopes))
+
+
+def _whole(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be whole seconds; got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0; got {value}")
+    return value
+
+
+def _prefix(text: str) -> str:
+    if not all(c.isalnum() or c in "_-." for c in text):
+        raise argparse.ArgumentTypeError(
+            f"may only use letters, digits, '_', '-' and '.' (MCP tool names); got {text!r}"
+        )
+    return text
+
+
+def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to listen on (default: %(default)s, loopback only; another "
+        "interface exposes the server to the network: use --auth-tokens and TLS in front)",
+    )
+    parser.add_argument(
+        "--port",
+        type=_port,
+        default=8765,
+        help="TCP port (default: %(default)s; 0 picks a free one)",
+    )
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help=f"keep memory in Redis (or set {REDIS_URL_ENV}, which keeps a "
+        "password off the command line); default: in-process memory",
+    )
+    store.add_argument(
+        "--vercel-kv",
+        action="store_true",
+        help="keep memory in Vercel KV (KV_REST_API_URL, KV_REST_API_TOKEN)",
+    )
+    parser.add_argument(
+        "--tools-prefix",
+        type=_prefix,
+        default="",
+        metavar="P",
+        help="prefix of the memory tool names (e.g. memory_)",
+    )
+    parser.add_argument(
+        "--allowed-scopes",
+        type=_scopes,
+        default=["session", "user", "tool"],
+        metavar="LIST",
+        help="scopes the model may use, comma-separated (default: "
+        "session,user,tool; add global only if every caller may read it)",
+    )
+    parser.add_argument(
+        "--auth-tokens",
+        metavar="FILE",
+        help="require bearer tokens: a file of `token principal` lines (or a "
+        "JSON object token -> principal), mode 0600",
+    )
+    parser.add_argument(
+        "--default-ttl",
+        type=_whole,
+        default=0,
+        metavar="SECONDS",
+        help="TTL of memories stored without one (default: none)",
+    )
+    parser.add_argument(
+        "--path", default=DEFAULT_PATH, help="the MCP endpoint path (default: %(default)s)"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log every request to standard error"
+    )
+    parser.set_defaults(handler=run_serve, needs_store=False, subparser=parser)
+    return parser
+
+
+def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``serve`` on an :mod:`argparse` subparsers object."""
+    parser = subparsers.add_parser(
+        "serve",
+        help="run an MCP server giving models encrypted memory (Streamable HTTP)",
+        description="Run an MCP server (Streamable HTTP, JSON responses) hosting the memory "
+        "tools remember_this, recall, forget and list_memories. Point any MCP client at "
+        "http://HOST:PORT/mcp. Secrets come from REMEMBER_SECRET, else the development file "
+        ".frontmcp/remember-secret.json in the working directory.",
+    )
+    return _configure(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A stand-alone parser for ``python -m remember_sync.mcp.serve``."""
+    return _configure(argparse.ArgumentParser(prog=f"{PROG} serve"))
+
+
+def _store_description(args: argparse.Namespace, redis_url: str | None) -> str:
+    if redis_url:
+        return f"redis {_redacted(redis_url)}"
+    if args.vercel_kv:
+        return "vercel-kv (KV_REST_API_URL)"
+    return "memory (in-process; lost on exit)"
+
+
+def _redacted(url: str) -> str:
+    """*url* without its password (the startup line never shows a secret)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        port = f":{parts.port}" if parts.port else ""
+        netloc = f"{parts.username or ''}:***@{parts.hostname or ''}{port}"
+        return parts._replace(netloc=netloc).geturl()
+    except ValueError:
+        return "<unparseable URL>"
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _allowed_hosts(host: str, port: int) -> list[str] | None:
+    """The Host values a loopback server accepts (a DNS-rebinding guard); None elsewhere."""
+    if host not in _LOOPBACK_HOSTS:
+        return None
+    names = ["127.0.0.1", "localhost", "[::1]"]
+    return names + [f"{n}:{port}" for n in names]
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Run ``remember-sync serve`` until Ctrl-C or SIGTERM; return the exit code."""
+    if args.verbose:
+        logging.getLogger("remember_sync.mcp.access").setLevel(logging.INFO)
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    redis_url = args.redis_url or (None if args.vercel_kv else os.environ.get(REDIS_URL_ENV))
+    try:
+        verifier = StaticTokenVerifier.from_file(args.auth_tokens) if args.auth_tokens else None
+        plugin = plugin_from_options(
+            redis_url=redis_url,
+            vercel_kv=args.vercel_kv,
+            tools_prefix=args.tools_prefix,
+            allowed_scopes=args.allowed_scopes,
+            default_ttl=args.default_ttl,
+        )
+    except RememberError as exc:
+        sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")
+        return 1
+    try:
+        if plugin.store_type != "memory":
+            try:
+                # Fail at start, not on the first tool call: one read of the layout marker.
+                plugin.store.get(layout_marker_key(plugin.key_prefix))
+            except RememberError as exc:
+                message = exc.message
+                password = urlsplit(redis_url).password if redis_url else None
+                if password:
+                    message = message.replace(password, "***")
+                store = _store_description(args, redis_url)
+                sys.stderr.write(
+                    f"{PROG} serve: error: cannot reach the store ({store}): {message}\n"
+                )
+                return 1
+        if args.host not in _LOOPBACK_HOSTS and verifier is None:
+            sys.stderr.write(
+                f"{PROG} serve: warning: listening on {args.host} without --auth-tokens: anyone "
+                "who can reach this port can use the memory tools\n"
+            )
+        app = McpServer(plugin, token_verifier=verifier, path=args.path)
+        return run_server(
+            app, host=args.host, port=args.port, store=_store_description(args, redis_url)
+        )
+    finally:
+        plugin.close()
+
+
+def _describe(app: McpServer, store: str | None) -> list[str]:
+    keyring = app.plugin.keyring
+    secret = keyring.source if keyring is not None else "encryption disabled"
+    verifier = app.token_verifier
+    if isinstance(verifier, StaticTokenVerifier):
+        auth = f"bearer tokens for {len(verifier.principals)} principal(s)"
+    elif verifier is not None:
+        auth = "bearer tokens"
+    else:
+        auth = "none (anonymous callers)"
+    scopes = app.plugin.tools_options.get("allowed_scopes") or []
+    tools = ", ".join(d["name"] for d in app.tool_definitions()) or "none"
+    return [
+        f"store: {store or app.plugin.store_type} | secret: {secret} | auth: {auth}",
+        f"tools: {tools}"
+        + (
+            f"; allowed scopes: {', '.join(scopes)}"
+            if app.plugin.tools_options.get("enabled")
+            else ""
+        ),
+    ]
+
+
+def run_server(
+    app: McpServer | WSGIApp,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    store: str | None = None,
+) -> int:
+    """Serve *app* on the threaded keep-alive server until Ctrl-C or SIGTERM.
+
+    Use it to run an :class:`McpServer` carrying your own tools::
+
+        if __name__ == "__main__":
+            sys.exit(run_server(server, port=8765))
+
+    Prints one line saying where it listens (and, for an :class:`McpServer`,
+    which store, secret source and auth it uses -- never a secret).  On a
+    loopback host, an :class:`McpServer` without ``allowed_hosts`` only
+    accepts loopback ``Host`` headers (a DNS-rebinding guard).
+    """
+    try:
+        httpd = make_server(host, port, app)
+    except OSError as exc:
+        sys.stderr.write(f"{PROG} serve: error: cannot listen on {host}:{port}: {exc.strerror}\n")
+        return 1
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    # Installed before the startup line: whoever waits for that line may signal at once.
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        path = DEFAULT_PATH
+        lines: list[str] = []
+        if isinstance(app, McpServer):
+            path = app.path or "/"
+            if app.allowed_hosts is None:
+                # Known only after binding: port 0 picks a free port.
+                app.allowed_hosts = _frozen(_allowed_hosts(host, httpd.server_port))
+            lines = _describe(app, store)
+        url = f"http://{_url_host(host)}:{httpd.server_port}{path}"
+        # One line says it all (where, which store, which secret source); then the tools.
+        head = " | ".join([f"MCP server listening on {url}", *lines[:1]])
+        sys.stdout.write(
+            "".join(f"{PROG}: {line}\n" for line in [head, *lines[1:], "Press Ctrl-C to stop."])
+        )
+        sys.stdout.flush()
+        return _serve_until_stopped(httpd, stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        httpd.server_close()
+
+
+def _frozen(hosts: list[str] | None) -> frozenset[str] | None:
+    return None if hosts is None else frozenset(hosts)
+
+
+def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: threading.Event) -> int:
+    worker = threading.Thread(
+        target=httpd.serve_forever,
+        kwargs={"poll_interval": 0.1},
+        name="remember-sync-serve",
+        daemon=True,
+    )
+    worker.start()
+    code = 0
+    try:
+        while not stop.wait(0.5):
+            if not worker.is_alive():  # pragma: no cover - serve_forever died
+                sys.stderr.write(f"{PROG} serve: the server loop stopped unexpectedly\n")
+                code = 1
+                break
+    except KeyboardInterrupt:  # pragma: no cover - the signal handler normally catches it
+        pass
+    finally:
+        httpd.shutdown()
+        worker.join(timeout=5)
+    sys.stdout.write(f"{PROG}: stopped\n")
+    sys.stdout.flush()
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m remember_sync.mcp.serve [options]`` (the same as ``remember-sync serve``)."""
+    args = build_parser().parse_args(argv)
+    return run_serve(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

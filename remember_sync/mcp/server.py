@@ -1,0 +1,819 @@
+"""An MCP server as a WSGI application: Streamable HTTP with JSON responses.
+
+:class:`McpServer` hosts the plugin's memory tools (when ``tools.enabled``)
+and your own tools (see :mod:`remember_sync.mcp.authoring`).  Every reply is
+one ``application/json`` body: no SSE stream is ever opened, so ``GET``
+answers ``405``.
+
+Two protocol eras are served on the same endpoint, chosen as the official SDK
+chooses them, by the ``MCP-Protocol-Version`` header:
+
+* absent or a handshake revision (``2024-11-05`` .. ``2025-11-25``): the
+  ``initialize`` handshake.  ``initialize`` issues an ``Mcp-Session-Id``
+  signed with the master secret and bound to the caller's principal
+  (:class:`~remember_sync.sessions.SessionSigner`); nothing is stored, so any
+  worker sharing the secret verifies it.  A request carrying an id the server
+  did not issue -- or issued to another principal, or ended with ``DELETE`` --
+  gets ``404`` and never binds a session.  A request without the header is
+  served without a session.
+* anything else (``2026-07-28``): no handshake and no sessions; every request
+  carries its protocol version, client info and capabilities in
+  ``params._meta`` and repeats the version, method and tool name in the
+  ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` headers, which
+  must agree with the body.  ``server/discover`` replaces ``initialize``.
+  ``session`` scope falls back to the signed-in principal.
+
+The caller's principal comes from the optional bearer-token verifier
+(:mod:`remember_sync.mcp.auth`); without one every caller is anonymous.  For
+each tool call the identity ``(verified session, principal, tool name)`` is
+bound with :func:`remember_sync.identity` and reset afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from ..errors import RememberConfigurationError
+from ..identity import identity as bind_identity
+from ..plugin import RememberPlugin
+from ..secret_source import resolve_keyring
+from ..sessions import SessionSigner
+from ..tools import memory_tools
+from ..types import SCOPES, Identity
+from .auth import StaticTokenVerifier, TokenVerifier
+from .authoring import ToolContext, ToolFunction, UserTool
+from .protocol import (
+    CLIENT_CAPABILITIES_META_KEY,
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    LATEST_HANDSHAKE_VERSION,
+    METHOD_NOT_FOUND,
+    MODERN_PROTOCOL_VERSIONS,
+    PARSE_ERROR,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    JsonRpcError,
+    decode_header_value,
+    error_body,
+    is_request_id,
+    modern_error_status,
+    params_of,
+)
+
+__all__ = ["DEFAULT_PATH", "McpServer", "create_app", "plugin_from_options"]
+
+log = logging.getLogger("remember_sync.mcp")
+
+DEFAULT_PATH = "/mcp"
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+_STATUS_TEXT = {
+    200: "200 OK",
+    202: "202 Accepted",
+    204: "204 No Content",
+    400: "400 Bad Request",
+    401: "401 Unauthorized",
+    403: "403 Forbidden",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    406: "406 Not Acceptable",
+    411: "411 Length Required",
+    413: "413 Content Too Large",
+    415: "415 Unsupported Media Type",
+    500: "500 Internal Server Error",
+}
+_REVOKED_MAX = 100_000
+
+StartResponse = Callable[..., Any]
+_ToolClass = TypeVar("_ToolClass", bound=type[ToolContext])
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("remember-sync")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0.0.0"
+
+
+@dataclass
+class _Response:
+    status: int
+    body: bytes = b""
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def json(cls, status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()) -> _Response:
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return cls(status, body, [("Content-Type", "application/json"), *headers])
+
+    @classmethod
+    def error(
+        cls,
+        status: int,
+        message: str,
+        *,
+        code: int = INVALID_REQUEST,
+        request_id: Any = None,
+        data: Any = None,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> _Response:
+        return cls.json(status, error_body(request_id, code, message, data), headers)
+
+
+@dataclass
+class _Call:
+    """One JSON-RPC request being served."""
+
+    request_id: Any
+    method: str
+    params: dict[str, Any]
+    identity: Identity
+    modern: bool
+
+
+class McpServer:
+    """A WSGI application serving MCP (Streamable HTTP, JSON responses).
+
+    :param plugin: the :class:`~remember_sync.RememberPlugin` whose memory the
+        tools use; its memory tools are listed when ``tools.enabled``.
+    :param name: the server name clients see.
+    :param version: the server version clients see (default: this package's).
+    :param token_verifier: ``token -> principal | None`` (see
+        :mod:`remember_sync.mcp.auth`).  Given, every request needs a valid
+        ``Authorization: Bearer`` token (else ``401``); omitted, every caller
+        is anonymous.
+    :param session_signer: signs and verifies ``Mcp-Session-Id`` values
+        (default: a :class:`~remember_sync.sessions.SessionSigner` over the
+        plugin's master secrets, or over :func:`~remember_sync.secret_source.resolve_keyring`
+        when encryption is disabled).
+    :param max_body_bytes: larger request bodies get ``413``.
+    :param instructions: optional guidance for the model, sent at connect.
+    :param path: the endpoint path (``None``: every path).
+    :param allowed_hosts: when given, the ``Host`` header must be one of these
+        (``host`` or ``host:port``); a DNS-rebinding guard for local servers.
+    :param allowed_origins: browser origins (``scheme://host[:port]``) allowed
+        besides loopback ones; a request with any other ``Origin`` gets ``403``.
+    :param owns_plugin: close the plugin in :meth:`close` (``create_app`` does).
+    """
+
+    def __init__(
+        self,
+        plugin: RememberPlugin,
+        *,
+        name: str = "remember-sync",
+        version: str | None = None,
+        token_verifier: TokenVerifier | None = None,
+        session_signer: SessionSigner | None = None,
+        max_body_bytes: int = 1_000_000,
+        instructions: str | None = None,
+        path: str | None = DEFAULT_PATH,
+        allowed_hosts: Sequence[str] | None = None,
+        allowed_origins: Sequence[str] = (),
+        owns_plugin: bool = False,
+    ) -> None:
+        if not isinstance(plugin, RememberPlugin):
+            raise TypeError(f"plugin must be a RememberPlugin; got {type(plugin).__name__}")
+        if (
+            isinstance(max_body_bytes, bool)
+            or not isinstance(max_body_bytes, int)
+            or max_body_bytes < 1
+        ):
+            raise ValueError(f"max_body_bytes must be a positive int; got {max_body_bytes!r}")
+        if token_verifier is not None and not callable(token_verifier):
+            raise TypeError("token_verifier must be a callable: token -> principal | None")
+        self.plugin = plugin
+        self.name = name
+        self.version = version if version is not None else _package_version()
+        self.token_verifier = token_verifier
+        if session_signer is None:
+            keyring = plugin.keyring if plugin.keyring is not None else resolve_keyring()
+            session_signer = SessionSigner(keyring)
+        self.session_signer = session_signer
+        self.max_body_bytes = max_body_bytes
+        self.instructions = instructions
+        self.path = path
+        self.allowed_hosts = (
+            None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
+        )
+        self.allowed_origins = frozenset(o.rstrip("/").lower() for o in allowed_origins)
+        self._owns_plugin = owns_plugin
+        self._user_tools: dict[str, UserTool] = {}
+        self._listing: list[dict[str, Any]] | None = None
+        self._lock = threading.Lock()
+        # Ended sessions (DELETE): ids map to when their signature expires anyway.
+        self._revoked: OrderedDict[str, int] = OrderedDict()
+
+    def __repr__(self) -> str:
+        auth = "bearer" if self.token_verifier is not None else "anonymous"
+        return f"McpServer(name={self.name!r}, plugin={self.plugin!r}, auth={auth})"
+
+    def close(self) -> None:
+        """Close the plugin when this server created it (``create_app``)."""
+        if self._owns_plugin:
+            self.plugin.close()
+
+    # -- tool authoring -----------------------------------------------------------------
+
+    def tool(
+        self,
+        *,
+        name: str,
+        description: str,
+        input_schema: Mapping[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        annotations: Mapping[str, Any] | None = None,
+        title: str | None = None,
+    ) -> Callable[[ToolFunction], ToolFunction]:
+        """Register a function tool: ``fn(input: dict, ctx: ToolContext) -> result``.
+
+        ``ctx.remember`` is the caller's accessor with ``tool_name=name``.
+        """
+
+        def decorator(function: ToolFunction) -> ToolFunction:
+            self._register(
+                UserTool(
+                    name=name,
+                    description=description,
+                    input_schema=input_schema,
+                    output_schema=output_schema,
+                    annotations=annotations,
+                    title=title,
+                    function=function,
+                )
+            )
+            return function
+
+        return decorator
+
+    def add_tool(self, tool_class: _ToolClass) -> _ToolClass:
+        """Register a :class:`ToolContext` subclass (usable as a class decorator)."""
+        if not (isinstance(tool_class, type) and issubclass(tool_class, ToolContext)):
+            raise TypeError("add_tool takes a ToolContext subclass")
+        if tool_class.execute is ToolContext.execute:
+            raise TypeError(f"{tool_class.__name__} must implement execute(self, input)")
+        self._register(
+            UserTool(
+                name=tool_class.name,
+                description=tool_class.description,
+                input_schema=tool_class.input_schema,
+                output_schema=tool_class.output_schema,
+                annotations=tool_class.annotations,
+                title=tool_class.title,
+                cls=tool_class,
+            )
+        )
+        return tool_class
+
+    def _register(self, tool: UserTool) -> None:
+        with self._lock:
+            memory = memory_tools(self.plugin) if self._memory_enabled else None
+            if memory is not None and memory.handles(tool.name):
+                raise ValueError(f"tool name {tool.name!r} is taken by a memory tool")
+            if tool.name in self._user_tools:
+                raise ValueError(f"a tool named {tool.name!r} is already registered")
+            self._user_tools[tool.name] = tool
+            self._listing = None
+
+    @property
+    def _memory_enabled(self) -> bool:
+        return bool(self.plugin.tools_options.get("enabled"))
+
+    def tool_definitions(self) -> list[dict[str, Any]]:
+        """Every tool this server lists: the memory tools, then the user's."""
+        listing = self._listing
+        if listing is None:
+            listing = self.plugin.tool_definitions() + [
+                t.definition() for t in self._user_tools.values()
+            ]
+            self._listing = listing
+        return listing
+
+    def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        who: Identity,
+        meta: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Run tool *name* for caller *who*; a ``CallToolResult`` dict.
+
+        :raises JsonRpcError: ``-32602`` when no such tool exists.
+        """
+        if self._memory_enabled and memory_tools(self.plugin).handles(name):
+            return self.plugin.call_tool(name, arguments, identity=who)
+        tool = self._user_tools.get(name)
+        if tool is None:
+            raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {name}")
+        running = who.with_tool(name)
+        with bind_identity(bound=running):
+            return tool.run(
+                arguments,
+                remember=self.plugin.accessor(running),
+                identity=running,
+                meta=meta or {},
+            )
+
+    # -- WSGI ---------------------------------------------------------------------------
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        try:
+            response = self._handle(environ)
+        except Exception:  # noqa: BLE001 - the WSGI boundary: never a traceback on the wire
+            log.exception("remember-sync MCP: request failed")
+            response = _Response.error(500, "Internal server error", code=INTERNAL_ERROR)
+        headers = list(response.headers)
+        if response.status != 204:  # RFC 9110: a 204 carries no Content-Length
+            headers.append(("Content-Length", str(len(response.body))))
+        start_response(_STATUS_TEXT.get(response.status, f"{response.status} Error"), headers)
+        return [response.body] if response.body else []
+
+    def _handle(self, environ: Mapping[str, Any]) -> _Response:
+        if self.path is not None and environ.get("PATH_INFO", "") not in (
+            self.path,
+            self.path + "/",
+        ):
+            return _Response.error(404, f"Not found: the MCP endpoint is {self.path}")
+        refused = self._check_host_and_origin(environ)
+        if refused is not None:
+            return refused
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method not in ("POST", "DELETE"):
+            return _Response.error(
+                405,
+                "Method not allowed: this server answers every request in its POST response "
+                "and opens no SSE stream",
+                headers=[("Allow", "POST, DELETE")],
+            )
+        principal = self._authenticate(environ)
+        if isinstance(principal, _Response):
+            return principal
+        if method == "DELETE":
+            return self._delete(environ, principal)
+        return self._post(environ, principal)
+
+    # -- HTTP-level checks --------------------------------------------------------------
+
+    def _check_host_and_origin(self, environ: Mapping[str, Any]) -> _Response | None:
+        if self.allowed_hosts is not None:
+            host = str(environ.get("HTTP_HOST", "")).lower()
+            if host not in self.allowed_hosts:
+                return _Response.error(403, f"Forbidden: unexpected Host header {host!r}")
+        origin = environ.get("HTTP_ORIGIN")
+        if origin:
+            normalised = str(origin).rstrip("/").lower()
+            hostname = urlsplit(normalised).hostname
+            if normalised not in self.allowed_origins and hostname not in _LOOPBACK:
+                return _Response.error(403, f"Forbidden: origin {origin!r} is not allowed")
+        return None
+
+    def _authenticate(self, environ: Mapping[str, Any]) -> str | None | _Response:
+        if self.token_verifier is None:
+            return None
+        header = str(environ.get("HTTP_AUTHORIZATION", ""))
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return self._unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+        try:
+            principal = self.token_verifier(token)
+        except Exception:  # noqa: BLE001 - a failing verifier refuses, it never lets in
+            log.warning("remember-sync MCP: the token verifier raised", exc_info=True)
+            principal = None
+        if not isinstance(principal, str) or not principal:
+            return self._unauthorized("the bearer token is not valid", invalid=True)
+        return principal
+
+    @staticmethod
+    def _unauthorized(message: str, *, invalid: bool = False) -> _Response:
+        challenge = 'Bearer realm="remember-sync"'
+        if invalid:
+            challenge += ', error="invalid_token"'
+        return _Response.error(
+            401, f"Unauthorized: {message}", headers=[("WWW-Authenticate", challenge)]
+        )
+
+    def _read_body(self, environ: Mapping[str, Any]) -> bytes | _Response:
+        stream = environ["wsgi.input"]
+        limit = self.max_body_bytes
+        length_text = str(environ.get("CONTENT_LENGTH") or "").strip()
+        if length_text:
+            try:
+                length = int(length_text)
+                if length < 0:
+                    raise ValueError(length_text)
+            except ValueError:
+                return _Response.error(400, f"Bad Content-Length {length_text!r}")
+            if length > limit:
+                return self._too_large(length)
+            body: bytes = stream.read(length)
+            return body
+        if environ.get("wsgi.input_terminated"):
+            body = stream.read(limit + 1)
+            if len(body) > limit:
+                return self._too_large(None)
+            return body
+        return _Response.error(411, "Length required: send a Content-Length header")
+
+    def _too_large(self, length: int | None) -> _Response:
+        size = f"{length} bytes" if length is not None else "larger than that"
+        return _Response.error(
+            413,
+            f"Request body too large: {size}; this server accepts at most "
+            f"{self.max_body_bytes} bytes",
+        )
+
+    @staticmethod
+    def _check_media_types(environ: Mapping[str, Any]) -> _Response | None:
+        accept = str(environ.get("HTTP_ACCEPT") or "").strip()
+        if accept:
+            kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+            if not kinds & {"application/json", "application/*", "*/*"}:
+                return _Response.error(
+                    406, "Not acceptable: this server replies with application/json; accept it"
+                )
+        content_type = str(environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            return _Response.error(
+                415, "Unsupported media type: send the JSON-RPC message as application/json"
+            )
+        return None
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def _verified_session(self, session_id: str, principal: str | None) -> bool:
+        if session_id in self._revoked:
+            return False
+        return self.session_signer.verify(session_id, principal)
+
+    def _delete(self, environ: Mapping[str, Any], principal: str | None) -> _Response:
+        session_id = environ.get("HTTP_MCP_SESSION_ID")
+        if not session_id:
+            return _Response.error(400, "Bad request: DELETE needs the Mcp-Session-Id to end")
+        if not self._verified_session(session_id, principal):
+            return _Response.error(404, "Session not found")
+        max_age = self.session_signer.max_age_ms
+        expires = time.time_ns() // 1_000_000 + (
+            max_age if max_age is not None else 365 * 86_400_000
+        )
+        with self._lock:
+            # In-process: a session ended here is refused by this process.  Its memory
+            # stays until the entries' own TTLs; other workers learn nothing (stateless ids).
+            self._revoked[session_id] = expires
+            now = time.time_ns() // 1_000_000
+            while self._revoked and (
+                len(self._revoked) > _REVOKED_MAX or next(iter(self._revoked.values())) < now
+            ):
+                self._revoked.popitem(last=False)
+        return _Response(204)
+
+    # -- POST: one JSON-RPC message ------------------------------------------------------
+
+    def _post(self, environ: Mapping[str, Any], principal: str | None) -> _Response:
+        refused = self._check_media_types(environ)
+        if refused is not None:
+            return refused
+        body = self._read_body(environ)
+        if isinstance(body, _Response):
+            return body
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError):
+            return _Response.error(400, "Parse error: the body is not valid JSON", code=PARSE_ERROR)
+        version = environ.get("HTTP_MCP_PROTOCOL_VERSION")
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return self._modern(message, environ, principal)
+        return self._legacy(message, environ, principal)
+
+    def _legacy(self, message: Any, environ: Mapping[str, Any], principal: str | None) -> _Response:
+        if not isinstance(message, dict):
+            return _Response.error(
+                400,
+                "Invalid request: the body must be one JSON-RPC object (batches are not supported)",
+            )
+        request_id = message.get("id") if is_request_id(message.get("id")) else None
+        session_id = environ.get("HTTP_MCP_SESSION_ID")
+        if session_id is not None and not self._verified_session(session_id, principal):
+            # Never bind (or even look at) a session this server did not issue to this caller.
+            return _Response.error(404, "Session not found", request_id=request_id)
+        if "method" not in message:
+            if "id" in message and ("result" in message or "error" in message):
+                return _Response(202)  # a reply to a server request; we never send any
+            return _Response.error(400, "Invalid request: no method")
+        if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+            return _Response.error(400, "Invalid request: not a JSON-RPC 2.0 message")
+        if "id" not in message:
+            return _Response(202)  # notifications/initialized, cancelled, ...: nothing to do
+        if request_id is None:
+            return _Response.error(400, "Invalid request: id must be a string or an integer")
+        call = _Call(
+            request_id=request_id,
+            method=message["method"],
+            params={},
+            identity=Identity(session_id=session_id, user_id=principal),
+            modern=False,
+        )
+        headers: list[tuple[str, str]] = []
+        try:
+            call.params = params_of(message)
+            if call.method == "initialize":
+                result = self._initialize(call, principal, headers)
+            elif call.method == "ping":
+                result = {}
+            else:
+                result = self._dispatch(call)
+        except JsonRpcError as exc:
+            return _Response.error(
+                200, exc.message, code=exc.code, request_id=request_id, data=exc.data
+            )
+        return _Response.json(200, {"jsonrpc": "2.0", "id": request_id, "result": result}, headers)
+
+    def _initialize(
+        self, call: _Call, principal: str | None, headers: list[tuple[str, str]]
+    ) -> dict[str, Any]:
+        requested = call.params.get("protocolVersion")
+        if not isinstance(requested, str):
+            raise JsonRpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
+        negotiated = (
+            requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
+        )
+        headers.append(("Mcp-Session-Id", self.session_signer.issue(principal)))
+        result: dict[str, Any] = {
+            "protocolVersion": negotiated,
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": {"name": self.name, "version": self.version},
+        }
+        if self.instructions:
+            result["instructions"] = self.instructions
+        return result
+
+    def _modern(self, message: Any, environ: Mapping[str, Any], principal: str | None) -> _Response:
+        version_header = environ.get("HTTP_MCP_PROTOCOL_VERSION")
+        if not isinstance(message, dict):
+            return self._modern_error(
+                None,
+                INVALID_REQUEST,
+                "Body must be a single JSON-RPC request or notification object",
+            )
+        if "id" not in message:
+            if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+                return self._modern_error(
+                    None,
+                    INVALID_REQUEST,
+                    "Body must be a single JSON-RPC request or notification object",
+                )
+            if version_header not in MODERN_PROTOCOL_VERSIONS:
+                return self._unsupported_version(None, str(version_header))
+            return _Response(202)  # 2026-07-28 defines no client notifications: accept, drop
+        request_id = message.get("id")
+        if (
+            message.get("jsonrpc") != "2.0"
+            or not is_request_id(request_id)
+            or not isinstance(message.get("method"), str)
+            or not isinstance(message.get("params", {}), dict)
+        ):
+            return self._modern_error(
+                None,
+                INVALID_REQUEST,
+                "Body must be a single JSON-RPC request or notification object",
+            )
+        method: str = message["method"]
+        params: dict[str, Any] = message.get("params") or {}
+        rejection = self._ladder(method, params, environ)
+        if rejection is not None:
+            return self._modern_error(request_id, *rejection)
+        call = _Call(request_id, method, params, Identity(user_id=principal), modern=True)
+        try:
+            if method == "server/discover":
+                result = self._discover()
+            else:
+                result = self._dispatch(call)
+        except JsonRpcError as exc:
+            return self._modern_error(request_id, exc.code, exc.message, exc.data)
+        result.setdefault("resultType", "complete")
+        meta = result.get("_meta")
+        result["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: self._server_info()}
+        return _Response.json(200, {"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def _ladder(
+        self, method: str, params: Mapping[str, Any], environ: Mapping[str, Any]
+    ) -> tuple[int, str, Any] | None:
+        """The 2026-07-28 envelope checks, in the SDK's order; the first failure or None."""
+        meta = params.get("_meta")
+        if not isinstance(meta, dict):
+            return (
+                INVALID_PARAMS,
+                "params._meta must be an object carrying the required "
+                f"{PROTOCOL_VERSION_META_KEY!r} and {CLIENT_CAPABILITIES_META_KEY!r} envelope keys",
+                None,
+            )
+        missing = [
+            k for k in (PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY) if k not in meta
+        ]
+        if missing:
+            return (
+                INVALID_PARAMS,
+                f"params._meta is missing the required envelope key(s): {', '.join(missing)}",
+                None,
+            )
+        version = meta[PROTOCOL_VERSION_META_KEY]
+        if environ.get("HTTP_MCP_PROTOCOL_VERSION") != version:
+            return (
+                HEADER_MISMATCH,
+                "mcp-protocol-version header does not match the request envelope's protocol "
+                "version",
+                None,
+            )
+        if environ.get("HTTP_MCP_METHOD") != method:
+            return (
+                HEADER_MISMATCH,
+                "mcp-method header does not match the request body's method",
+                None,
+            )
+        if method == "tools/call" and params.get("name") is not None:
+            if decode_header_value(environ.get("HTTP_MCP_NAME")) != params.get("name"):
+                return (
+                    HEADER_MISMATCH,
+                    "mcp-name header does not match the request body's 'name' parameter",
+                    None,
+                )
+        if not isinstance(version, str):
+            return (INVALID_PARAMS, "the protocol-version envelope value must be a string", None)
+        if version not in MODERN_PROTOCOL_VERSIONS:
+            return self._unsupported_data(version)
+        return None
+
+    @staticmethod
+    def _unsupported_data(requested: str) -> tuple[int, str, Any]:
+        return (
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+            {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": requested},
+        )
+
+    def _unsupported_version(self, request_id: Any, requested: str) -> _Response:
+        return self._modern_error(request_id, *self._unsupported_data(requested))
+
+    @staticmethod
+    def _modern_error(request_id: Any, code: int, message: str, data: Any = None) -> _Response:
+        return _Response.json(
+            modern_error_status(code), error_body(request_id, code, message, data)
+        )
+
+    def _server_info(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version}
+
+    def _discover(self) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "supportedVersions": list(MODERN_PROTOCOL_VERSIONS),
+            "capabilities": {"tools": {"listChanged": False}},
+            "resultType": "complete",
+            # The answer is the same for every caller and changes only on a restart.
+            "ttlMs": 0,
+            "cacheScope": "public",
+        }
+        if self.instructions:
+            result["instructions"] = self.instructions
+        return result
+
+    # -- methods shared by both eras ----------------------------------------------------
+
+    def _dispatch(self, call: _Call) -> dict[str, Any]:
+        if call.method == "tools/list":
+            if call.params.get("cursor") is not None:
+                raise JsonRpcError(
+                    INVALID_PARAMS, "Invalid cursor: this server lists every tool at once"
+                )
+            result: dict[str, Any] = {"tools": self.tool_definitions()}
+            if call.modern:
+                result.update(ttlMs=0, cacheScope="public")
+            return result
+        if call.method == "tools/call":
+            name = call.params.get("name")
+            if not isinstance(name, str) or not name:
+                raise JsonRpcError(INVALID_PARAMS, "tools/call needs params.name (a string)")
+            arguments = call.params.get("arguments")
+            if arguments is None:
+                arguments = {}
+            if not isinstance(arguments, dict):
+                raise JsonRpcError(INVALID_PARAMS, "tools/call params.arguments must be an object")
+            meta = call.params.get("_meta")
+            log.debug("tools/call %s (session=%s)", name, bool(call.identity.session_id))
+            return self.call_tool(
+                name, arguments, call.identity, meta if isinstance(meta, dict) else None
+            )
+        raise JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {call.method}")
+
+
+# -- building a server from plain options ---------------------------------------------------
+
+
+def plugin_from_options(
+    *,
+    redis_url: str | None = None,
+    vercel_kv: bool = False,
+    tools_prefix: str = "",
+    allowed_scopes: Sequence[str] | None = None,
+    default_ttl: int = 0,
+    **extra: Any,
+) -> RememberPlugin:
+    """A plugin with the memory tools enabled: memory store, or Redis, or Vercel KV.
+
+    Extra keyword arguments go to :meth:`RememberPlugin.init`.
+    """
+    if redis_url and vercel_kv:
+        raise RememberConfigurationError("give either a Redis URL or Vercel KV, not both")
+    if not all(c.isalnum() or c in "_-." for c in tools_prefix):
+        raise RememberConfigurationError(
+            f"tools prefix {tools_prefix!r} may only use letters, digits, '_', '-' and '.' "
+            "(MCP tool names)"
+        )
+    scopes = list(allowed_scopes) if allowed_scopes else None
+    if scopes is not None:
+        bad = [s for s in scopes if s not in SCOPES]
+        if bad:
+            raise RememberConfigurationError(
+                f"unknown scope(s) {', '.join(bad)}; choose from {', '.join(SCOPES)}"
+            )
+    options: dict[str, Any] = {
+        "tools": {"enabled": True, "prefix": tools_prefix, "allowed_scopes": scopes},
+        "default_ttl": default_ttl,
+        **extra,
+    }
+    if redis_url:
+        options.update(type="redis", config={"url": redis_url})
+    elif vercel_kv:
+        options["type"] = "vercel-kv"
+    return RememberPlugin.init(**options)
+
+
+def _env_flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def create_app(
+    *,
+    plugin: RememberPlugin | None = None,
+    redis_url: str | None = None,
+    vercel_kv: bool | None = None,
+    tools_prefix: str | None = None,
+    allowed_scopes: Sequence[str] | None = None,
+    default_ttl: int | None = None,
+    auth_tokens: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    **server_options: Any,
+) -> McpServer:
+    """An :class:`McpServer` for a WSGI server: ``gunicorn 'remember_sync.mcp:create_app()'``.
+
+    Without *plugin*, builds one with the memory tools enabled from the
+    arguments, falling back to the environment: ``REMEMBER_REDIS_URL``,
+    ``REMEMBER_VERCEL_KV=1`` (with ``KV_REST_API_URL``/``KV_REST_API_TOKEN``),
+    ``REMEMBER_TOOLS_PREFIX``, ``REMEMBER_ALLOWED_SCOPES`` (comma-separated),
+    ``REMEMBER_DEFAULT_TTL`` and ``REMEMBER_AUTH_TOKENS`` (a token file, see
+    :mod:`remember_sync.mcp.auth`).  The master secret comes from
+    ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
+    :class:`McpServer`.
+    """
+    env = os.environ if environ is None else environ
+    tokens = auth_tokens if auth_tokens is not None else env.get("REMEMBER_AUTH_TOKENS") or None
+    if tokens is not None and "token_verifier" not in server_options:
+        server_options["token_verifier"] = StaticTokenVerifier.from_file(tokens)
+    owns = plugin is None
+    if plugin is None:
+        scopes_text = env.get("REMEMBER_ALLOWED_SCOPES", "")
+        ttl_text = env.get("REMEMBER_DEFAULT_TTL", "").strip()
+        if default_ttl is None and ttl_text:
+            try:
+                default_ttl = int(ttl_text)
+            except ValueError as exc:
+                raise RememberConfigurationError(
+                    f"REMEMBER_DEFAULT_TTL must be whole seconds; got {ttl_text!r}"
+                ) from exc
+        plugin = plugin_from_options(
+            redis_url=redis_url if redis_url is not None else env.get("REMEMBER_REDIS_URL") or None,
+            vercel_kv=vercel_kv
+            if vercel_kv is not None
+            else _env_flag(env.get("REMEMBER_VERCEL_KV")),
+            tools_prefix=tools_prefix
+            if tools_prefix is not None
+            else env.get("REMEMBER_TOOLS_PREFIX", ""),
+            allowed_scopes=allowed_scopes
+            if allowed_scopes is not None
+            else [s.strip() for s in scopes_text.split(",") if s.strip()] or None,
+            default_ttl=default_ttl or 0,
+            environ=env,
+        )
+    server_options.setdefault("owns_plugin", owns)
+    return McpServer(plugin, **server_options)

@@ -1,0 +1,166 @@
+"""Building the MCP server from plain options: token files, verifiers, ``create_app``."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remember_sync import Identity, RememberConfigurationError, RememberPlugin
+from remember_sync.mcp import McpServer, StaticTokenVerifier, create_app, load_token_file
+from tests.conftest import TEST_SECRET
+
+TOKEN_A, TOKEN_B = "a" * 20, "b" * 20
+
+
+def write(path: Path, text: str, mode: int = 0o600) -> Path:
+    path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
+    return path
+
+
+def test_token_file_lines(tmp_path: Path) -> None:
+    """`token principal` lines, with comments and blank lines skipped."""
+    path = write(tmp_path / "t", f"# comment\n\n{TOKEN_A} alice\n  {TOKEN_B}\tbob  \n")
+    assert load_token_file(path) == {TOKEN_A: "alice", TOKEN_B: "bob"}
+
+
+def test_token_file_json(tmp_path: Path) -> None:
+    """A JSON object token -> principal is accepted too."""
+    path = write(tmp_path / "t", json.dumps({TOKEN_A: "alice"}))
+    assert load_token_file(path) == {TOKEN_A: "alice"}
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "expected"),
+    [
+        (f"{TOKEN_A} alice\n", 0o644, "chmod 600"),
+        (f"{TOKEN_A} alice\n", 0o640, "mode 0640"),
+        (f"{TOKEN_A}\n", 0o600, "line 1: expected `<token> <principal>`"),
+        (f"{TOKEN_A} alice extra\n", 0o600, "two fields"),
+        (f"{TOKEN_A} alice\n{TOKEN_A} bob\n", 0o600, "line 2: repeats a token"),
+        ("{not json", 0o600, "not valid JSON"),
+        ('{"token": 5}', 0o600, "JSON object"),
+    ],
+)
+def test_bad_token_files_are_refused(tmp_path: Path, text: str, mode: int, expected: str) -> None:
+    """A token file others can read, or a malformed one, is a configuration error."""
+    path = write(tmp_path / "tokens", text, mode)
+    with pytest.raises(RememberConfigurationError, match=expected.replace("(", r"\(")):
+        load_token_file(path)
+
+
+def test_missing_token_file(tmp_path: Path) -> None:
+    """A missing file is a configuration error naming it."""
+    with pytest.raises(RememberConfigurationError, match="cannot read the auth tokens file"):
+        load_token_file(tmp_path / "nope")
+
+
+def test_static_verifier() -> None:
+    """Known tokens map to their principal; others to None; the repr shows no token."""
+    verifier = StaticTokenVerifier({TOKEN_A: "alice", TOKEN_B: "bob"})
+    assert (verifier(TOKEN_A), verifier(TOKEN_B), verifier("c" * 20)) == ("alice", "bob", None)
+    assert verifier.principals == ["alice", "bob"]
+    assert TOKEN_A not in repr(verifier)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        ({"short": "alice"}, "at least 16"),
+        ({TOKEN_A: "anon:123"}, "anon:"),
+        ({TOKEN_A: " "}, "non-empty"),
+        ({}, "empty"),
+    ],
+)
+def test_static_verifier_refuses_weak_tables(tokens: dict[str, str], expected: str) -> None:
+    """Short tokens, anonymous or empty principals and empty tables are refused."""
+    with pytest.raises(RememberConfigurationError, match=expected):
+        StaticTokenVerifier(tokens)
+
+
+def _post(app: McpServer, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+    data = json.dumps(body).encode()
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": app.path or "/", "CONTENT_LENGTH":
+               str(len(data)), "CONTENT_TYPE": "application/json", "wsgi.input": io.BytesIO(data)}
+    environ.update({"HTTP_" + k.upper().replace("-", "_"): v for k, v in (headers or {}).items()})
+    statuses: list[str] = []
+    out = b"".join(app(environ, lambda status, h: statuses.append(status)))
+    return statuses[0], json.loads(out) if out else None
+
+
+def test_create_app_reads_the_environment(tmp_path: Path) -> None:
+    """create_app() takes prefix, scopes, TTL and the token file from REMEMBER_* variables."""
+    tokens = write(tmp_path / "tokens", f"{TOKEN_A} alice\n")
+    environ = {
+        "REMEMBER_TOOLS_PREFIX": "mem_",
+        "REMEMBER_ALLOWED_SCOPES": "user, global",
+        "REMEMBER_DEFAULT_TTL": "60",
+        "REMEMBER_AUTH_TOKENS": str(tokens),
+        "REMEMBER_SECRET": TEST_SECRET,
+    }
+    app = create_app(environ=environ)
+    try:
+        assert [d["name"] for d in app.tool_definitions()][0] == "mem_remember_this"
+        assert app.plugin.tools_options["allowed_scopes"] == ["user", "global"]
+        assert app.plugin.core.default_ttl == 60
+        status, _ = _post(app, {"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert status.startswith("401")
+        status, reply = _post(
+            app,
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "mem_remember_this", "arguments": {"key": "k", "value": 1,
+                                                           "scope": "user"}}},
+            {"Authorization": f"Bearer {TOKEN_A}"},
+        )
+        assert status == "200 OK" and "expiresAt" in reply["result"]["structuredContent"]
+    finally:
+        app.close()
+
+
+def test_create_app_arguments_win_and_reach_the_server(make_plugin: Any) -> None:
+    """Keyword arguments override the environment; the rest configure McpServer."""
+    app = create_app(tools_prefix="x_", environ={"REMEMBER_TOOLS_PREFIX": "mem_"},
+                     max_body_bytes=10, path="/rpc")
+    try:
+        assert app.tool_definitions()[0]["name"] == "x_remember_this"
+        assert app.max_body_bytes == 10 and app.path == "/rpc"
+    finally:
+        app.close()
+    # A plugin passed in is not closed (closing would empty the memory store it owns).
+    with RememberPlugin.init(tools={"enabled": True}, encryption={"secrets": [TEST_SECRET]},
+                             skip_legacy_purge=True) as mine:
+        mine.accessor(Identity("s")).set("k", 1)
+        app = create_app(plugin=mine, environ={})
+        app.close()
+        assert mine.accessor(Identity("s")).get("k") == 1
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"REMEMBER_DEFAULT_TTL": "soon"}, "REMEMBER_DEFAULT_TTL"),
+        ({"REMEMBER_ALLOWED_SCOPES": "session,forever"}, "forever"),
+        ({"REMEMBER_TOOLS_PREFIX": "my prefix"}, "tools prefix"),
+        ({"REMEMBER_REDIS_URL": "redis://127.0.0.1:1", "REMEMBER_VERCEL_KV": "1"}, "not both"),
+    ],
+)
+def test_create_app_refuses_bad_settings(environ: dict[str, str], expected: str) -> None:
+    """Bad REMEMBER_* values are configuration errors naming the problem."""
+    with pytest.raises(RememberConfigurationError, match=expected):
+        create_app(environ={"REMEMBER_SECRET": TEST_SECRET, **environ})
+
+
+def test_mcp_server_checks_its_arguments(make_plugin: Any) -> None:
+    """McpServer refuses a non-plugin, a bad body limit and a non-callable verifier."""
+    plugin = make_plugin()
+    with pytest.raises(TypeError, match="RememberPlugin"):
+        McpServer(object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        McpServer(plugin, max_body_bytes=0)
+    with pytest.raises(TypeError, match="token_verifier"):
+        McpServer(plugin, token_verifier="secret")  # type: ignore[arg-type]
+    assert "anonymous" in repr(McpServer(plugin))

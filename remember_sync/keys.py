@@ -134,11 +134,18 @@ def glob_escape(text: str) -> str:
 
 
 def _user_pattern_to_glob(pattern: str) -> str:
-    return "".join(c if c in "*?" else glob_escape(c) for c in pattern)
+    # Redis matches `?` against one *byte*, not one character, so a server-side `?`
+    # would miss non-ASCII keys.  Send `*` instead; callers filter exactly with
+    # match_user_pattern afterwards.
+    return "".join("*" if c in "*?" else glob_escape(c) for c in pattern)
 
 
 def scope_glob(prefix: str, ns: Namespace, pattern: str) -> str:
-    """A Redis glob over full keys: the escaped scope prefix + the user's ``*``/``?`` pattern."""
+    """A Redis glob over full keys: the escaped scope prefix + the user's pattern.
+
+    The glob is a superset (``?`` is widened to ``*``): filter its results with
+    :func:`match_user_pattern`.
+    """
     return glob_escape(scope_prefix(prefix, ns)) + _user_pattern_to_glob(pattern)
 
 

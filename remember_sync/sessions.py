@@ -10,6 +10,7 @@ constant-time.  Nothing is stored: any instance sharing the secret verifies.
 
 from __future__ import annotations
 
+import hmac
 import secrets as _random
 import time
 
@@ -65,6 +66,11 @@ class SessionSigner:
             mac = b64url_decode(mac_text)
             issued_ms = int(issued, 16)
         except ValueError:
+            return False
+        # One spelling per id: base64 ignores the spare low bits of the last character
+        # and padding, so a re-spelled id would verify yet name another session.  The
+        # caller's own text is compared with its canonical form: nothing secret leaks.
+        if not hmac.compare_digest(b64url_encode(mac), mac_text):
             return False
         if not self._keyring.verify_hmac(self._message(nonce, issued, principal), mac):
             return False

@@ -379,7 +379,7 @@ class VercelKVStore:
             remaining = deadline - time.monotonic()
             try:
                 if remaining <= 0:
-                    raise _AttemptFailed(f"no answer within {self._timeout:g} s", retryable=False)
+                    raise self._failed(f"no answer within {self._timeout:g} s", retryable=False)
                 return self._attempt(name, body, remaining, idempotent=idempotent)
             except _AttemptFailed as failure:
                 delay = min(self._backoff * 2 ** (attempt - 1), _MAX_BACKOFF)
@@ -419,13 +419,13 @@ class VercelKVStore:
             _redact_request(exc)
             never_sent = _never_sent(exc)
             what = "could not connect" if never_sent else "no answer"
-            raise _AttemptFailed(
+            raise self._failed(
                 f"{what} within {timeout:.3g} s ({type(exc).__name__})",
                 retryable=idempotent or never_sent,
             ) from exc
         except requests.RequestException as exc:
             _redact_request(exc)
-            raise _AttemptFailed(
+            raise self._failed(
                 f"{type(exc).__name__}: {exc}", retryable=idempotent or _never_sent(exc)
             ) from exc
 
@@ -447,14 +447,14 @@ class VercelKVStore:
             message = f"HTTP {status} with a body that is not JSON: {snippet!r}"
             if status == 200 or status >= 500:
                 # A broken reply or a failing proxy: the command may or may not have run.
-                raise _AttemptFailed(message, retryable=idempotent) from exc
+                raise self._failed(message, retryable=idempotent) from exc
             # Any other status without JSON is not the REST API talking (wrong URL?).
             raise RememberStoreError(
                 self._scrub(f"Vercel KV {name} at {self._host}: {message}; check {URL_VARIABLE}")
             ) from None
         error = payload.get("error") if isinstance(payload, dict) else None
         if status >= 500:
-            raise _AttemptFailed(
+            raise self._failed(
                 f"HTTP {status}: {error or 'server error'}", retryable=idempotent
             )
         if status != 200 or error is not None:
@@ -462,10 +462,14 @@ class VercelKVStore:
                 self._scrub(f"Vercel KV {name} at {self._host}: {error or f'HTTP {status}'}")
             )
         if not isinstance(payload, dict) or "result" not in payload:
-            raise _AttemptFailed(
+            raise self._failed(
                 f"HTTP {status} with an unexpected body shape", retryable=idempotent
             )
         return payload["result"]
+
+    def _failed(self, message: str, *, retryable: bool) -> _AttemptFailed:
+        """An attempt failure whose text is scrubbed (it may become a chained context)."""
+        return _AttemptFailed(self._scrub(message), retryable=retryable)
 
     def _scrub(self, text: str) -> str:
         """Never let the token into a message, however a server or driver echoed it."""

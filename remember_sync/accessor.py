@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import EntryCodec, check_json_value, entry_to_json
+from .codec import EntryCodec, check_json_value, entry_json, entry_to_json
 from .errors import (
     RememberDecryptionError,
     RememberIdentityError,
@@ -28,18 +28,33 @@ from .errors import (
     RememberStoreError,
 )
 from .identity import current_identity, resolve_namespace
-from .keys import check_key, check_pattern, match_user_pattern, scope_glob, scope_prefix, storage_key
+from .keys import (
+    MAX_KEY_BYTES,
+    check_key,
+    check_pattern,
+    match_user_pattern,
+    scope_glob,
+    scope_prefix,
+)
 from .stores.base import Store
 from .types import Identity, Namespace, RememberEntry, Scope, check_brand, check_scope
 
-__all__ = ["DEFAULT_MAX_VALUE_BYTES", "AccessorCore", "RememberAccessor"]
+__all__ = ["DEFAULT_MAX_VALUE_BYTES", "MAX_TTL_SECONDS", "AccessorCore", "RememberAccessor"]
 
 log = logging.getLogger("remember_sync")
 
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
 _SENTINEL: Any = object()
 _CAS_ATTEMPTS = 1000
+#: The longest TTL accepted: 100 years, in seconds.
+MAX_TTL_SECONDS = 100 * 365 * 86_400
 _BATCH = 500
+#: Resolved (identity, scope) pairs kept per plugin; the cache is emptied when full.
+_NAMESPACE_CACHE = 4096
+
+#: An entry as the tuple of :func:`~remember_sync.codec.entry_fields`:
+#: (value, brand, created_at, updated_at, expires_at, metadata).
+_Fields = tuple[Any, str | None, int, int, int | None, dict[str, Any] | None]
 
 
 def wall_clock_ms() -> int:
@@ -48,9 +63,15 @@ def wall_clock_ms() -> int:
 
 
 def check_ttl(ttl: object, name: str = "ttl") -> int:
-    """A TTL is a whole number of seconds > 0 (``bool`` and ``float`` refused)."""
-    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
-        raise RememberInputError(f"{name} must be a positive int of seconds; got {ttl!r}")
+    """A TTL is a whole number of seconds, 1 .. 100 years (``bool`` and ``float`` refused).
+
+    The ceiling keeps every deadline representable by every store (Redis refuses
+    a ``PX`` that overflows), so an absurd TTL is bad input, not a store outage.
+    """
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_TTL_SECONDS:
+        raise RememberInputError(
+            f"{name} must be an int of seconds from 1 to {MAX_TTL_SECONDS}; got {ttl!r}"
+        )
     return ttl
 
 
@@ -99,6 +120,39 @@ class AccessorCore:
         self._stats = _Stats()
         self._warned: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
+        # (scope, session_id, user_id, tool_name) -> (namespace, storage-key head).
+        # Resolving the scope rules and percent-encoding the identity is pure, and
+        # costs more than a dict lookup on every call.
+        self._namespaces: dict[tuple[object, ...], tuple[Namespace, str]] = {}
+
+    def namespace(self, ident: Identity, scope: object) -> tuple[Namespace, str]:
+        """The namespace of *scope* for *ident*, and its storage-key head (cached).
+
+        :raises ValueError: for an unknown scope.
+        :raises RememberIdentityError: when the scope needs an identity *ident* lacks.
+        """
+        # Keyed by plain strings, not the Identity: their hashes are cached C-level
+        # ones, where a dataclass __hash__ is a Python call on every operation.
+        if type(scope) is str:
+            try:
+                found = self._namespaces.get(
+                    (scope, ident.session_id, ident.user_id, ident.tool_name)
+                )
+            except TypeError:  # identity parts that are not even hashable: no caching
+                found = None
+            if found is not None:
+                return found  # only valid scopes and identities are ever cached
+        checked = check_scope(scope)
+        ns = resolve_namespace(ident, checked)
+        found = (ns, scope_prefix(self.prefix, ns))
+        try:
+            cache_key = (checked, ident.session_id, ident.user_id, ident.tool_name)
+            if len(self._namespaces) >= _NAMESPACE_CACHE:
+                self._namespaces.clear()
+            self._namespaces[cache_key] = found
+        except TypeError:
+            pass
+        return found
 
     # -- reporting ----------------------------------------------------------------
 
@@ -135,14 +189,21 @@ class AccessorCore:
 
     def decode(self, raw: str | None, ns: Namespace, skey: str, now: int) -> RememberEntry | None:
         """The live entry in *raw*, or ``None`` when absent, expired or unreadable."""
+        fields = self.decode_fields(raw, ns, skey, now)
+        return None if fields is None else RememberEntry(*fields)
+
+    def decode_fields(self, raw: str | None, ns: Namespace, skey: str, now: int) -> _Fields | None:
+        """:meth:`decode` as the tuple of entry fields (no :class:`RememberEntry` built)."""
         if raw is None:
             return None
         try:
-            entry = self.codec.decode(raw, ns, skey)
+            fields = self.codec.decode_fields(raw, ns, skey)[0]
         except RememberDecryptionError as exc:
             self._unreadable(skey, exc)
             return None
-        return None if entry.is_expired(now) else entry
+        expires = fields[4]
+        # RememberEntry.is_expired, inline.
+        return None if expires is not None and now >= expires else fields
 
     def read_raw(self, skey: str) -> tuple[str | None, str]:
         """The stored string under *skey* (or its doubled-prefix twin) and the key it came from."""
@@ -160,7 +221,17 @@ class AccessorCore:
 
     def encode_checked(self, entry: RememberEntry, ns: Namespace, skey: str) -> str:
         """Encode, refusing entries larger than ``max_value_bytes`` (nothing written)."""
-        text = entry_to_json(entry).encode("utf-8")
+        return self.seal_checked(entry_to_json(entry), ns, skey)
+
+    def seal_checked(self, entry_text: str, ns: Namespace, skey: str) -> str:
+        """Seal serialised entry JSON, refusing it over ``max_value_bytes`` (nothing written)."""
+        try:
+            text = entry_text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            # JSON can carry a lone surrogate ("\ud800"); UTF-8 cannot.
+            raise RememberInputTypeError(
+                "value or metadata contains text that is not valid Unicode (a lone surrogate)"
+            ) from exc
         if len(text) > self.max_value_bytes:
             raise RememberInputError(
                 f"entry is {len(text)} bytes serialised; max_value_bytes is {self.max_value_bytes}"
@@ -176,10 +247,12 @@ class AccessorCore:
             globs.append(scope_glob(self.prefix + self.prefix, ns, pattern))
             heads.append(self.prefix + head)
         found: dict[str, None] = {}
-        for glob, h in zip(globs, heads):
+        everything = pattern == "*"  # matches any bare key: no per-key pattern call
+        for glob, h in zip(globs, heads, strict=True):
+            cut = len(h)
             for key in self.store.scan(glob):
                 # Post-filter by the exact prefix: the glob is escaped, this is belt and braces.
-                if key.startswith(h) and match_user_pattern(pattern, key[len(h) :]):
+                if key.startswith(h) and (everything or match_user_pattern(pattern, key[cut:])):
                     found.setdefault(key, None)
         return list(found)
 
@@ -205,13 +278,23 @@ class RememberAccessor:
         return self._identity if self._identity is not None else current_identity()
 
     def _ns(self, scope: object) -> Namespace:
-        return resolve_namespace(self.identity, check_scope(scope))
+        ident = self._identity if self._identity is not None else current_identity()
+        return self._core.namespace(ident, scope)[0]
 
     def _key(self, key: object, scope: object) -> tuple[Namespace, str]:
-        check_key(key)
-        ns = self._ns(scope)
+        # keys.check_key, decided without a call for the usual key: an ASCII str
+        # has one byte per character and cannot hold a lone surrogate.
+        if not (
+            type(key) is str
+            and key.isascii()
+            and 0 < len(key) <= MAX_KEY_BYTES
+            and "\x00" not in key
+        ):
+            check_key(key)
         assert isinstance(key, str)
-        return ns, storage_key(self._core.prefix, ns, key)
+        ident = self._identity if self._identity is not None else current_identity()
+        ns, head = self._core.namespace(ident, scope)
+        return ns, head + key  # keys.storage_key, with the head cached
 
     def _deadline(self, ttl: int | None, now: int) -> int | None:
         if ttl is not None:
@@ -256,15 +339,57 @@ class RememberAccessor:
             check_json_value(metadata, "metadata")
         core = self._core
         now = core.clock()
-        expires = self._deadline(ttl, now)
-        entry = RememberEntry(value, brand, now, now, expires, metadata)
-        stored = core.encode_checked(entry, ns, skey)
-        core.store.set(skey, stored, ttl_ms=core.ttl_ms(expires, now))
+        # self._deadline and core.ttl_ms, inline (ttl is checked above).
+        if ttl is not None:
+            expires: int | None = now + ttl * 1000
+        elif core.default_ttl:
+            expires = now + core.default_ttl * 1000
+        else:
+            expires = None
+        stored = core.seal_checked(entry_json(value, brand, now, now, expires, metadata), ns, skey)
+        core.store.set(skey, stored, ttl_ms=None if expires is None else max(1, expires - now))
 
     def get(self, key: str, *, scope: Scope = "session", default: Any = None) -> Any:
         """The stored value, or *default* when missing, expired or unreadable."""
-        entry = self.get_entry(key, scope=scope)
-        return default if entry is None else entry.value
+        # get_entry without building the RememberEntry it would only take .value of.
+        core = self._core
+        # self._key, inline for the usual call (a valid ASCII key, a cached namespace).
+        found = None
+        if (
+            type(key) is str
+            and type(scope) is str
+            and key.isascii()
+            and 0 < len(key) <= MAX_KEY_BYTES
+            and "\x00" not in key
+        ):
+            ident = self._identity if self._identity is not None else current_identity()
+            try:
+                found = core._namespaces.get(
+                    (scope, ident.session_id, ident.user_id, ident.tool_name)
+                )
+            except TypeError:
+                pass
+        if found is None:
+            ns, skey = self._key(key, scope)
+        else:
+            ns, skey = found[0], found[1] + key
+        raw = core.store.get(skey)  # core.read_raw, inline
+        if raw is None:
+            if not core.read_doubled_prefix:
+                return default
+            raw = core.store.get(core.prefix + skey)
+            if raw is None:
+                return default
+        # core.decode_fields, inline; the clock is only read when there is a deadline.
+        try:
+            fields = core.codec.decode_fields(raw, ns, skey)[0]
+        except RememberDecryptionError as exc:
+            core._unreadable(skey, exc)
+            return default
+        expires = fields[4]
+        if expires is not None and core.clock() >= expires:
+            return default
+        return fields[0]
 
     def get_entry(self, key: str, *, scope: Scope = "session") -> RememberEntry | None:
         """The whole entry (value, brand, times, metadata), or ``None``."""
@@ -296,19 +421,19 @@ class RememberAccessor:
         for _attempt in range(_CAS_ATTEMPTS):
             raw, source = core.read_raw(skey)
             now = core.clock()
-            current = core.decode(raw, ns, skey, now)
+            current = core.decode_fields(raw, ns, skey, now)
             if current is None or raw is None:
                 return False
+            _, brand, created_at, _, current_expiry, metadata = current
             if ttl is not None:
                 expires: int | None = now + ttl * 1000
-            elif current.expires_at is not None:
-                expires = current.expires_at
+            elif current_expiry is not None:
+                expires = current_expiry
             else:
                 expires = self._deadline(None, now)
-            entry = RememberEntry(
-                value, current.brand, current.created_at, now, expires, current.metadata
+            stored = core.seal_checked(
+                entry_json(value, brand, created_at, now, expires, metadata), ns, skey
             )
-            stored = core.encode_checked(entry, ns, skey)
             ttl_ms = core.ttl_ms(expires, now)
             if source != skey:
                 # A 1.8.0 doubled-prefix entry: move it under the real key first.
@@ -343,21 +468,33 @@ class RememberAccessor:
         check_pattern(pattern)
         if brand is not None:
             check_brand(brand)
-        ns = self._ns(scope)
+        ident = self._identity if self._identity is not None else current_identity()
         core = self._core
-        head = scope_prefix(core.prefix, ns)
+        ns, head = core.namespace(ident, scope)
         keys = core.scan_keys(ns, pattern)
         out: dict[str, RememberEntry] = {}
+        decode = core.codec.decode_fields
+        cut, cut_doubled = len(head), len(core.prefix + head)
         for start in range(0, len(keys), _BATCH):
             chunk = keys[start : start + _BATCH]
             values = core.store.get_many(chunk)
             now = core.clock()
-            for full, raw in zip(chunk, values):
-                bare = full[len(head) :] if full.startswith(head) else full[len(core.prefix + head) :]
+            for full, raw in zip(chunk, values, strict=False):
+                if raw is None:
+                    continue
+                bare = full[cut:] if full.startswith(head) else full[cut_doubled:]
                 skey = head + bare
-                entry = core.decode(raw, ns, skey, now)
-                if entry is not None and (brand is None or entry.brand == brand):
-                    out.setdefault(bare, entry)
+                # core.decode_fields, inline: this loop runs once per entry.
+                try:
+                    fields = decode(raw, ns, skey)[0]
+                except RememberDecryptionError as exc:
+                    core._unreadable(skey, exc)
+                    continue
+                expires = fields[4]
+                if expires is not None and now >= expires:
+                    continue
+                if (brand is None or fields[1] == brand) and bare not in out:
+                    out[bare] = RememberEntry(*fields)
         return out
 
     def forget_many(
@@ -385,7 +522,10 @@ class RememberAccessor:
         return f"RememberAccessor(identity={who}, prefix={self._core.prefix!r})"
 
     def table_rows(
-        self, scopes: Iterable[Scope] = ("session", "user", "tool", "global"), *, values: bool = False
+        self,
+        scopes: Iterable[Scope] = ("session", "user", "tool", "global"),
+        *,
+        values: bool = False,
     ) -> builtins.list[dict[str, Any]]:
         """One row per entry visible to this identity (scopes it cannot use are skipped)."""
         rows: builtins.list[dict[str, Any]] = []

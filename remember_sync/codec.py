@@ -14,15 +14,29 @@ that "does not look encrypted": such a value is unreadable.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from typing import Any
 
-from .crypto import Keyring, parse_envelope, seal
+from .crypto import Keyring, seal
 from .errors import RememberDecryptionError, RememberInputTypeError
 from .types import Namespace, RememberEntry
 
-__all__ = ["EntryCodec", "check_json_value", "entry_from_json", "entry_to_json"]
+__all__ = [
+    "EntryCodec",
+    "check_json_value",
+    "entry_fields",
+    "entry_from_json",
+    "entry_json",
+    "entry_to_json",
+]
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+_NoneType = type(None)
+#: Exact types that need no further look (their subclasses take the general path).
+_LEAVES = frozenset({str, int, bool, _NoneType})
 
 
 def check_json_value(value: Any, what: str) -> None:
@@ -31,9 +45,28 @@ def check_json_value(value: Any, what: str) -> None:
     Rejects non-JSON types, NaN/Infinity and dicts with non-``str`` keys (which
     ``json`` would silently turn into strings).
     """
+    leaves = _LEAVES
     stack = [value]
+    # Containers already checked: a shared one is checked once, and a container that
+    # holds itself cannot loop forever (json then reports the circular reference).
+    seen: set[int] = set()
     while stack:
         item = stack.pop()
+        kind = type(item)
+        if kind in leaves:  # the common case, decided without isinstance calls
+            continue
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if kind is dict:
+            for k, v in item.items():
+                if type(k) is not str and not isinstance(k, str):
+                    raise RememberInputTypeError(
+                        f"{what} has a dict key of type {type(k).__name__}; JSON keys must be str"
+                    )
+                if type(v) not in leaves:
+                    stack.append(v)
+            continue
         if item is None or isinstance(item, (str, bool, int)):
             continue
         if isinstance(item, float):
@@ -60,34 +93,123 @@ def check_json_value(value: Any, what: str) -> None:
 
 def entry_to_json(entry: RememberEntry) -> str:
     """Serialise *entry* in the reference's key order, omitting absent optionals."""
-    obj: dict[str, Any] = {"value": entry.value}
-    if entry.brand is not None:
-        obj["brand"] = entry.brand
-    obj["createdAt"] = entry.created_at
-    obj["updatedAt"] = entry.updated_at
-    if entry.expires_at is not None:
-        obj["expiresAt"] = entry.expires_at
-    if entry.metadata is not None:
-        obj["metadata"] = entry.metadata
+    return entry_json(
+        entry.value,
+        entry.brand,
+        entry.created_at,
+        entry.updated_at,
+        entry.expires_at,
+        entry.metadata,
+    )
+
+
+def entry_json(
+    value: Any,
+    brand: str | None,
+    created_at: int,
+    updated_at: int,
+    expires_at: int | None,
+    metadata: dict[str, Any] | None,
+) -> str:
+    """:func:`entry_to_json` from the fields, without building a :class:`RememberEntry`."""
     try:
+        if (
+            brand is None
+            and metadata is None
+            and type(created_at) is int
+            and type(updated_at) is int
+            and (expires_at is None or type(expires_at) is int)
+        ):
+            # The usual entry, assembled directly: the same bytes json would write
+            # for this dict (plain ints print the same either way), one dict less.
+            text = f'{{"value":{_dumps(value)},"createdAt":{created_at},"updatedAt":{updated_at}'
+            if expires_at is not None:
+                text += f',"expiresAt":{expires_at}'
+            return text + "}"
+        obj: dict[str, Any] = {"value": value}
+        if brand is not None:
+            obj["brand"] = brand
+        obj["createdAt"] = created_at
+        obj["updatedAt"] = updated_at
+        if expires_at is not None:
+            obj["expiresAt"] = expires_at
+        if metadata is not None:
+            obj["metadata"] = metadata
         return str(_dumps(obj))
+    except RecursionError as exc:
+        # check_json_value walks iteratively; json's encoder recurses.
+        raise RememberInputTypeError(
+            "value is nested too deeply to be stored as JSON"
+        ) from exc
     except (TypeError, ValueError) as exc:  # pragma: no cover - values are checked before
         raise RememberInputTypeError(f"entry is not JSON-serialisable: {exc}") from exc
 
 
 def _ms(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise RememberDecryptionError(f"entry field {name} is not a number")
+    # NaN and +-Infinity (JSON 1e400) are not times: int() of them would raise a bare error.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RememberDecryptionError(f"entry field {name} is not a finite number")
     return int(value)
 
 
-def entry_from_json(text: str | bytes) -> RememberEntry:
-    """Parse an entry; :class:`RememberDecryptionError` if it is not one."""
+# The C scanner json.loads runs underneath its wrappers (typeshed does not describe
+# the attribute, hence the annotation).
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _json_object(text: str | bytes) -> Any:
+    """``json.loads(text)``, taking the C scanner directly when *text* is one JSON object.
+
+    Anything the shortcut does not settle (surrounding whitespace, another
+    encoding, garbage) goes through :func:`json.loads` itself, so the result
+    and the errors are json's own.
+    """
+    if type(text) is bytes:
+        # Decrypted entries arrive as bytes.  For bytes opening with "{" and no NUL
+        # after it, json.loads decodes UTF-8 with surrogatepass (detect_encoding).
+        if text[:1] != b"{" or (len(text) > 1 and text[1] == 0):
+            return json.loads(text)
+        try:
+            candidate = text.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            return json.loads(text)
+    elif type(text) is str and text[:1] == "{":
+        candidate = text
+    else:
+        return json.loads(text)
     try:
-        obj = json.loads(text)
+        obj, end = _scan_json(candidate, 0)
+    except (ValueError, StopIteration, RecursionError):
+        return json.loads(text)
+    return obj if end == len(candidate) else json.loads(text)
+
+
+_NOT_PARSED: Any = object()
+
+
+def entry_fields(
+    text: str | bytes,
+) -> tuple[Any, str | None, int, int, int | None, dict[str, Any] | None]:
+    """Parse and check an entry: ``(value, brand, created_at, updated_at, expires_at, metadata)``.
+
+    :raises RememberDecryptionError: if *text* is not an entry.
+    """
+    try:
+        obj: Any = _NOT_PARSED
+        if type(text) is bytes and text[:1] == b"{" and (len(text) == 1 or text[1] != 0):
+            # _json_object's usual case (a decrypted entry), inline: one call less.
+            candidate = text.decode("utf-8", "surrogatepass")
+            obj, end = _scan_json(candidate, 0)
+            if end != len(candidate):
+                obj = _NOT_PARSED
+    except (ValueError, StopIteration, RecursionError):
+        obj = _NOT_PARSED
+    try:
+        if obj is _NOT_PARSED:
+            obj = _json_object(text)
     except (ValueError, TypeError, RecursionError) as exc:
         raise RememberDecryptionError("stored entry is not JSON") from exc
-    if not isinstance(obj, dict) or "value" not in obj:
+    if type(obj) is not dict or "value" not in obj:
         raise RememberDecryptionError("stored value is not a remember entry")
     brand = obj.get("brand")
     metadata = obj.get("metadata")
@@ -95,15 +217,20 @@ def entry_from_json(text: str | bytes) -> RememberEntry:
         raise RememberDecryptionError("entry brand is not a string")
     if metadata is not None and not isinstance(metadata, dict):
         raise RememberDecryptionError("entry metadata is not an object")
-    expires = obj.get("expiresAt")
-    return RememberEntry(
-        value=obj["value"],
-        brand=brand,
-        created_at=_ms(obj.get("createdAt"), "createdAt"),
-        updated_at=_ms(obj.get("updatedAt"), "updatedAt"),
-        expires_at=None if expires is None else _ms(expires, "expiresAt"),
-        metadata=metadata,
+    created, updated, expires = obj.get("createdAt"), obj.get("updatedAt"), obj.get("expiresAt")
+    return (
+        obj["value"],
+        brand,
+        created if type(created) is int else _ms(created, "createdAt"),
+        updated if type(updated) is int else _ms(updated, "updatedAt"),
+        None if expires is None else expires if type(expires) is int else _ms(expires, "expiresAt"),
+        metadata,
     )
+
+
+def entry_from_json(text: str | bytes) -> RememberEntry:
+    """Parse an entry; :class:`RememberDecryptionError` if it is not one."""
+    return RememberEntry(*entry_fields(text))
 
 
 class EntryCodec:
@@ -131,14 +258,15 @@ class EntryCodec:
         """The string to store for an already serialised entry *text* (UTF-8)."""
         if self.keyring is None:
             return text.decode("utf-8")
-        key = self.keyring.key(ns)
+        keyring = self.keyring
         if self.bind_key:
-            return seal(text, key, kid=self.keyring.primary_kid, aad=self._aad(storage_key))
-        return seal(text, key)
+            aad = storage_key[len(self.prefix) :].encode("utf-8")  # self._aad, inline
+            return keyring.seal_bound(text, ns, aad)
+        return seal(text, keyring.key(ns))
 
     def decode(self, stored: str, ns: Namespace, storage_key: str) -> RememberEntry:
         """The entry stored under *storage_key*; :class:`RememberDecryptionError` if unreadable."""
-        return self.decode_detail(stored, ns, storage_key)[0]
+        return RememberEntry(*self.decode_fields(stored, ns, storage_key)[0])
 
     def decode_detail(
         self, stored: str, ns: Namespace, storage_key: str
@@ -148,8 +276,20 @@ class EntryCodec:
         The second item is ``False`` when the value was sealed by an older secret
         or in the other envelope form, i.e. when ``rotate`` should re-seal it.
         """
-        if self.keyring is None:
-            return entry_from_json(stored), True
-        env = parse_envelope(stored)
-        plaintext, index = self.keyring.open(env, ns, self._aad(storage_key))
-        return entry_from_json(plaintext), index == 0 and env.aad == self.bind_key
+        fields, current = self.decode_fields(stored, ns, storage_key)
+        return RememberEntry(*fields), current
+
+    def decode_fields(
+        self, stored: str, ns: Namespace, storage_key: str
+    ) -> tuple[tuple[Any, str | None, int, int, int | None, dict[str, Any] | None], bool]:
+        """:meth:`decode_detail` with the entry as the tuple of :func:`entry_fields`.
+
+        The read path uses it to skip building a :class:`RememberEntry` it would
+        take apart again.
+        """
+        keyring = self.keyring
+        if keyring is None:
+            return entry_fields(stored), True
+        aad = storage_key[len(self.prefix) :].encode("utf-8")  # self._aad, inline
+        plaintext, index, bound = keyring.open_stored(stored, ns, aad)
+        return entry_fields(plaintext), index == 0 and bound == self.bind_key

@@ -17,16 +17,17 @@ at most one HKDF per (secret, scope, identity) while it stays cached.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -47,6 +48,7 @@ __all__ = [
     "key_id",
     "open_envelope",
     "parse_envelope",
+    "random_iv",
     "seal",
 ]
 
@@ -56,9 +58,18 @@ IV_BYTES = 12
 TAG_BYTES = 16
 
 
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+#: Padding to add to base64 text of length 4n + i (i = 1 cannot be valid anyway).
+_PAD = ("", "===", "==", "=")
+a2b_base64 = binascii.a2b_base64
+
+
 def b64url_encode(data: bytes) -> str:
     """Base64url (RFC 4648 section 5) without ``=`` padding."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+    # binascii directly: base64.urlsafe_b64encode is the same work behind two more calls.
+    return binascii.b2a_base64(data, newline=False).rstrip(b"=").translate(_TO_URLSAFE).decode(
+        "ascii"
+    )
 
 
 def b64url_decode(text: str) -> bytes:
@@ -67,8 +78,12 @@ def b64url_decode(text: str) -> bytes:
         raise ValueError("not base64url")
     stripped = text.rstrip("=")
     try:
-        # validate=True rejects every character outside the alphabet (in C).
-        return base64.b64decode(stripped + "=" * (-len(stripped) % 4), b"-_", validate=True)
+        # strict_mode rejects every character outside the alphabet (in C), like
+        # b64decode(validate=True) without its Python-level wrappers.
+        return binascii.a2b_base64(
+            stripped.replace("-", "+").replace("_", "/") + "=" * (-len(stripped) % 4),
+            strict_mode=True,
+        )
     except (binascii.Error, ValueError) as exc:
         raise ValueError("not base64url") from exc
 
@@ -112,11 +127,36 @@ class Envelope:
     aad: bool
 
 
-def parse_envelope(stored: str) -> Envelope:
-    """Parse a stored envelope string.
+# Our own envelopes, exactly as :func:`seal` writes them: a 12-byte IV is 16
+# base64url characters and a 16-byte tag 22.  Every field is base64url (no quote,
+# no backslash), so for a string this matches json.loads would yield exactly these
+# fields; anything else takes the general JSON path, which also produces the errors.
+_CANONICAL = re.compile(
+    r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*)",)?("aad":"key",)?'
+    r'"iv":"([A-Za-z0-9_-]{16})","tag":"([A-Za-z0-9_-]{22})","data":"([A-Za-z0-9_-]*)"\}'
+).fullmatch
+
+
+def _envelope_fields(stored: str) -> tuple[bytes, bytes, bytes, str | None, bool]:
+    """Parse a stored envelope into ``(iv, tag, data, kid, aad)``.
 
     :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
     """
+    found = _CANONICAL(stored) if isinstance(stored, str) else None
+    if found is not None:
+        kid, bound, iv, tag, data = found.groups()
+        # Only the alphabet can appear, so the one way left to fail is data of 4n+1
+        # characters (a2b_base64 refuses it; the general path then says why).
+        # IV and tag (16 + 22 characters) decode in one call: 12 + 16 bytes.
+        if len(data) % 4 != 1:
+            head = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
+            raw_data = a2b_base64(data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4])
+            return head[:IV_BYTES], head[IV_BYTES:], raw_data, kid, bound is not None
+    return _envelope_fields_json(stored)
+
+
+def _envelope_fields_json(stored: str) -> tuple[bytes, bytes, bytes, str | None, bool]:
+    """:func:`_envelope_fields` for any JSON form (key order, spacing, escapes, padding)."""
     try:
         obj = json.loads(stored)
     except (ValueError, TypeError, RecursionError) as exc:
@@ -132,12 +172,63 @@ def parse_envelope(stored: str) -> Envelope:
     if aad not in (None, "key"):
         raise RememberDecryptionError("envelope names an unknown aad binding")
     try:
-        env = Envelope(b64url_decode(iv), b64url_decode(tag), b64url_decode(data), kid, aad == "key")
+        raw_iv, raw_tag, raw_data = b64url_decode(iv), b64url_decode(tag), b64url_decode(data)
     except ValueError as exc:
         raise RememberDecryptionError("envelope fields are not base64url") from exc
-    if len(env.iv) != IV_BYTES or len(env.tag) != TAG_BYTES:
+    if len(raw_iv) != IV_BYTES or len(raw_tag) != TAG_BYTES:
         raise RememberDecryptionError("envelope iv or tag has the wrong length")
-    return env
+    return raw_iv, raw_tag, raw_data, kid, aad == "key"
+
+
+def parse_envelope(stored: str) -> Envelope:
+    """Parse a stored envelope string.
+
+    :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
+    """
+    return Envelope(*_envelope_fields(stored))
+
+
+# -- IVs -------------------------------------------------------------------------------
+
+#: Bytes of os.urandom output each thread draws at once (341 IVs).
+_IV_BLOCK = 341 * IV_BYTES
+_iv_local = threading.local()
+#: Bumped in a forked child, so no block drawn before the fork is ever used after it.
+_iv_generation = 0
+
+
+def _iv_after_fork() -> None:  # pragma: no cover - runs in forked children
+    global _iv_generation
+    _iv_generation += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_iv_after_fork)
+
+
+def random_iv() -> bytes:
+    """A fresh random 12-byte IV from the operating system's CSPRNG.
+
+    IVs are cut from blocks of :func:`os.urandom` output rather than drawn one
+    system call at a time: ``os.urandom`` releases the GIL, so one call per
+    write hands the interpreter to another thread on every write, and with a
+    few busy threads that convoy costs more than the encryption.  Each thread
+    cuts from its own block (no lock, no byte handed out twice), and a block is
+    discarded in a forked child (fork hook and process id both checked), so
+    two processes never share an IV.
+    """
+    try:
+        state: list[Any] = _iv_local.state  # [block, next offset, generation, pid]
+    except AttributeError:
+        state = _iv_local.state = [b"", _IV_BLOCK, -1, -1]
+    pos: int = state[1]
+    pid = os.getpid()
+    if pos >= _IV_BLOCK or state[2] != _iv_generation or state[3] != pid:
+        state[0], state[2], state[3] = os.urandom(_IV_BLOCK), _iv_generation, pid
+        pos = 0
+    state[1] = pos + IV_BYTES
+    block: bytes = state[0]
+    return block[pos : pos + IV_BYTES]
 
 
 def seal(
@@ -154,19 +245,22 @@ def seal(
     without it, and without ``kid``, it is byte-compatible with the reference.
     ``iv`` is for known-answer tests only; by default a fresh random IV is used.
     """
-    nonce = iv if iv is not None else os.urandom(IV_BYTES)
+    nonce = iv if iv is not None else random_iv()
     aead = key if isinstance(key, AESGCM) else AESGCM(key)
     sealed = aead.encrypt(nonce, plaintext, aad)
     ct, tag = sealed[:-TAG_BYTES], sealed[-TAG_BYTES:]
+    if len(nonce) == IV_BYTES:
+        # 12 bytes are exactly 16 characters, so one encoding serves IV and tag.
+        both = b64url_encode(nonce + tag)
+        iv_text, tag_text = both[:16], both[16:]
+    else:
+        iv_text, tag_text = b64url_encode(nonce), b64url_encode(tag)
     head = f'{{"alg":"{ALG}",'
     if kid is not None:
         head += f'"kid":"{kid}",'
     if aad is not None:
         head += '"aad":"key",'
-    return (
-        f'{head}"iv":"{b64url_encode(nonce)}","tag":"{b64url_encode(tag)}",'
-        f'"data":"{b64url_encode(ct)}"}}'
-    )
+    return f'{head}"iv":"{iv_text}","tag":"{tag_text}","data":"{b64url_encode(ct)}"}}'
 
 
 def open_envelope(env: Envelope, key: bytes | AESGCM, aad: bytes | None) -> bytes:
@@ -178,7 +272,15 @@ def open_envelope(env: Envelope, key: bytes | AESGCM, aad: bytes | None) -> byte
     try:
         return aead.decrypt(env.iv, env.data + env.tag, aad if env.aad else None)
     except InvalidTag as exc:
-        raise RememberDecryptionError("entry failed authentication (wrong secret or tampered)") from exc
+        raise RememberDecryptionError(
+            "entry failed authentication (wrong secret or tampered)"
+        ) from exc
+
+
+_UNOPENED = (
+    "entry could not be decrypted with any configured secret (wrong secret, "
+    "tampered, or moved from another key)"
+)
 
 
 class Keyring:
@@ -197,15 +299,23 @@ class Keyring:
             raise RememberConfigurationError("encryption secrets must be non-empty strings")
         self._secrets = tuple(dict.fromkeys(cleaned))
         self._kids = tuple(key_id(s) for s in self._secrets)
+        self._order = tuple(range(len(self._secrets)))
+        # What seal() writes with the primary secret and a bound key, up to the IV.
+        self._sealed_head = f'{{"alg":"{ALG}","kid":"{self._kids[0]}","aad":"key","iv":"'
         self.source = source
-        self._cache: OrderedDict[tuple[int, Namespace], AESGCM] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, str, str | None, str | None, str | None], AESGCM] = (
+            OrderedDict()
+        )
         self._cache_size = cache_size
         self._lock = threading.Lock()
         #: How many HKDF derivations ran (a test pins "one per namespace").
         self.derivations = 0
 
     def __repr__(self) -> str:
-        return f"Keyring(secrets={len(self._secrets)}, kids={list(self._kids)}, source={self.source!r})"
+        return (
+            f"Keyring(secrets={len(self._secrets)}, kids={list(self._kids)}, "
+            f"source={self.source!r})"
+        )
 
     @property
     def primary_kid(self) -> str:
@@ -217,12 +327,18 @@ class Keyring:
 
     def key(self, ns: Namespace, index: int = 0) -> AESGCM:
         """The AEAD for *ns*'s derived key under secret number *index* (cached)."""
-        cache_key = (index, ns)
-        with self._lock:
-            found = self._cache.get(cache_key)
-            if found is not None:
+        cache_key = (index, ns.scope, ns.session, ns.user, ns.tool)
+        # Plain strings as the key: their hashes are cached, where a dataclass
+        # __hash__ is a Python call.  The hit path takes no lock: OrderedDict.get and
+        # move_to_end are single C calls (atomic under the GIL), and a lock here
+        # would serialise every thread's encrypt and decrypt.
+        found = self._cache.get(cache_key)
+        if found is not None:
+            try:
                 self._cache.move_to_end(cache_key)
-                return found
+            except KeyError:  # evicted by another thread just now: still a valid key
+                pass
+            return found
         derived = AESGCM(derive_key(self._secrets[index], ns))
         with self._lock:
             self.derivations += 1
@@ -233,7 +349,9 @@ class Keyring:
 
     def candidates(self, kid: str | None) -> list[int]:
         """Secret indexes to try for an envelope: the one its kid names first, then the rest."""
-        order = list(range(len(self._secrets)))
+        if kid == self._kids[0] or len(self._secrets) == 1:
+            return list(self._order)  # the common case: the current secret sealed it
+        order = list(self._order)
         if kid is not None and kid in self._kids:
             first = self._kids.index(kid)
             order.remove(first)
@@ -242,15 +360,138 @@ class Keyring:
 
     def open(self, env: Envelope, ns: Namespace, aad: bytes | None) -> tuple[bytes, int]:
         """Decrypt with each candidate secret; return the plaintext and the secret index."""
-        for index in self.candidates(env.kid):
+        return self._open(env.iv, env.tag, env.data, env.kid, env.aad, ns, aad)
+
+    def seal_bound(self, plaintext: bytes, ns: Namespace, aad: bytes) -> str:
+        """``seal(plaintext, self.key(ns), kid=self.primary_kid, aad=aad)``, in one function.
+
+        The write path of every set (each Python call saved counts on a hot path).
+        """
+        cache_key = (0, ns.scope, ns.session, ns.user, ns.tool)
+        aead = self._cache.get(cache_key)  # self.key(ns, 0), inline on a hit
+        if aead is None:
+            aead = self.key(ns, 0)
+        else:
             try:
-                return open_envelope(env, self.key(ns, index), aad), index
-            except RememberDecryptionError:
+                self._cache.move_to_end(cache_key)
+            except KeyError:
+                pass
+        nonce = random_iv()
+        sealed = aead.encrypt(nonce, plaintext, aad)
+        # 12 bytes are exactly 16 characters, so one encoding serves IV and tag.
+        both = b64url_encode(nonce + sealed[-TAG_BYTES:])
+        data = b64url_encode(sealed[:-TAG_BYTES])
+        return f'{self._sealed_head}{both[:16]}","tag":"{both[16:]}","data":"{data}"}}'
+
+    def open_stored(self, stored: str, ns: Namespace, aad: bytes | None) -> tuple[bytes, int, bool]:
+        """Parse and decrypt a stored envelope string in one step.
+
+        :returns: the plaintext, the index of the secret that opened it, and
+            whether the envelope binds the storage key.
+        :raises RememberDecryptionError: when it is not an envelope or no secret opens it.
+        """
+        # The read path of every get: our own envelope sealed by the current secret,
+        # handled in one function (each Python call saved counts on a hot path).
+        # Anything else, and any failure, takes the general path below, which gives
+        # the same result for what it accepts and raises the errors.
+        if type(stored) is not str:
+            return self._open_stored(stored, ns, aad)
+        head_text = self._sealed_head
+        h = len(head_text)
+        if (
+            aad is not None
+            and stored.startswith(head_text)
+            and stored.startswith('","tag":"', h + 16)
+            and stored.startswith('","data":"', h + 47)
+            and stored.endswith('"}')
+            and "+" not in stored
+            and "/" not in stored
+        ):
+            # Fixed offsets: IV 16 characters, tag 22.  Strict base64 refuses every
+            # character outside the alphabet, quotes and backslashes included, so
+            # when it succeeds the JSON reading of the envelope has these fields.
+            try:
+                ivtag = a2b_base64(
+                    (stored[h : h + 16] + stored[h + 25 : h + 47]).replace("-", "+").replace(
+                        "_", "/"
+                    )
+                    + "==",
+                    strict_mode=True,
+                )
+                data = stored[h + 57 : -2]
+                raw = a2b_base64(
+                    data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4],
+                    strict_mode=True,
+                )
+                cache_key = (0, ns.scope, ns.session, ns.user, ns.tool)
+                aead = self._cache.get(cache_key)  # self.key(ns, 0), inline on a hit
+                if aead is None:
+                    aead = self.key(ns, 0)
+                else:
+                    try:
+                        self._cache.move_to_end(cache_key)
+                    except KeyError:
+                        pass
+                return aead.decrypt(ivtag[:IV_BYTES], raw + ivtag[IV_BYTES:], aad), 0, True
+            except (binascii.Error, ValueError, InvalidTag):
+                pass
+        found = _CANONICAL(stored)
+        if found is not None:
+            kid, bound, iv, tag, data = found.groups()
+            if len(data) % 4 != 1 and (kid == self._kids[0] or len(self._order) == 1):
+                head = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
+                raw_data = a2b_base64(
+                    data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4]
+                )
+                cache_key = (0, ns.scope, ns.session, ns.user, ns.tool)
+                aead = self._cache.get(cache_key)
+                if aead is None:
+                    aead = self.key(ns, 0)
+                else:
+                    try:
+                        self._cache.move_to_end(cache_key)
+                    except KeyError:
+                        pass
+                try:
+                    plaintext = aead.decrypt(
+                        head[:IV_BYTES], raw_data + head[IV_BYTES:], aad if bound else None
+                    )
+                    return plaintext, 0, bound is not None
+                except InvalidTag:
+                    pass
+        return self._open_stored(stored, ns, aad)
+
+    def _open_stored(
+        self, stored: str, ns: Namespace, aad: bytes | None
+    ) -> tuple[bytes, int, bool]:
+        fields = _envelope_fields(stored)
+        plaintext, index = self._open(*fields, ns, aad)
+        return plaintext, index, fields[4]
+
+    def _open(
+        self,
+        iv: bytes,
+        tag: bytes,
+        data: bytes,
+        kid: str | None,
+        bound: bool,
+        ns: Namespace,
+        aad: bytes | None,
+    ) -> tuple[bytes, int]:
+        sealed = data + tag
+        associated = aad if bound else None
+        order: Sequence[int]
+        if kid == self._kids[0] or len(self._order) == 1:
+            # The common case: the current secret first, no candidate list to build.
+            order = self._order
+        else:
+            order = self.candidates(kid)
+        for index in order:
+            try:
+                return self.key(ns, index).decrypt(iv, sealed, associated), index
+            except InvalidTag:
                 continue
-        raise RememberDecryptionError(
-            "entry could not be decrypted with any configured secret (wrong secret, "
-            "tampered, or moved from another key)"
-        )
+        raise RememberDecryptionError(_UNOPENED)
 
     def hmac(self, message: bytes) -> bytes:
         """HMAC-SHA256 of *message* under the primary secret (used to sign session ids)."""

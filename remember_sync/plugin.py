@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
-from .accessor import DEFAULT_MAX_VALUE_BYTES, AccessorCore, RememberAccessor
+from .accessor import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore, RememberAccessor
 from .codec import EntryCodec
 from .crypto import Keyring
 from .errors import RememberConfigurationError
@@ -146,18 +146,24 @@ class RememberPlugin:
             if not isinstance(options["store"], Store):
                 raise _config_error("store", "must implement the Store protocol")
         elif store_type not in STORE_TYPES:
-            raise _config_error("type", f"must be one of {', '.join(STORE_TYPES)}; got {store_type!r}")
+            raise _config_error(
+                "type", f"must be one of {', '.join(STORE_TYPES)}; got {store_type!r}"
+            )
 
         prefix = options.get("key_prefix", "remember:")
         if not isinstance(prefix, str):
             raise _config_error("key_prefix", f"must be a str; got {type(prefix).__name__}")
         default_ttl = _check_whole(options.get("default_ttl", 0), "default_ttl", minimum=0)
+        if default_ttl > MAX_TTL_SECONDS:
+            raise _config_error("default_ttl", f"must be at most {MAX_TTL_SECONDS} (100 years)")
         max_value_bytes = _check_whole(
             options.get("max_value_bytes", DEFAULT_MAX_VALUE_BYTES), "max_value_bytes", minimum=1
         )
         on_decrypt_error = options.get("on_decrypt_error", "warn")
         if on_decrypt_error not in ("warn", "raise"):
-            raise _config_error("on_decrypt_error", f"must be 'warn' or 'raise'; got {on_decrypt_error!r}")
+            raise _config_error(
+                "on_decrypt_error", f"must be 'warn' or 'raise'; got {on_decrypt_error!r}"
+            )
         read_doubled = _check_bool(options.get("read_doubled_prefix", False), "read_doubled_prefix")
         delay = _check_whole(
             options.get("legacy_purge_delay_ms", 86_400_000), "legacy_purge_delay_ms", minimum=0
@@ -231,7 +237,8 @@ class RememberPlugin:
             raise _config_error(
                 "tools.allowed_scopes", f"unknown scope(s) {bad}; choose from {list(SCOPES)}"
             )
-        return {"enabled": enabled, "prefix": prefix, "allowed_scopes": list(dict.fromkeys(allowed))}
+        scopes = list(dict.fromkeys(allowed))
+        return {"enabled": enabled, "prefix": prefix, "allowed_scopes": scopes}
 
     # -- the public surface -------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from copy import deepcopy
 from typing import TYPE_CHECKING, Any, Final
 from weakref import WeakKeyDictionary
 
-from .accessor import AccessorCore, RememberAccessor
+from .accessor import MAX_TTL_SECONDS, AccessorCore, RememberAccessor
 from .errors import (
     RememberDecryptionError,
     RememberIdentityError,
@@ -435,6 +435,7 @@ class MemoryTools:
                     "ttl": {
                         "type": "integer",
                         "minimum": 1,
+                        "maximum": MAX_TTL_SECONDS,
                         "description": "Forget after this many seconds (a whole number)",
                     },
                     "brand": {

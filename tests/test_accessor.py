@@ -389,3 +389,15 @@ def test_expired_at_exactly_expires_at(mem: RememberAccessor, clock: FakeClock) 
     assert mem.knows("k") is False
     assert mem.list() == []
     assert mem.entries() == {}
+
+
+def test_self_containing_value_is_refused(mem: RememberAccessor, store: Store) -> None:
+    """A value that contains itself is a TypeError (never an endless check); nothing written."""
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(TypeError, match="Circular"):
+        mem.set("k", loop)
+    shared = {"x": 1}
+    mem.set("shared", [shared, shared])  # shared, not circular: fine
+    assert mem.get("shared") == [{"x": 1}, {"x": 1}]
+    assert all_keys(store) == ["remember:v2:session:s-1:shared"]

@@ -937,13 +937,6 @@ def test_anonymous_callers_cannot_reach_each_others_sessions(hostile: Harness) -
 # -- findings
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: a JSON string value with a lone surrogate escape (\\ud800) passes validation and "
-    "fails in AccessorCore.seal_checked's .encode('utf-8'): the tool answers "
-    "REMEMBER_INTERNAL_ERROR and logs a traceback instead of REMEMBER_INVALID_INPUT",
-)
 def test_lone_surrogate_value_is_an_input_error(hostile: Harness) -> None:
     """remember_this with value "\\ud800" is a REMEMBER_INVALID_INPUT tool error."""
     body = json.dumps(
@@ -955,13 +948,6 @@ def test_lone_surrogate_value_is_an_input_error(hostile: Harness) -> None:
     hostile.check(hostile.post(body), actor="alice", status=200, tool_code="REMEMBER_INVALID_INPUT")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: a value nested just under the JSON parser's recursion limit parses, then "
-    "entry_json's encoder (deeper in the stack) raises RecursionError: REMEMBER_INTERNAL_ERROR "
-    "instead of REMEMBER_INVALID_INPUT",
-)
 def test_deeply_nested_value_is_an_input_error_or_a_parse_error(hostile: Harness) -> None:
     """Any nesting depth gets success, REMEMBER_INVALID_INPUT or -32700, never an internal error."""
     outcomes = set()
@@ -980,13 +966,6 @@ def test_deeply_nested_value_is_an_input_error_or_a_parse_error(hostile: Harness
     assert outcomes <= {"success", "REMEMBER_INVALID_INPUT", "parse-error"}, outcomes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: check_ttl has no upper bound; on Redis a ttl of 10**30 s becomes SET PX "
-    "10**33, which Redis refuses, so the caller gets REMEMBER_STORE_ERROR ('store unavailable') "
-    "for bad input (the memory store accepts it)",
-)
 def test_absurd_ttl_is_an_input_error(hostile: Harness) -> None:
     """remember_this with ttl=10**30 is REMEMBER_INVALID_INPUT, not a store outage."""
     reply = hostile.tool("remember_this", {"key": "ttl", "value": 1, "ttl": 10**30})

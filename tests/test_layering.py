@@ -146,3 +146,16 @@ def test_mypy_strict_passes() -> None:
         [sys.executable, "-m", "mypy"], cwd=root, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+
+
+def test_ruff_clean() -> None:
+    """ruff (configured in pyproject.toml) reports nothing on the package, tests and examples."""
+    root = PACKAGE.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "remember_sync", "tests", "benchmarks", "examples"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]

@@ -441,12 +441,6 @@ near_entries = st.fixed_dictionaries(
 ).map(lambda d: json.dumps(d, allow_nan=True))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="BUG: codec._ms accepts float infinity (JSON 1e400 / Infinity) and int() raises "
-    "OverflowError, which escapes AccessorCore.decode as a non-Remember error",
-)
 @settings(max_examples=200, deadline=None)
 @given(text=near_entries)
 @example(text='{"value":1,"createdAt":1e400,"updatedAt":1}')
@@ -456,12 +450,6 @@ def test_near_entries_raise_only_decryption_errors(text: str) -> None:
     _only_our_errors(entry_from_json, text)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="BUG: a stored plaintext entry with createdAt=1e400 makes get() raise OverflowError "
-    "instead of treating the entry as unreadable (codec._ms misses non-finite floats)",
-)
 def test_non_finite_time_in_a_stored_entry_reads_as_unreadable() -> None:
     """get() of an entry whose createdAt is 1e400 returns the default and counts it unreadable."""
     store = MemoryStore()
@@ -551,12 +539,6 @@ def test_every_json_value_round_trips_on_remote_stores(
     _round_trip(round_trip_plugins[kind], value, metadata)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeEncodeError,
-    reason="BUG: a str value holding a lone surrogate passes check_json_value, then "
-    "AccessorCore.encode_checked's .encode('utf-8') raises a bare UnicodeEncodeError",
-)
 def test_lone_surrogate_value_is_refused_with_our_error() -> None:
     """A value that is not valid Unicode text is refused with RememberInputTypeError."""
     with RememberPlugin.init(skip_legacy_purge=True, encryption={"enabled": False}) as plugin:
@@ -566,12 +548,6 @@ def test_lone_surrogate_value_is_refused_with_our_error() -> None:
         assert not mem.knows("k", scope="user")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="BUG: check_json_value is iterative but entry_to_json's json encoder recurses; a "
-    "value nested ~1,000+ deep raises a bare RecursionError (it catches only TypeError/ValueError)",
-)
 def test_deeply_nested_value_is_refused_with_our_error() -> None:
     """A value nested deeper than JSON encoding can handle is refused with a RememberError."""
     deep: list[Any] = []

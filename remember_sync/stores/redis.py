@@ -52,25 +52,39 @@ _AUTH_ERRORS = (AuthenticationError, AuthenticationWrongNumberOfArgsError)
 _ACL_ERRORS = (AuthorizationError, NoPermissionError)
 
 
-@contextlib.contextmanager
-def _translate(operation: str) -> Iterator[None]:
-    """Map redis-py exceptions raised inside the block to the remember error tree."""
-    try:
-        yield
-    except _AUTH_ERRORS as exc:
-        raise RememberConfigurationError(
+#: Every exception :func:`_mapped` translates.
+_DRIVER_ERRORS = (RedisError, RedisClusterException, UnicodeError)
+
+
+def _mapped(operation: str, exc: BaseException) -> RememberConfigurationError | RememberStoreError:
+    """The remember error for a redis-py exception (raise it ``from exc``)."""
+    if isinstance(exc, _AUTH_ERRORS):
+        return RememberConfigurationError(
             f"Redis {operation} failed: the server rejected the credentials ({exc}); "
             "check the Redis password (and username) in config / the URL"
-        ) from exc
-    except _ACL_ERRORS as exc:
-        raise RememberConfigurationError(
+        )
+    if isinstance(exc, _ACL_ERRORS):
+        return RememberConfigurationError(
             f"Redis {operation} failed: the Redis user lacks a permission ({exc}); "
             "grant it the string, scan and scripting commands"
-        ) from exc
-    except (RedisError, RedisClusterException) as exc:
-        raise RememberStoreError(f"Redis {operation} failed: {exc}") from exc
-    except UnicodeError as exc:
-        raise RememberStoreError(f"Redis {operation} failed: not UTF-8 text ({exc})") from exc
+        )
+    if isinstance(exc, UnicodeError):
+        return RememberStoreError(f"Redis {operation} failed: not UTF-8 text ({exc})")
+    return RememberStoreError(f"Redis {operation} failed: {exc}")
+
+
+@contextlib.contextmanager
+def _translate(operation: str) -> Iterator[None]:
+    """Map redis-py exceptions raised inside the block to the remember error tree.
+
+    The single-command methods catch :data:`_DRIVER_ERRORS` inline instead (a
+    generator-based context manager costs a few microseconds per call); both
+    go through :func:`_mapped`.
+    """
+    try:
+        yield
+    except _DRIVER_ERRORS as exc:
+        raise _mapped(operation, exc) from exc
 
 
 def _b(text: str) -> bytes:
@@ -268,9 +282,15 @@ class RedisStore:
     # -- the Store protocol -----------------------------------------------------------
 
     def get(self, key: str) -> str | None:
-        with _translate("GET"):
-            raw = self._client.get(_b(key))
-            return None if raw is None else _s(raw)
+        try:
+            name = key.encode("utf-8", "surrogateescape")  # _b, inline: the hot path
+            # What client.get() sends (keys= lets a client-side cache see the key).
+            raw = self._client.execute_command("GET", name, keys=[name])
+            if raw is None or isinstance(raw, str):
+                return raw
+            return str(raw.decode("utf-8", "surrogateescape"))  # _s, inline
+        except _DRIVER_ERRORS as exc:
+            raise _mapped("GET", exc) from exc
 
     def get_many(self, keys: Sequence[str]) -> list[str | None]:
         out: list[str | None] = []
@@ -282,7 +302,10 @@ class RedisStore:
                     values = self._client.mget_nonatomic(chunk)
                 else:
                     values = self._client.mget(chunk)
-                out.extend(None if v is None else _s(v) for v in values)
+                for v in values:  # _s, inline: once per value
+                    if v is not None and not isinstance(v, str):
+                        v = v.decode("utf-8", "surrogateescape")
+                    out.append(v)
         return out
 
     def set(
@@ -294,8 +317,17 @@ class RedisStore:
         only_if_absent: bool = False,
     ) -> bool:
         _check_ttl_ms(ttl_ms)
-        with _translate("SET"):
-            done = self._client.set(_b(key), _b(value), px=ttl_ms, nx=only_if_absent)
+        # execute_command, not client.set(): the same SET without redis-py's keyword
+        # parsing, which costs more than the rest of this method.
+        try:
+            args: list[Any] = ["SET", _b(key), _b(value)]
+            if ttl_ms is not None:
+                args += ["PX", ttl_ms]
+            if only_if_absent:
+                args.append("NX")
+            done = self._client.execute_command(*args)
+        except _DRIVER_ERRORS as exc:
+            raise _mapped("SET", exc) from exc
         return bool(done)
 
     def compare_and_set(
@@ -303,10 +335,12 @@ class RedisStore:
     ) -> bool:
         _check_ttl_ms(ttl_ms)
         args = [_b(expected), _b(value), b"" if ttl_ms is None else str(ttl_ms).encode()]
-        with _translate("EVALSHA (compare-and-set)"):
+        try:
             # register_script: EVALSHA, and SCRIPT LOAD + retry on NOSCRIPT (a restarted
             # or failed-over server has an empty script cache).
             done = self._cas(keys=[_b(key)], args=args, client=self._client)
+        except _DRIVER_ERRORS as exc:
+            raise _mapped("EVALSHA (compare-and-set)", exc) from exc
         return int(done) == 1
 
     def delete(self, *keys: str) -> int:

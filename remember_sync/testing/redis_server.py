@@ -35,7 +35,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         import signal
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort; atexit still stops it
+    except Exception:  # noqa: BLE001, S110 - best effort; atexit still stops it
         pass
 
 

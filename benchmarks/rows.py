@@ -1,0 +1,704 @@
+"""The rows of ``python -m benchmarks``: each operation next to its baseline.
+
+Every function here takes the running :class:`Environment` and the
+:class:`Sizes` and returns :class:`~benchmarks.harness.Row` objects.  Values
+are the same 200-byte JSON document everywhere (:data:`VALUE`); the accessor
+side is always encrypted (AES-256-GCM, key bound to the storage key) and uses
+``session`` scope.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.cluster
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from remember_sync import Identity, RememberPlugin
+from remember_sync.accessor import RememberAccessor
+from remember_sync.stores.redis import RedisStore
+from remember_sync.testing.kv_emulator import KVEmulator
+from remember_sync.testing.redis_server import RedisCluster, RedisServer
+
+from .harness import Op, Row, compare, percentile
+
+__all__ = ["Environment", "FULL", "QUICK", "Sizes", "VALUE", "all_rows"]
+
+SECRET = "benchmark-secret-0123456789abcdef0123456789"
+TOKEN = "benchmark-kv-token"
+PREFIX = "remember:"
+#: The accessor's session and the bare baseline's: equal lengths, so equal key sizes.
+SESSION = "bench-session-1"
+BARE_SESSION = "bare-session-01"
+
+VALUE: dict[str, Any] = {
+    "role": "assistant",
+    "topic": "deploy",
+    "text": "x" * 129,
+    "tokens": 1234,
+    "ok": True,
+}
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_loads = json.loads
+VALUE_JSON = _dumps(VALUE)
+assert len(VALUE_JSON) == 200, len(VALUE_JSON)
+
+#: Keys each get/set row cycles through (all preloaded for reads).
+KEYS = 100
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How long and how big each row runs."""
+
+    #: Seconds of measurement per comparison (both sides together).
+    seconds: float = 4.0
+    #: Target duration of one block of operations (see :func:`benchmarks.harness.compare`).
+    block_seconds: float = 0.025
+    #: Fewest throughput pairs (and as many latency pairs) per comparison.
+    min_pairs: int = 6
+    #: Entries in the namespace that ``entries()`` reads (row 4).
+    entries_keys: int = 100
+    #: Keys in the namespace that ``list()`` reads (row 5).
+    list_keys: int = 10
+    #: Keys of other namespaces in the database for the ``list()`` rows.
+    list_db_sizes: tuple[int, ...] = (1_000, 100_000)
+    #: Thread counts of row 6; the first is the reference.
+    threads: tuple[int, ...] = (1, 2, 4, 8)
+    #: Operations per thread-count run (split between the threads).
+    thread_ops: int = 12_000
+    #: Interleaved rounds over the thread counts (half of them time each operation).
+    thread_rounds: int = 8
+    #: Legacy keys for the purge row.
+    purge_keys: int = 100_000
+    #: Seconds per server for the ``tools/call`` row.
+    tools_seconds: float = 5.0
+    #: Groups to run (``None``: all).
+    only: frozenset[str] | None = field(default=None)
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    seconds=1.0,
+    list_db_sizes=(1_000, 20_000),
+    thread_ops=6_000,
+    thread_rounds=4,
+    purge_keys=20_000,
+    tools_seconds=1.5,
+)
+
+
+def _timing(sizes: Sizes, longer: float = 1.0, blocks: float = 1.0) -> dict[str, Any]:
+    return {
+        "seconds": sizes.seconds * longer,
+        "block_seconds": sizes.block_seconds * blocks,
+        "min_pairs": sizes.min_pairs,
+    }
+
+
+# -- the environment: servers on loopback ---------------------------------------------------
+
+
+class Environment:
+    """A redis-server, a 3-primary Redis Cluster and a Vercel KV emulator on 127.0.0.1.
+
+    Use as a context manager: everything started is stopped on exit, including
+    on ``KeyboardInterrupt``.
+    """
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self.redis: RedisServer | None = None
+        self.cluster: RedisCluster | None = None
+        self.kv: KVEmulator | None = None
+        self.redis_version = ""
+
+    def __enter__(self) -> Environment:
+        try:
+            self.redis = self._stack.enter_context(RedisServer())
+            self.cluster = self._stack.enter_context(RedisCluster())
+            # The emulator keeps its data in database 1 of the standalone server.
+            self.kv = self._stack.enter_context(
+                KVEmulator(f"redis://127.0.0.1:{self.redis.port}/1", TOKEN)
+            )
+            client = self.redis.client()
+            try:
+                self.redis_version = str(client.info("server")["redis_version"])
+            finally:
+                client.close()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def client(self, db: int = 0) -> redis.Redis:
+        """A bare redis-py client with default settings."""
+        assert self.redis is not None
+        return redis.Redis(host="127.0.0.1", port=self.redis.port, db=db)
+
+    def cluster_client(self) -> redis.cluster.RedisCluster:
+        assert self.cluster is not None
+        return self.cluster.client()
+
+    def flush(self) -> None:
+        """Empty every database of every server."""
+        client = self.client()
+        try:
+            client.flushall()
+        finally:
+            client.close()
+        assert self.cluster is not None
+        self.cluster.flushall()
+
+    # -- plugins -------------------------------------------------------------------------
+
+    def plugin(self, kind: str, *, db: int = 0) -> RememberPlugin:
+        """An encrypted plugin on *kind*: memory, redis, redis-cluster or vercel-kv."""
+        common: dict[str, Any] = {
+            "encryption": {"secrets": [SECRET]},
+            "skip_legacy_purge": True,
+        }
+        if kind == "memory":
+            return RememberPlugin.init(**common)
+        if kind == "redis":
+            assert self.redis is not None
+            return RememberPlugin.init(
+                type="redis",
+                config={"host": "127.0.0.1", "port": self.redis.port, "db": db},
+                **common,
+            )
+        if kind == "redis-cluster":
+            return RememberPlugin.init(store=RedisStore(client=self.cluster_client()), **common)
+        if kind == "vercel-kv":
+            assert self.kv is not None
+            return RememberPlugin.init(type="vercel-kv", url=self.kv.url, token=TOKEN, **common)
+        raise ValueError(kind)
+
+
+@contextmanager
+def _plugin(env: Environment, kind: str, *, db: int = 0) -> Iterator[RememberPlugin]:
+    plugin = env.plugin(kind, db=db)
+    try:
+        yield plugin
+    finally:
+        plugin.close()
+        if kind == "redis-cluster":  # a passed-in client: the plugin leaves it open
+            plugin.store.client.close()  # type: ignore[attr-defined]
+
+
+def _keys(n: int = KEYS) -> list[str]:
+    return [f"note-{i:04d}" for i in range(n)]
+
+
+def _preload(mem: Any, keys: list[str]) -> None:
+    for key in keys:
+        mem.set(key, VALUE)
+    if mem.get(keys[0]) != VALUE:
+        raise RuntimeError("the accessor did not read back what it wrote")
+
+
+# -- row 1: accessor get/set vs bare redis-py --------------------------------------------------
+
+
+def _bare_ops(client: Any, keys: list[str]) -> tuple[Op, Op]:
+    """A user's own code without the library: JSON-encode and SET, GET and JSON-decode."""
+    full = [f"{PREFIX}v2:session:{BARE_SESSION}:{k}" for k in keys]
+    n = len(full)
+    get, set_ = client.get, client.set
+    for key in full:
+        set_(key, VALUE_JSON)
+
+    def bare_get(i: int) -> object:
+        return _loads(get(full[i % n]))
+
+    def bare_set(i: int) -> object:
+        return set_(full[i % n], _dumps(VALUE))
+
+    return bare_get, bare_set
+
+
+def _accessor_ops(mem: RememberAccessor, keys: list[str]) -> tuple[Op, Op]:
+    """The accessor's get and set over *keys*, cycling."""
+    n = len(keys)
+
+    def get(i: int) -> object:
+        return mem.get(keys[i % n])
+
+    def set_(i: int) -> object:
+        mem.set(keys[i % n], VALUE)
+        return None
+
+    return get, set_
+
+
+def rows_redis_get_set(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 1: accessor get/set (encrypted, session scope) vs bare redis-py GET/SET."""
+    rows: list[Row] = []
+    for kind in ("redis", "redis-cluster"):
+        bare = env.client() if kind == "redis" else env.cluster_client()
+        try:
+            with _plugin(env, kind) as plugin:
+                mem = plugin.accessor(Identity(session_id=SESSION))
+                keys = _keys()
+                _preload(mem, keys)
+                ours_get, ours_set = _accessor_ops(mem, keys)
+                bare_get, bare_set = _bare_ops(bare, keys)
+                target = 1.3 if kind == "redis" else None
+                for op, ours, base, label in (
+                    ("get", ours_get, bare_get, "redis-py GET + json.loads"),
+                    ("set", ours_set, bare_set, "json.dumps + redis-py SET"),
+                ):
+                    c = compare(ours, base, **_timing(sizes))
+                    rows.append(
+                        Row.from_comparison(
+                            c,
+                            group="1",
+                            operation=op,
+                            store=kind,
+                            baseline=label,
+                            ratio_kind="time",
+                            target=target,
+                        )
+                    )
+        finally:
+            bare.close()
+    return rows
+
+
+# -- row 2: memory store vs the inline floor -------------------------------------------------
+
+
+class _Floor:
+    """The cost floor of encrypted memory: a dict, a lock, and the same JSON and AES-GCM work.
+
+    Writes the same entry JSON and the same envelope (``kid``, key-bound AAD)
+    as the accessor; reads parse and open it and return the value.  No
+    validation, no identity, no expiry -- that is what makes it a floor.
+    """
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+        self.lock = threading.Lock()
+        self.aead = AESGCM(os.urandom(32))
+
+    def set(self, key: str, value: Any) -> None:
+        now = time.time_ns() // 1_000_000
+        text = _dumps({"value": value, "createdAt": now, "updatedAt": now}).encode()
+        iv = os.urandom(12)
+        sealed = self.aead.encrypt(iv, text, key.encode())
+        envelope = (
+            f'{{"alg":"A256GCM","kid":"AAAAAAAA","aad":"key","iv":"{_b64e(iv)}",'
+            f'"tag":"{_b64e(sealed[-16:])}","data":"{_b64e(sealed[:-16])}"}}'
+        )
+        with self.lock:
+            self.data[key] = envelope
+
+    def get(self, key: str) -> Any:
+        with self.lock:
+            envelope = self.data.get(key)
+        if envelope is None:
+            return None
+        env = _loads(envelope)
+        plaintext = self.aead.decrypt(
+            _b64d(env["iv"]), _b64d(env["data"]) + _b64d(env["tag"]), key.encode()
+        )
+        return _loads(plaintext)["value"]
+
+
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_PADDING = ("", "===", "==", "=")
+
+
+def _b64e(data: bytes) -> str:
+    # binascii directly (base64.urlsafe_b64encode is the same work behind more calls):
+    # the floor should be the cheapest honest way to do this work.
+    return binascii.b2a_base64(data, newline=False).rstrip(b"=").translate(_URLSAFE).decode()
+
+
+def _b64d(text: str) -> bytes:
+    return binascii.a2b_base64(text.replace("-", "+").replace("_", "/") + _PADDING[len(text) % 4])
+
+
+def rows_memory_floor(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 2: the memory store through the accessor vs :class:`_Floor`."""
+    rows: list[Row] = []
+    with _plugin(env, "memory") as plugin:
+        mem = plugin.accessor(Identity(session_id=SESSION))
+        keys = _keys()
+        _preload(mem, keys)
+        floor = _Floor()
+        full = [f"{PREFIX}v2:session:{BARE_SESSION}:{k}" for k in keys]
+        for key in full:
+            floor.set(key, VALUE)
+        if floor.get(full[0]) != VALUE:
+            raise RuntimeError("the floor did not read back what it wrote")
+        n = len(keys)
+        label = "dict+Lock+AES-GCM+JSON inline"
+        ours_get, ours_set = _accessor_ops(mem, keys)
+
+        def floor_get(i: int) -> object:
+            return floor.get(full[i % n])
+
+        def floor_set(i: int) -> object:
+            floor.set(full[i % n], VALUE)
+            return None
+
+        for op, ours, base in (("get", ours_get, floor_get), ("set", ours_set, floor_set)):
+            c = compare(ours, base, **_timing(sizes))
+            rows.append(
+                Row.from_comparison(
+                    c,
+                    group="2",
+                    operation=op,
+                    store="memory",
+                    baseline=label,
+                    ratio_kind="time",
+                    target=2.0,
+                )
+            )
+    return rows
+
+
+# -- row 3: update vs get + set -----------------------------------------------------------------
+
+
+def _update_ops(mem: RememberAccessor, keys: list[str]) -> tuple[Op, Op]:
+    """``update`` and ``get`` + ``set`` over *keys*, cycling."""
+    n = len(keys)
+
+    def update(i: int) -> object:
+        if not mem.update(keys[i % n], VALUE):
+            raise RuntimeError("update found no entry")
+        return True
+
+    def get_set(i: int) -> object:
+        key = keys[i % n]
+        mem.get(key)
+        mem.set(key, VALUE)
+        return True
+
+    return update, get_set
+
+
+def rows_update(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 3: atomic ``update`` vs ``get`` then ``set`` through the accessor."""
+    rows: list[Row] = []
+    for kind in ("memory", "redis", "redis-cluster"):
+        with _plugin(env, kind) as plugin:
+            mem = plugin.accessor(Identity(session_id=SESSION))
+            keys = _keys()
+            _preload(mem, keys)
+            update, get_set = _update_ops(mem, keys)
+            c = compare(update, get_set, **_timing(sizes))
+            rows.append(
+                Row.from_comparison(
+                    c,
+                    group="3",
+                    operation="update",
+                    store=kind,
+                    baseline="get + set (accessor)",
+                    ratio_kind="time",
+                    target=1.2,
+                )
+            )
+            if plugin.stats()["cas_retries"]:
+                raise RuntimeError("update retried its compare-and-set with no concurrent writer")
+    return rows
+
+
+# -- row 4: entries() vs one get per key ----------------------------------------------------
+
+
+def _entries_ops(mem: RememberAccessor, keys: list[str]) -> tuple[Op, Op]:
+    """One ``entries()`` call, and one ``get`` per key."""
+
+    def batched(i: int) -> object:
+        return mem.entries()
+
+    def one_by_one(i: int) -> object:
+        return [mem.get(k) for k in keys]
+
+    return batched, one_by_one
+
+
+def _list_op(mem: RememberAccessor) -> Op:
+    def list_keys(i: int) -> object:
+        return mem.list()
+
+    return list_keys
+
+
+def rows_entries(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 4: ``entries()`` of N keys vs N ``get`` calls (a speed-up)."""
+    rows: list[Row] = []
+    n = sizes.entries_keys
+    targets = {"redis": 10.0, "redis-cluster": None, "vercel-kv": 30.0}
+    for kind in ("redis", "redis-cluster", "vercel-kv"):
+        env.flush()
+        with _plugin(env, kind) as plugin:
+            mem = plugin.accessor(Identity(session_id="bench-entries-1"))
+            keys = _keys(n)
+            _preload(mem, keys)
+            if len(mem.entries()) != n:
+                raise RuntimeError("entries() did not return every key")
+            batched, one_by_one = _entries_ops(mem, keys)
+            c = compare(batched, one_by_one, **_timing(sizes, 1.5))
+            rows.append(
+                Row.from_comparison(
+                    c,
+                    group="4",
+                    operation=f"entries() of {n}",
+                    store=kind,
+                    baseline=f"{n} x get()",
+                    ratio_kind="speedup",
+                    target=targets[kind],
+                )
+            )
+            if env.kv is not None:
+                env.kv.reset_log()  # the emulator records every request; keep it small
+    env.flush()
+    return rows
+
+
+# -- row 5: list() as the database grows -------------------------------------------------------
+
+
+def _fill_redis(client: redis.Redis, others: int) -> None:
+    pipe = client.pipeline(transaction=False)
+    batch: dict[str, str] = {}
+    for i in range(others):
+        batch[f"{PREFIX}v2:session:other-{i:07d}:note"] = "x"
+        if len(batch) == 1000:
+            pipe.mset(batch)
+            batch = {}
+    if batch:
+        pipe.mset(batch)
+    pipe.execute()
+
+
+def rows_list(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 5: ``list()`` of a small namespace in a database holding many other keys."""
+    rows: list[Row] = []
+    env.flush()
+    keys = _keys(sizes.list_keys)
+    for kind in ("redis", "memory"):
+        with ExitStack() as stack:
+            # db 2: only the namespace (the baseline); db 3, 4...: plus the other keys.
+            plugins = [
+                stack.enter_context(_plugin(env, kind, db=2 + i))
+                for i in range(1 + len(sizes.list_db_sizes))
+            ]
+            accessors = [p.accessor(Identity(session_id=SESSION)) for p in plugins]
+            for mem in accessors:
+                _preload(mem, keys)
+            filled = zip(plugins[1:], sizes.list_db_sizes, strict=True)
+            for db, (plugin, others) in enumerate(filled, 3):
+                if kind == "redis":
+                    client = env.client(db=db)
+                    try:
+                        _fill_redis(client, others)
+                    finally:
+                        client.close()
+                else:
+                    for i in range(others):
+                        plugin.store.set(f"{PREFIX}v2:session:other-{i:07d}:note", "x")
+            alone = _list_op(accessors[0])
+            for mem, others in zip(accessors[1:], sizes.list_db_sizes, strict=True):
+                if mem.list() != sorted(keys):
+                    raise RuntimeError("list() returned the wrong keys")
+                c = compare(_list_op(mem), alone, **_timing(sizes, 1.0, 2.0))
+                rows.append(
+                    Row.from_comparison(
+                        c,
+                        group="5",
+                        operation=f"list() of {len(keys)}, db {others:,}",
+                        store=kind,
+                        baseline=f"list() of {len(keys)}, db {len(keys)}",
+                        ratio_kind="time",
+                    )
+                )
+    env.flush()
+    return rows
+
+
+# -- row 6: threads on the memory store -------------------------------------------------------
+
+
+def _thread_run(
+    plugin: RememberPlugin, threads: int, ops: int, timed: bool
+) -> tuple[float, list[float]]:
+    """Run *ops* set+get pairs split over *threads*; return (wall seconds, latencies)."""
+    per_thread = max(1, ops // threads)
+    barrier = threading.Barrier(threads + 1)
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    keys = _keys()
+    n = len(keys)
+
+    def work(index: int) -> None:
+        try:
+            mem = plugin.accessor(Identity(session_id=f"bench-thread-{index}"))
+            mem.set(keys[0], VALUE)  # derive this thread's key before the clock starts
+            barrier.wait()
+            clock = time.perf_counter
+            if timed:
+                out = latencies[index]
+                for i in range(per_thread):
+                    began = clock()
+                    mem.set(keys[i % n], VALUE)
+                    mem.get(keys[i % n])
+                    out.append((clock() - began) / 2)
+            else:
+                for i in range(per_thread):
+                    mem.set(keys[i % n], VALUE)
+                    mem.get(keys[i % n])
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
+            errors.append(exc)
+            barrier.abort()
+
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(threads)]
+    for t in workers:
+        t.start()
+    barrier.wait()
+    began = time.perf_counter()
+    for t in workers:
+        t.join()
+    wall = time.perf_counter() - began
+    if errors:
+        raise RuntimeError(f"a benchmark thread failed: {errors[0]!r}") from errors[0]
+    return wall / (2 * per_thread * threads), [x for part in latencies for x in part]
+
+
+def rows_threads(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 6: aggregate ops/s of the memory store with 1, 2, 4, 8 threads."""
+    per_op: dict[int, list[float]] = {t: [] for t in sizes.threads}
+    latencies: dict[int, list[float]] = {t: [] for t in sizes.threads}
+    with _plugin(env, "memory") as plugin:
+        _thread_run(plugin, 1, min(sizes.thread_ops, 2000), False)  # warm-up
+        for rnd in range(2 * sizes.thread_rounds):
+            timed = rnd % 2 == 1
+            order = list(sizes.threads) if (rnd // 2) % 2 == 0 else list(reversed(sizes.threads))
+            for threads in order:
+                seconds, lat = _thread_run(plugin, threads, sizes.thread_ops, timed)
+                if timed:
+                    latencies[threads].extend(lat)
+                else:
+                    per_op[threads].append(seconds)
+    ref = sizes.threads[0]
+    rows: list[Row] = []
+    for threads in sizes.threads:
+        ratios = [r / o for o, r in zip(per_op[threads], per_op[ref], strict=True)]
+        rows.append(
+            Row(
+                group="6",
+                operation=f"set+get, {threads} thread{'s' if threads > 1 else ''}",
+                store="memory",
+                ops_per_s=1.0 / statistics.median(per_op[threads]),
+                p50_us=percentile(latencies[threads], 0.5) * 1e6,
+                p99_us=percentile(latencies[threads], 0.99) * 1e6,
+                baseline=f"same, {ref} thread",
+                baseline_ops_per_s=1.0 / statistics.median(per_op[ref]),
+                ratio=statistics.median(ratios),
+                ratio_kind="throughput",
+                target=0.7 if threads == max(sizes.threads) else None,
+                extra={"rounds": len(per_op[threads])},
+            )
+        )
+    return rows
+
+
+# -- row 7: the legacy purge and tools/call ------------------------------------------------
+
+
+def rows_purge(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 7a: :mod:`benchmarks.purge` (its own redis-server), one run of each method."""
+    from . import purge
+
+    base, ours = purge.run(sizes.purge_keys)
+    return [
+        Row(
+            group="7",
+            operation=f"legacy purge of {sizes.purge_keys:,} keys",
+            store="redis",
+            ops_per_s=ours["keys_per_s"],
+            p50_us=None,
+            p99_us=None,
+            baseline="SCAN COUNT 100 + DEL per key",
+            baseline_ops_per_s=base["keys_per_s"],
+            ratio=ours["ratio"],
+            ratio_kind="speedup",
+            note="keys deleted per second; one run of each (benchmarks/purge.py)",
+            extra={
+                "seconds": ours["seconds"],
+                "baseline_seconds": base["seconds"],
+                "commands": ours["commands"],
+                "baseline_commands": base["commands"],
+            },
+        )
+    ]
+
+
+def rows_tools(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 7b: :mod:`benchmarks.mcp_tools`: ``tools/call recall`` req/s vs a bare WSGI app."""
+    from . import mcp_tools
+
+    base, ours = mcp_tools.run(sizes.tools_seconds)
+    return [
+        Row(
+            group="7",
+            operation=f"tools/call recall, {ours['clients']} clients",
+            store="memory (HTTP)",
+            ops_per_s=ours["requests_per_s"],
+            p50_us=None,
+            p99_us=None,
+            baseline="bare WSGI app, canned reply",
+            baseline_ops_per_s=base["requests_per_s"],
+            ratio=ours["ratio"],
+            ratio_kind="throughput",
+            note="requests per second over HTTP keep-alive (benchmarks/mcp_tools.py)",
+            extra={"seconds": ours["seconds"], "baseline_seconds": base["seconds"]},
+        )
+    ]
+
+
+#: Group name -> (title, function), in table order.
+GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
+    "1": ("accessor get/set vs bare redis-py", rows_redis_get_set),
+    "2": ("memory store vs the inline floor", rows_memory_floor),
+    "3": ("update vs get + set", rows_update),
+    "4": ("entries() vs one get per key", rows_entries),
+    "5": ("list() as the database grows", rows_list),
+    "6": ("memory store, threads", rows_threads),
+    "7a": ("legacy purge", rows_purge),
+    "7b": ("tools/call", rows_tools),
+}
+
+
+def all_rows(
+    env: Environment,
+    sizes: Sizes,
+    progress: Callable[[str], None] = lambda message: None,
+) -> list[Row]:
+    """Run every group (or ``sizes.only``) in table order."""
+    rows: list[Row] = []
+    for name, (title, fn) in GROUPS.items():
+        if sizes.only is not None and name not in sizes.only and name[0] not in sizes.only:
+            continue
+        began = time.perf_counter()
+        progress(f"[{name}] {title} ...")
+        rows.extend(fn(env, sizes))
+        progress(f"[{name}] {title}: {time.perf_counter() - began:.1f} s")
+    return rows

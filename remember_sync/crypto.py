@@ -367,15 +367,7 @@ class Keyring:
 
         The write path of every set (each Python call saved counts on a hot path).
         """
-        cache_key = (0, ns.scope, ns.session, ns.user, ns.tool)
-        aead = self._cache.get(cache_key)  # self.key(ns, 0), inline on a hit
-        if aead is None:
-            aead = self.key(ns, 0)
-        else:
-            try:
-                self._cache.move_to_end(cache_key)
-            except KeyError:
-                pass
+        aead = self.key(ns, 0)
         nonce = random_iv()
         sealed = aead.encrypt(nonce, plaintext, aad)
         # 12 bytes are exactly 16 characters, so one encoding serves IV and tag.
@@ -423,15 +415,7 @@ class Keyring:
                     data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4],
                     strict_mode=True,
                 )
-                cache_key = (0, ns.scope, ns.session, ns.user, ns.tool)
-                aead = self._cache.get(cache_key)  # self.key(ns, 0), inline on a hit
-                if aead is None:
-                    aead = self.key(ns, 0)
-                else:
-                    try:
-                        self._cache.move_to_end(cache_key)
-                    except KeyError:
-                        pass
+                aead = self.key(ns, 0)
                 return aead.decrypt(ivtag[:IV_BYTES], raw + ivtag[IV_BYTES:], aad), 0, True
             except (binascii.Error, ValueError, InvalidTag):
                 pass
@@ -443,15 +427,7 @@ class Keyring:
                 raw_data = a2b_base64(
                     data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4]
                 )
-                cache_key = (0, ns.scope, ns.session, ns.user, ns.tool)
-                aead = self._cache.get(cache_key)
-                if aead is None:
-                    aead = self.key(ns, 0)
-                else:
-                    try:
-                        self._cache.move_to_end(cache_key)
-                    except KeyError:
-                        pass
+                aead = self.key(ns, 0)
                 try:
                     plaintext = aead.decrypt(
                         head[:IV_BYTES], raw_data + head[IV_BYTES:], aad if bound else None

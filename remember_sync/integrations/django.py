@@ -83,8 +83,8 @@ from ..sessions import SessionSigner
 from ..types import Identity
 from .wsgi import (
     SESSION_NOT_FOUND,
-    bearer_token,
     error_payload,
+    principal_from_authorization,
     session_signer,
     verified_session,
 )
@@ -242,15 +242,7 @@ def _build() -> _Runtime:
 
 def _bearer_resolver(verify: Callable[[str], Any]) -> RequestPrincipalResolver:
     def resolve(request: HttpRequest) -> str | None:
-        token = bearer_token(request.headers.get("Authorization"))
-        if token is None:
-            return None
-        try:
-            principal = verify(token)
-        except Exception:  # noqa: BLE001 - a failing verifier refuses, it never lets in
-            log.warning("remember: the bearer token verifier raised", exc_info=True)
-            return None
-        return principal if isinstance(principal, str) and principal else None
+        return principal_from_authorization(verify, request.headers.get("Authorization"))
 
     return resolve
 

@@ -83,6 +83,7 @@ __all__ = [
     "bearer_token",
     "bearer_token_resolver",
     "error_payload",
+    "principal_from_authorization",
     "remote_user_resolver",
     "session_signer",
     "verified_session",
@@ -131,17 +132,26 @@ def bearer_token_resolver(verify: TokenVerifier) -> PrincipalResolver:
         raise TypeError("verify must be a callable: token -> principal | None")
 
     def resolve(environ: Mapping[str, Any]) -> str | None:
-        token = bearer_token(environ.get("HTTP_AUTHORIZATION"))
-        if token is None:
-            return None
-        try:
-            principal = verify(token)
-        except Exception:  # noqa: BLE001 - a failing verifier refuses, it never lets in
-            log.warning("remember: the bearer token verifier raised", exc_info=True)
-            return None
-        return principal if isinstance(principal, str) and principal else None
+        return principal_from_authorization(verify, environ.get("HTTP_AUTHORIZATION"))
 
     return resolve
+
+
+def principal_from_authorization(verify: TokenVerifier, header: str | None) -> str | None:
+    """The principal *verify* gives the bearer token in an ``Authorization`` header.
+
+    ``None`` when there is no token, the verifier refuses it, or the verifier raises
+    (logged): a broken verifier never lets anyone in under a name.
+    """
+    token = bearer_token(header)
+    if token is None:
+        return None
+    try:
+        principal = verify(token)
+    except Exception:  # noqa: BLE001 - a failing verifier refuses, it never lets in
+        log.warning("remember: the bearer token verifier raised", exc_info=True)
+        return None
+    return principal if isinstance(principal, str) and principal else None
 
 
 def _principal(value: object, resolver: object) -> str | None:

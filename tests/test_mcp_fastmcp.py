@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 from mcp.server import Server
@@ -13,6 +12,7 @@ from mcp.server.mcpserver import MCPServer
 
 from remember_sync import Identity, RememberPlugin
 from remember_sync.integrations.fastmcp import register_memory_tools
+from tests.mcp_client import error_code, run, structured
 
 MODERN = "2026-07-28"
 Factory = Callable[..., RememberPlugin]
@@ -39,24 +39,6 @@ def server(tools_plugin: RememberPlugin) -> MCPServer:
 
     register_memory_tools(app, tools_plugin)
     return app
-
-
-def run(main: Callable[[], Awaitable[Any]]) -> Any:
-    return anyio.run(main)
-
-
-async def structured(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(name, args)
-    assert result.is_error is False, result
-    content: dict[str, Any] = result.structured_content  # type: ignore[assignment]
-    return content
-
-
-async def error_code(client: Client, name: str, args: dict[str, Any]) -> str:
-    result = await client.call_tool(name, args)
-    assert result.is_error is True, result
-    code: str = result.structured_content["code"]  # type: ignore[index]
-    return code
 
 
 @pytest.mark.parametrize("mode", ["legacy", MODERN])

@@ -16,12 +16,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 import requests
@@ -29,6 +28,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import TEST_SECRET, require_component
+from tests.mcp_client import error_code, run, structured
 
 REPO = Path(__file__).resolve().parent.parent
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789ab"
@@ -142,24 +142,9 @@ async def connect(url: str, *, mode: str = "legacy", token: str | None = None
             yield client
 
 
-def run(main: Callable[[], Awaitable[Any]]) -> Any:
-    return anyio.run(main)
-
-
-async def structured(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(name, args)
-    assert result.is_error is False, result
-    content: dict[str, Any] = result.structured_content  # type: ignore[assignment]
-    return content
-
-
 async def tool_error(client: Client, name: str, args: dict[str, Any]) -> str:
-    result = await client.call_tool(name, args)
-    assert result.is_error is True, result
-    code: str = result.structured_content["code"]  # type: ignore[index]
-    text = result.content[0].text  # type: ignore[union-attr]
-    assert text.startswith(code + ": ")
-    return code
+    """error_code, also pinning our text form "<CODE>: <message>"."""
+    return await error_code(client, name, args, text_form=True)
 
 
 # -- acceptance ------------------------------------------------------------------------------

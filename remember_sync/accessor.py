@@ -15,11 +15,11 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import EntryCodec, check_json_value, entry_json, entry_to_json
+from .codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
 from .errors import (
     RememberDecryptionError,
     RememberIdentityError,
@@ -52,9 +52,6 @@ _BATCH = 500
 #: Resolved (identity, scope) pairs kept per plugin; the cache is emptied when full.
 _NAMESPACE_CACHE = 4096
 
-#: An entry as the tuple of :func:`~remember_sync.codec.entry_fields`:
-#: (value, brand, created_at, updated_at, expires_at, metadata).
-_Fields = tuple[Any, str | None, int, int, int | None, dict[str, Any] | None]
 
 
 def wall_clock_ms() -> int:
@@ -190,9 +187,11 @@ class AccessorCore:
     def decode(self, raw: str | None, ns: Namespace, skey: str, now: int) -> RememberEntry | None:
         """The live entry in *raw*, or ``None`` when absent, expired or unreadable."""
         fields = self.decode_fields(raw, ns, skey, now)
-        return None if fields is None else RememberEntry(*fields)
+        return None if fields is None else RememberEntry.from_fields(fields)
 
-    def decode_fields(self, raw: str | None, ns: Namespace, skey: str, now: int) -> _Fields | None:
+    def decode_fields(
+        self, raw: str | None, ns: Namespace, skey: str, now: int
+    ) -> EntryFields | None:
         """:meth:`decode` as the tuple of entry fields (no :class:`RememberEntry` built)."""
         if raw is None:
             return None
@@ -238,23 +237,59 @@ class AccessorCore:
             )
         return self.codec.seal_text(text, ns, skey)
 
+    def _globs(self, ns: Namespace, pattern: str) -> list[tuple[str, str]]:
+        """(glob, storage-key head) pairs to walk for *ns*: ours, then 1.8.0's doubled one."""
+        head = scope_prefix(self.prefix, ns)
+        pairs = [(scope_glob(self.prefix, ns, pattern), head)]
+        if self.read_doubled_prefix:
+            pairs.append((scope_glob(self.prefix + self.prefix, ns, pattern), self.prefix + head))
+        return pairs
+
     def scan_keys(self, ns: Namespace, pattern: str) -> list[str]:
         """Full storage keys in *ns* whose bare key matches *pattern*, de-duplicated."""
-        head = scope_prefix(self.prefix, ns)
-        globs = [scope_glob(self.prefix, ns, pattern)]
-        heads = [head]
-        if self.read_doubled_prefix:
-            globs.append(scope_glob(self.prefix + self.prefix, ns, pattern))
-            heads.append(self.prefix + head)
         found: dict[str, None] = {}
         everything = pattern == "*"  # matches any bare key: no per-key pattern call
-        for glob, h in zip(globs, heads, strict=True):
+        for glob, h in self._globs(ns, pattern):
             cut = len(h)
             for key in self.store.scan(glob):
                 # Post-filter by the exact prefix: the glob is escaped, this is belt and braces.
                 if key.startswith(h) and (everything or match_user_pattern(pattern, key[cut:])):
                     found.setdefault(key, None)
         return list(found)
+
+    def scan_items(self, ns: Namespace, pattern: str) -> Iterator[list[tuple[str, str]]]:
+        """:meth:`scan_keys` with the stored values, in batches of (full key, value).
+
+        Through the store's :meth:`~remember_sync.stores.base.ItemScanner.scan_items`
+        when it has one (keys and values in one pass), else ``scan`` then
+        ``get_many`` per batch.  Keys whose value vanished in between are left out.
+        """
+        scanner = getattr(self.store, "scan_items", None)
+        if scanner is None:
+            keys = self.scan_keys(ns, pattern)
+            for start in range(0, len(keys), _BATCH):
+                chunk = keys[start : start + _BATCH]
+                values = self.store.get_many(chunk)
+                yield [(k, v) for k, v in zip(chunk, values, strict=True) if v is not None]
+            return
+        seen: set[str] = set()
+        everything = pattern == "*"
+        for glob, h in self._globs(ns, pattern):
+            cut = len(h)
+            batch: list[tuple[str, str]] = []
+            for key, value in scanner(glob):
+                if (
+                    key.startswith(h)
+                    and (everything or match_user_pattern(pattern, key[cut:]))
+                    and key not in seen
+                ):
+                    seen.add(key)
+                    batch.append((key, value))
+                    if len(batch) >= _BATCH:
+                        yield batch
+                        batch = []
+            if batch:
+                yield batch
 
 
 class RememberAccessor:
@@ -471,30 +506,24 @@ class RememberAccessor:
         ident = self._identity if self._identity is not None else current_identity()
         core = self._core
         ns, head = core.namespace(ident, scope)
-        keys = core.scan_keys(ns, pattern)
         out: dict[str, RememberEntry] = {}
-        decode = core.codec.decode_fields
         cut, cut_doubled = len(head), len(core.prefix + head)
-        for start in range(0, len(keys), _BATCH):
-            chunk = keys[start : start + _BATCH]
-            values = core.store.get_many(chunk)
+        make = RememberEntry.from_fields
+        for batch in core.scan_items(ns, pattern):
             now = core.clock()
-            for full, raw in zip(chunk, values, strict=False):
-                if raw is None:
-                    continue
-                bare = full[cut:] if full.startswith(head) else full[cut_doubled:]
-                skey = head + bare
-                # core.decode_fields, inline: this loop runs once per entry.
-                try:
-                    fields = decode(raw, ns, skey)[0]
-                except RememberDecryptionError as exc:
-                    core._unreadable(skey, exc)
+            # Storage keys: 1.8.0's doubled-prefix keys are read as ours.
+            skeys = [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
+            decoded = core.codec.decode_many([v for _, v in batch], ns, skeys)
+            for skey, fields in zip(skeys, decoded, strict=True):
+                if isinstance(fields, RememberDecryptionError):
+                    core._unreadable(skey, fields)
                     continue
                 expires = fields[4]
                 if expires is not None and now >= expires:
                     continue
+                bare = skey[cut:]
                 if (brand is None or fields[1] == brand) and bare not in out:
-                    out[bare] = RememberEntry(*fields)
+                    out[bare] = make(fields)
         return out
 
     def forget_many(

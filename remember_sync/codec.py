@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .crypto import Keyring, seal
@@ -24,6 +24,7 @@ from .types import Namespace, RememberEntry
 
 __all__ = [
     "EntryCodec",
+    "EntryFields",
     "check_json_value",
     "entry_fields",
     "entry_from_json",
@@ -187,9 +188,12 @@ def _json_object(text: str | bytes) -> Any:
 _NOT_PARSED: Any = object()
 
 
-def entry_fields(
-    text: str | bytes,
-) -> tuple[Any, str | None, int, int, int | None, dict[str, Any] | None]:
+#: An entry as a tuple: (value, brand, created_at, updated_at, expires_at, metadata),
+#: the order of :class:`~remember_sync.types.RememberEntry`'s fields.
+EntryFields = tuple[Any, str | None, int, int, int | None, dict[str, Any] | None]
+
+
+def entry_fields(text: str | bytes) -> EntryFields:
     """Parse and check an entry: ``(value, brand, created_at, updated_at, expires_at, metadata)``.
 
     :raises RememberDecryptionError: if *text* is not an entry.
@@ -279,9 +283,37 @@ class EntryCodec:
         fields, current = self.decode_fields(stored, ns, storage_key)
         return RememberEntry(*fields), current
 
+    def decode_many(
+        self, stored: Sequence[str], ns: Namespace, storage_keys: Sequence[str]
+    ) -> list[EntryFields | RememberDecryptionError]:
+        """:meth:`decode_fields` over many entries of *ns*: the fields, or the error.
+
+        Our own current envelopes are opened in one pass
+        (:meth:`~remember_sync.crypto.Keyring.open_many`); every other one takes
+        :meth:`decode_fields`, so the results are the same as one call each.
+        """
+        keyring = self.keyring
+        cut = len(self.prefix)
+        opened: list[bytes | None]
+        if keyring is not None and self.bind_key:
+            aads = [key[cut:].encode("utf-8") for key in storage_keys]
+            opened = keyring.open_many(stored, ns, aads)
+        else:
+            opened = [None] * len(stored)
+        out: list[EntryFields | RememberDecryptionError] = []
+        for text, key, plaintext in zip(stored, storage_keys, opened, strict=True):
+            try:
+                if plaintext is not None:
+                    out.append(entry_fields(plaintext))
+                else:
+                    out.append(self.decode_fields(text, ns, key)[0])
+            except RememberDecryptionError as exc:
+                out.append(exc)
+        return out
+
     def decode_fields(
         self, stored: str, ns: Namespace, storage_key: str
-    ) -> tuple[tuple[Any, str | None, int, int, int | None, dict[str, Any] | None], bool]:
+    ) -> tuple[EntryFields, bool]:
         """:meth:`decode_detail` with the entry as the tuple of :func:`entry_fields`.
 
         The read path uses it to skip building a :class:`RememberEntry` it would

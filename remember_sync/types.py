@@ -88,6 +88,10 @@ class Namespace:
     tool: str | None = None
 
 
+_new = object.__new__
+_setattr = object.__setattr__
+
+
 @dataclass(frozen=True)
 class RememberEntry:
     """One stored entry.  Times are integer epoch milliseconds."""
@@ -100,6 +104,32 @@ class RememberEntry:
     updated_at: int
     expires_at: int | None = None
     metadata: dict[str, Any] | None = None
+
+    @classmethod
+    def from_fields(
+        cls,
+        fields: tuple[Any, str | None, int, int, int | None, dict[str, Any] | None],
+    ) -> RememberEntry:
+        """``RememberEntry(*fields)``, without the frozen dataclass's slow ``__init__``.
+
+        The read path builds one entry per stored entry; the generated
+        ``__init__`` sets each field through ``object.__setattr__``.  The result
+        is equal to, and indistinguishable from, the constructor's.
+        """
+        entry = _new(cls)
+        _setattr(
+            entry,
+            "__dict__",
+            {
+                "value": fields[0],
+                "brand": fields[1],
+                "created_at": fields[2],
+                "updated_at": fields[3],
+                "expires_at": fields[4],
+                "metadata": fields[5],
+            },
+        )
+        return entry
 
     def is_expired(self, now_ms: int) -> bool:
         """``True`` when ``now_ms >= expires_at`` (the rule on every store)."""

@@ -401,3 +401,47 @@ def test_self_containing_value_is_refused(mem: RememberAccessor, store: Store) -
     mem.set("shared", [shared, shared])  # shared, not circular: fine
     assert mem.get("shared") == [{"x": 1}, {"x": 1}]
     assert all_keys(store) == ["remember:v2:session:s-1:shared"]
+
+
+class _ProtocolOnly:
+    """The store under test seen through the Store protocol alone (no ``scan_items``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.get, self.get_many, self.set = store.get, store.get_many, store.set
+        self.compare_and_set, self.delete = store.compare_and_set, store.delete
+        self.scan, self.close = store.scan, store.close
+
+
+def test_entries_are_the_same_with_and_without_the_item_scanner(
+    make_plugin: Callable[..., RememberPlugin], store: Store, clock: FakeClock
+) -> None:
+    """entries()/list() through scan_items equal scan + get_many, filters and all."""
+    assert hasattr(store, "scan_items") and not hasattr(_ProtocolOnly(store), "scan_items")
+    direct = make_plugin(read_doubled_prefix=True)
+    mem = direct.accessor(ALICE)
+    for i in range(120):
+        mem.set(f"k{i}", {"i": i}, brand="cache" if i % 2 == 0 else None, ttl=10 if i < 5 else None)
+    mem.set("k*", "star")
+    mem.set("n:1", 1)
+    plugin_bob = direct.accessor(BOB)
+    plugin_bob.set("k1", "bob's")
+    # One unreadable entry and one written under 1.8.0's doubled prefix.
+    store.set("remember:v2:session:s-1:k-broken", "not an envelope")
+    doubled = "remember:" + "remember:v2:session:s-1:old"
+    mem.set("old", "from 1.8.0")
+    store.set(doubled, store.get("remember:v2:session:s-1:old") or "")
+    store.delete("remember:v2:session:s-1:old")
+    clock.advance(s=11)  # k0 .. k4 expire
+
+    plain = make_plugin(read_doubled_prefix=True, store=_ProtocolOnly(store))
+    for pattern in ("*", "k1?", "k\\*", "n:*", "nothing*"):
+        for brand in (None, "cache"):
+            via_items = mem.entries(pattern=pattern, brand=brand)
+            via_scan = plain.accessor(ALICE).entries(pattern=pattern, brand=brand)
+            assert via_items == via_scan, (pattern, brand)
+    everything = mem.entries()
+    assert len(everything) == 115 + 1 + 1 + 1  # k5..k119, k*, n:1, old
+    assert everything["old"].value == "from 1.8.0"
+    assert "k-broken" not in everything and "k0" not in everything
+    assert mem.list(pattern="k1?") == sorted(f"k{i}" for i in range(10, 20))
+    assert direct.stats()["unreadable"] >= 1

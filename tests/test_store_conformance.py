@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from remember_sync.stores.base import Store
+from remember_sync.errors import RememberInputError
+from remember_sync.stores.base import ItemScanner, Store
 
 
 def wait_until_gone(store: Store, key: str, timeout: float = 3.0) -> bool:
@@ -181,3 +182,46 @@ def test_scan_count_hint_does_not_change_results(store: Store, count: int) -> No
     for i in range(25):
         store.set(f"c:{i}", "v")
     assert sorted(store.scan("c:*", count=count)) == sorted(f"c:{i}" for i in range(25))
+
+
+# -- the optional ItemScanner capability (every built-in store has it) -----------------------
+
+
+def test_every_built_in_store_scans_items(store: Store) -> None:
+    """Memory, Redis, Redis Cluster and Vercel KV all offer keys and values in one pass."""
+    assert isinstance(store, ItemScanner)
+
+
+def test_scan_items_yields_each_matching_key_once_with_its_value(store: Store) -> None:
+    """scan_items == scan + get_many, over thousands of keys, with the glob rules of scan."""
+    assert isinstance(store, ItemScanner)
+    wanted = {f"ns:a:{i}": f"value {i} \u2713 \"quoted\"" for i in range(2500)}
+    for key, value in wanted.items():
+        store.set(key, value)
+    for i in range(300):
+        store.set(f"ns:b:{i}", "other")
+    store.set("ns:a:empty", "")
+    wanted["ns:a:empty"] = ""
+    found = list(store.scan_items("ns:a:*"))
+    assert len(found) == len(wanted)
+    assert dict(found) == wanted
+    assert sorted(store.scan_items("ns:a:1?")) == sorted(
+        (f"ns:a:{i}", wanted[f"ns:a:{i}"]) for i in range(10, 20)
+    )
+    assert list(store.scan_items("ns:a\\*")) == []
+
+
+@pytest.mark.parametrize("count", [1, 7])
+def test_scan_items_count_hint_and_expiry(store: Store, count: int) -> None:
+    """Small pages give the same items; expired and deleted keys are left out."""
+    assert isinstance(store, ItemScanner)
+    for i in range(25):
+        store.set(f"c:{i}", str(i))
+    store.set("c:gone", "x", ttl_ms=1)
+    store.set("c:deleted", "x")
+    store.delete("c:deleted")
+    assert wait_until_gone(store, "c:gone")
+    items = list(store.scan_items("c:*", count=count))
+    assert sorted(items) == sorted((f"c:{i}", str(i)) for i in range(25))
+    with pytest.raises(RememberInputError):
+        store.scan_items("c:*", count=0)

@@ -845,3 +845,33 @@ def test_interop_vectors_cover_both_refusals() -> None:
     """Two of the Redis vectors are ones the SPEC refuses (anon: user, tool without a tool)."""
     assert sum(map(_refused, _REDIS_VECTORS)) == 2
     assert len(_REDIS_VECTORS) == len(VECTORS) == 16
+
+
+# -- reply parsers -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_store_works_with_redis_py_pure_python_parsers(
+    redis_url: str, redis_client: redis.Redis, protocol: int
+) -> None:
+    """hiredis is optional: with redis-py's own RESP2/RESP3 parsers every operation agrees."""
+    from redis._parsers import _RESP2Parser, _RESP3Parser
+
+    parser = _RESP2Parser if protocol == 2 else _RESP3Parser
+    pool = redis.ConnectionPool.from_url(redis_url, parser_class=parser, protocol=protocol)
+    client = redis.Redis(connection_pool=pool)
+    try:
+        assert isinstance(client.connection_pool.get_connection()._parser, parser)
+        store = RedisStore(client=client)
+        values = {f"pp:{i}": f"v{i} \u2713" for i in range(150)}
+        for key, value in values.items():
+            assert store.set(key, value) is True
+        assert store.get("pp:7") == "v7 \u2713"
+        assert store.get_many(["pp:1", "pp:missing"]) == ["v1 \u2713", None]
+        assert store.compare_and_set("pp:1", "v1 \u2713", "new") is True
+        values["pp:1"] = "new"
+        assert sorted(store.scan("pp:*")) == sorted(values)
+        assert dict(store.scan_items("pp:*", count=20)) == values
+        assert store.delete("pp:1", "pp:missing") == 1
+    finally:
+        client.close()

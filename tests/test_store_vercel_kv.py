@@ -400,26 +400,76 @@ def test_the_token_never_reaches_logs_or_errors(
 # -- round trips --------------------------------------------------------------------------------
 
 
-def test_entries_over_100_keys_costs_one_mget_round_trip(
+def test_entries_over_100_keys_costs_one_request(
     vercel_kv_store: VercelKVStore, kv_emulator: KVEmulator
 ) -> None:
-    """entries() reads 100 values with ONE MGET request (besides its SCAN pages), not 100 GETs."""
+    """entries() of 100 keys is ONE request: the scan script returns keys and values."""
     plugin = kv_plugin(store=vercel_kv_store)
     mem = plugin.accessor(ALICE)
     for i in range(100):
         mem.set(f"note:{i}", {"i": i}, scope="user", brand="state")
     kv_emulator.reset_log()
     found = mem.entries(scope="user")
-    names = Counter(command_names(kv_emulator))
-    assert len(found) == 100
-    assert names["MGET"] == 1
-    assert set(names) == {"SCAN", "MGET"}
-    assert len(kv_emulator.requests) == names["SCAN"] + 1
-    # At COUNT 1000 one SCAN page covers this small database: two HTTP requests in all.
-    assert names["SCAN"] == 1
-    mget = next(r for r in kv_emulator.requests if r.commands[0][0] == "MGET")
-    assert len(mget.commands[0]) == 1 + 100
+    assert {k: e.value for k, e in found.items()} == {f"note:{i}": {"i": i} for i in range(100)}
+    # At COUNT 1000 one SCAN page covers this small database.
+    assert command_names(kv_emulator) == ["EVAL"]
     plugin.close()
+
+
+SCRIPT_REFUSED = "ERR Lua scripts without any input keys are not supported"
+
+
+def test_a_refused_scan_script_falls_back_to_scan_and_mget_once_and_for_all(
+    vercel_kv_store: VercelKVStore, kv_emulator: KVEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that refuses the script (an error reply) gets SCAN + MGET, with the same result."""
+    plugin = kv_plugin(store=vercel_kv_store)
+    mem = plugin.accessor(ALICE)
+    for i in range(100):
+        mem.set(f"note:{i}", i, scope="user")
+    expected = {f"note:{i}": i for i in range(100)}
+    kv_emulator.reset_log()
+    kv_emulator.inject(status=400, error=SCRIPT_REFUSED)
+    with caplog.at_level(logging.INFO, logger="remember_sync"):
+        found = mem.entries(scope="user")
+    assert {k: e.value for k, e in found.items()} == expected
+    # The refused EVAL (not repeated: a refusal is not retried), then the page again.
+    assert command_names(kv_emulator) == ["EVAL", "SCAN", "MGET"]
+    assert [r.message for r in caplog.records if "refused the scan script" in r.message]
+    kv_emulator.reset_log()
+    assert mem.list(scope="user") == sorted(expected)
+    assert command_names(kv_emulator) == ["SCAN", "MGET"]
+    plugin.close()
+
+
+def test_a_failing_scan_script_is_retried_and_then_reported_not_abandoned(
+    make_store: type[VercelKVStore], kv_emulator: KVEmulator
+) -> None:
+    """5xx answers are an outage, not a refusal: retried, then RememberStoreError; no fallback."""
+    store = make_store(retries=1, backoff=0.01)
+    assert store.set("remember:a", "1") is True
+    kv_emulator.reset_log()
+    kv_emulator.inject(status=500, times=None)
+    with pytest.raises(RememberStoreError, match="HTTP 500"):
+        list(store.scan_items("remember:*"))
+    kv_emulator.clear_faults()
+    assert command_names(kv_emulator) == ["EVAL", "EVAL"]
+    kv_emulator.reset_log()
+    assert list(store.scan_items("remember:*")) == [("remember:a", "1")]
+    assert command_names(kv_emulator) == ["EVAL"]
+
+
+def test_scan_items_pages_larger_than_one_mget_chunk(
+    vercel_kv_store: VercelKVStore, kv_emulator: KVEmulator, kv_redis: redis.Redis
+) -> None:
+    """A page of 2,500 keys (COUNT 5000) is read in MGET chunks inside the script."""
+    kv_redis.mset({f"remember:big:{i}": f"v{i}" for i in range(2500)})
+    kv_redis.set("remember:other:x", "no")
+    kv_redis.hset("remember:big:hash", "f", "a hash is not a value")
+    kv_emulator.reset_log()
+    found = dict(vercel_kv_store.scan_items("remember:big:*", count=5000))
+    assert found == {f"remember:big:{i}": f"v{i}" for i in range(2500)}
+    assert command_names(kv_emulator) == ["EVAL"]
 
 
 def test_forget_many_deletes_with_one_unlink(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-__all__ = ["CAS_LUA_SCRIPT", "Store"]
+__all__ = ["CAS_LUA_SCRIPT", "SCAN_ITEMS_LUA_SCRIPT", "ItemScanner", "Store"]
 
 #: Compare-and-set for Redis-protocol stores. KEYS[1] = key; ARGV = expected, new
 #: value, PX milliseconds or "" for none.  A missing key reads as false, which never
@@ -32,6 +32,26 @@ else
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 end
 return 1
+"""
+
+#: One page of :meth:`ItemScanner.scan_items` for Redis-protocol stores, in one round
+#: trip.  ARGV = cursor, pattern, count.  Returns ``{next cursor, keys, values}`` with
+#: the values as MGET gives them (nil for a key that vanished or holds another type).
+#: Read-only, but it finds its keys instead of declaring them: servers that insist on
+#: declared keys (Redis Cluster, some managed services) refuse it, and the store then
+#: reads the page with SCAN and MGET.
+SCAN_ITEMS_LUA_SCRIPT = """\
+local page = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
+local keys, values = page[2], {}
+if #keys > 0 and #keys <= 1000 then
+  values = redis.call('MGET', unpack(keys))
+else
+  for i = 1, #keys, 1000 do
+    local part = redis.call('MGET', unpack(keys, i, math.min(i + 999, #keys)))
+    for j = 1, #part do values[#values + 1] = part[j] end
+  end
+end
+return {page[1], keys, values}
 """
 
 
@@ -91,4 +111,23 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release what the store created (never a client that was passed in)."""
+        ...
+
+
+@runtime_checkable
+class ItemScanner(Protocol):
+    """An optional capability: keys *and* values in one pass.
+
+    A store that has it lets :meth:`~remember_sync.accessor.RememberAccessor.entries`
+    (and ``list``) read a namespace without a second round trip per page; one
+    without it is read by :meth:`Store.scan` then :meth:`Store.get_many`, with the
+    same result.
+    """
+
+    def scan_items(self, pattern: str, *, count: int = 1000) -> Iterator[tuple[str, str]]:
+        """Yield ``(key, value)`` for every key matching the glob *pattern*, each key once.
+
+        A key that expires or is deleted during the walk may be left out, as
+        with :meth:`Store.scan` followed by :meth:`Store.get_many`.
+        """
         ...

@@ -27,7 +27,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 
-from ..errors import RememberConfigurationError
+from ..errors import RememberConfigurationError, RememberInputError
 from .glob import compile_glob
 
 __all__ = ["MemoryStore"]
@@ -231,6 +231,8 @@ class MemoryStore:
             return removed
 
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise RememberInputError(f"count must be a positive int; got {count!r}")
         regex = compile_glob(pattern)
         with self._lock:
             now = self._clock()
@@ -242,6 +244,12 @@ class MemoryStore:
             if (deadline is None or now < deadline) and regex.fullmatch(k)
         ]
         return iter(keys)
+
+    def scan_items(self, pattern: str, *, count: int = 1000) -> Iterator[tuple[str, str]]:
+        """:meth:`scan` and :meth:`get_many` (a read, so it counts as a use for LRU)."""
+        keys = list(self.scan(pattern, count=count))
+        values = self.get_many(keys)
+        return iter([(k, v) for k, v in zip(keys, values, strict=True) if v is not None])
 
     def close(self) -> None:
         with self._lock:

@@ -42,7 +42,7 @@ import requests.auth
 from urllib3.exceptions import NewConnectionError
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
-from .base import CAS_LUA_SCRIPT
+from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT
 
 __all__ = ["VercelKVStore"]
 
@@ -72,6 +72,10 @@ class _BearerAuth(requests.auth.AuthBase):
 
     def __repr__(self) -> str:
         return "_BearerAuth(<redacted>)"
+
+
+class _Refused(RememberStoreError):
+    """The server answered the command with an error (it ran, or was refused)."""
 
 
 class _AttemptFailed(Exception):
@@ -230,6 +234,8 @@ class VercelKVStore:
             session.mount("http://", adapter)
         self._session = session
         self._closed = False
+        # Until the server refuses the scan script once (see scan_items).
+        self._items_by_script = True
 
     # -- the Store protocol ---------------------------------------------------------------
 
@@ -306,24 +312,88 @@ class VercelKVStore:
         seen: set[str] = set()
         cursor = "0"
         while True:
-            result = self._command(
-                ["SCAN", cursor, "MATCH", pattern, "COUNT", str(count)], idempotent=True
-            )
-            if (
-                not isinstance(result, list)
-                or len(result) != 2
-                or not isinstance(result[0], str)
-                or not isinstance(result[1], list)
-            ):
-                raise RememberStoreError(f"Vercel KV answered SCAN with {self._shape(result)}")
-            cursor, keys = result
+            cursor, keys = self._scan_page(cursor, pattern, str(count))
             for key in keys:
                 # SCAN may return a key more than once (e.g. across a rehash).
-                if isinstance(key, str) and key not in seen:
+                if key not in seen:
                     seen.add(key)
                     yield key
             if cursor == "0":
                 return
+
+    def _scan_page(self, cursor: str, pattern: str, count: str) -> tuple[str, list[str]]:
+        """One ``SCAN`` request: the next cursor and the page's keys."""
+        result = self._command(["SCAN", cursor, "MATCH", pattern, "COUNT", count], idempotent=True)
+        if (
+            not isinstance(result, list)
+            or len(result) != 2
+            or not isinstance(result[0], str)
+            or not isinstance(result[1], list)
+        ):
+            raise RememberStoreError(f"Vercel KV answered SCAN with {self._shape(result)}")
+        return result[0], [key for key in result[1] if isinstance(key, str)]
+
+    def scan_items(self, pattern: str, *, count: int = 1000) -> Iterator[tuple[str, str]]:
+        """Yield ``(key, value)`` for the keys matching *pattern*, each key once.
+
+        One request per ``SCAN`` page: an ``EVAL`` of
+        :data:`~remember_sync.stores.base.SCAN_ITEMS_LUA_SCRIPT`, which returns the
+        page's keys with their values.  If the server refuses the script (it
+        finds its keys rather than declaring them, which a server may forbid),
+        the store logs that once and reads each page with ``SCAN`` then
+        ``MGET`` from then on: two requests a page, the same result.
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise RememberInputError(f"count must be a positive int; got {count!r}")
+        return self._scan_items(pattern, str(count))
+
+    def _scan_items(self, pattern: str, count: str) -> Iterator[tuple[str, str]]:
+        seen: set[str] = set()
+        cursor = "0"
+        while True:
+            cursor, keys, values = self._items_page(cursor, pattern, count)
+            for key, value in zip(keys, values, strict=True):
+                text = self._text_or_none(value)
+                if text is not None and key not in seen:
+                    seen.add(key)
+                    yield key, text
+            if cursor == "0":
+                return
+
+    def _items_page(
+        self, cursor: str, pattern: str, count: str
+    ) -> tuple[str, list[Any], list[Any]]:
+        """One ``SCAN`` page from *cursor*: the next cursor, the keys, their values."""
+        if self._items_by_script:
+            try:
+                result = self._command(
+                    ["EVAL", SCAN_ITEMS_LUA_SCRIPT, "0", cursor, pattern, count],
+                    idempotent=True,  # reads only
+                )
+            except _Refused as exc:
+                self._items_by_script = False
+                log.info(
+                    "remember: Vercel KV at %s refused the scan script (%s); "
+                    "reading with SCAN + MGET from now on",
+                    self._host,
+                    exc,
+                )
+            else:
+                if (
+                    isinstance(result, list)
+                    and len(result) == 3
+                    and isinstance(result[0], str)
+                    and isinstance(result[1], list)
+                    and isinstance(result[2], list)
+                    and len(result[1]) == len(result[2])
+                    and all(isinstance(key, str) for key in result[1])
+                ):
+                    return result[0], result[1], result[2]
+                raise RememberStoreError(
+                    f"Vercel KV answered the scan script with {self._shape(result)}"
+                )
+        cursor, keys = self._scan_page(cursor, pattern, count)
+        return cursor, keys, self.get_many(keys)
 
     def close(self) -> None:
         if self._closed:
@@ -458,7 +528,7 @@ class VercelKVStore:
                 f"HTTP {status}: {error or 'server error'}", retryable=idempotent
             )
         if status != 200 or error is not None:
-            raise RememberStoreError(
+            raise _Refused(
                 self._scrub(f"Vercel KV {name} at {self._host}: {error or f'HTTP {status}'}")
             )
         if not isinstance(payload, dict) or "result" not in payload:

@@ -8,6 +8,7 @@ general path it short-cuts, on inputs made to hit the edges.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -64,6 +65,72 @@ def test_envelope_shortcuts_agree_with_json(
     assert _outcome(keyring.open_stored, stored, NS, aad) == _outcome(
         keyring._open_stored, stored, NS, aad
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), size=st.integers(0, 40))
+def test_open_many_opens_only_what_open_stored_opens_the_same_way(
+    data: st.DataObject, size: int
+) -> None:
+    """open_many's plaintexts are open_stored's (current secret, bound); None leaves it to it."""
+    keyring = Keyring(["current-secret", "older-secret"], source="test")
+    older = Keyring(["older-secret"], source="test")
+    aad = KEY[len("remember:") :].encode()
+    texts = [
+        _mutate(_sealed(keyring, os.urandom(size), bound=True, kid=True), data),
+        _sealed(keyring, os.urandom(size), bound=True, kid=True),
+        _sealed(keyring, os.urandom(size), bound=False, kid=True),
+        _sealed(older, os.urandom(size), bound=True, kid=True),
+        _sealed(keyring, os.urandom(size), bound=True, kid=True).replace("-", "+"),
+        "{}",
+    ]
+    for text, opened in zip(texts, keyring.open_many(texts, NS, [aad] * len(texts)), strict=True):
+        if opened is not None:
+            assert keyring.open_stored(text, NS, aad) == (opened, 0, True)
+    # An untouched envelope of the current secret always takes the fast path.
+    assert keyring.open_many([texts[1]], NS, [aad]) == [keyring.open_stored(texts[1], NS, aad)[0]]
+    # Bound to another key: not opened here, and open_stored refuses it too.
+    assert keyring.open_many([texts[1]], NS, [b"v2:session:s-1:other"]) == [None]
+
+
+def test_decode_many_equals_decode_fields_one_by_one() -> None:
+    """decode_many gives decode_fields' fields or its error for every kind of stored value."""
+    keyring = Keyring(["current-secret", "older-secret"], source="test")
+    codec = EntryCodec(keyring, prefix="remember:")
+    older = EntryCodec(Keyring(["older-secret"], source="test"), prefix="remember:")
+    plain = EntryCodec(keyring, prefix="remember:", bind_key=False)
+    entry = RememberEntry({"a": [1, "é"]}, "cache", 1, 2, 3, {"m": True})
+    keys = [f"{KEY}{i}" for i in range(8)]
+    stored = [
+        codec.encode(entry, NS, keys[0]),
+        older.encode(entry, NS, keys[1]),
+        plain.encode(entry, NS, keys[2]),
+        codec.encode(entry, NS, keys[0]),  # moved to another key: unreadable
+        "not an envelope",
+        codec.seal_text(b"[1]", NS, keys[5]),  # decrypts, but is not an entry
+        codec.seal_text(b'{"value":1,"createdAt":1,"updatedAt":2}', NS, keys[6]),
+        EntryCodec(None, prefix="remember:").encode(entry, NS, keys[7]),
+    ]
+    for decoder in (codec, plain):
+        many = decoder.decode_many(stored, NS, keys)
+        for text, key, got in zip(stored, keys, many, strict=True):
+            expected = _outcome(lambda: decoder.decode_fields(text, NS, key)[0])
+            assert _outcome(lambda: got if not isinstance(got, Exception) else _raise(got)) == (
+                expected
+            )
+    fields = codec.decode_many(stored[:1], NS, keys[:1])[0]
+    assert not isinstance(fields, Exception)
+    assert RememberEntry.from_fields(fields) == RememberEntry(*fields) == entry
+    assert repr(RememberEntry.from_fields(fields)) == repr(entry)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RememberEntry.from_fields(fields).value = 2  # type: ignore[misc]
+    assert hash(RememberEntry.from_fields((1, None, 1, 2, None, None))) == hash(
+        RememberEntry(1, None, 1, 2, None, None)
+    )
+
+
+def _raise(exc: Exception) -> Any:
+    raise exc
 
 
 def test_open_stored_tries_every_secret_after_the_shortcut() -> None:

@@ -875,3 +875,69 @@ def test_the_store_works_with_redis_py_pure_python_parsers(
         assert store.delete("pp:1", "pp:missing") == 1
     finally:
         client.close()
+
+
+# -- scan_items: the remembered page keys --------------------------------------------------------
+
+
+class _CountingClient:
+    """Counts the round trips a RedisStore makes through its client."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name in ("scan", "mget", "pipeline", "execute_command"):
+            self.calls.append(name)
+        return attr
+
+
+@pytest.mark.parametrize("count", [1000, 7])
+def test_scan_items_pipelines_the_values_of_remembered_pages(
+    redis_store: RedisStore, count: int
+) -> None:
+    """A repeated walk reads each page in one round trip; changes in between are all seen."""
+    for i in range(40):
+        redis_store.set(f"g:{i}", f"v{i}")
+    first = dict(redis_store.scan_items("g:*", count=count))
+    assert first == {f"g:{i}": f"v{i}" for i in range(40)}
+
+    spy = _CountingClient(redis_store.client)  # type: ignore[arg-type]
+    redis_store._client = spy
+    # Unchanged: one pipeline (SCAN + MGET together) per page, nothing else.
+    assert dict(redis_store.scan_items("g:*", count=count)) == first
+    pages = spy.calls.count("pipeline")
+    assert pages >= 1 and set(spy.calls) == {"pipeline"}
+    if count == 1000:
+        assert pages == 1
+
+    # Changed: a new key, a deleted key, a new value and an expired key.
+    redis_store.set("g:new", "fresh")
+    redis_store.delete("g:3")
+    redis_store.set("g:4", "changed")
+    redis_store.set("g:5", "short", ttl_ms=1)
+    time.sleep(0.05)
+    expected = {f"g:{i}": f"v{i}" for i in range(40) if i not in (3, 4, 5)}
+    expected.update({"g:new": "fresh", "g:4": "changed"})
+    spy.calls.clear()
+    assert dict(redis_store.scan_items("g:*", count=count)) == expected
+    # The new key was not remembered: its value took one more MGET.
+    assert spy.calls.count("mget") >= 1
+    spy.calls.clear()
+    assert dict(redis_store.scan_items("g:*", count=count)) == expected
+    assert "mget" not in spy.calls
+
+
+def test_remembered_pages_are_bounded(redis_store: RedisStore) -> None:
+    """The store remembers at most 256 pages of at most 500 keys."""
+    for i in range(600):
+        redis_store.set(f"big:{i}", "v")
+    for i in range(300):
+        redis_store.set(f"ns{i}:k", "v")
+    assert len(dict(redis_store.scan_items("big:*"))) == 600
+    assert not any(where[0] == b"big:*" for where in redis_store._page_keys)  # > 500 keys
+    for i in range(300):
+        assert dict(redis_store.scan_items(f"ns{i}:*")) == {f"ns{i}:k": "v"}
+    assert 0 < len(redis_store._page_keys) <= 256

@@ -44,6 +44,9 @@ __all__ = ["RedisStore", "redacted_url"]
 
 #: Keys per MGET/UNLINK command: bounds the size of one request and reply.
 _CHUNK = 1000
+#: scan_items remembers the keys of this many SCAN pages (of at most _GUESS_KEYS keys).
+_GUESS_PAGES = 256
+_GUESS_KEYS = 500
 
 
 # Errors that mean "these credentials or this ACL user are wrong": retrying or
@@ -222,6 +225,8 @@ class RedisStore:
         self._owns = owns
         self._cluster = isinstance(client, redis.cluster.RedisCluster)
         self._cas = client.register_script(CAS_LUA_SCRIPT)
+        # (pattern, count, cursor) -> the keys that SCAN page held last time (standalone).
+        self._page_keys: dict[tuple[bytes, int, int], list[bytes | str]] = {}
 
     @classmethod
     def from_url(
@@ -401,12 +406,16 @@ class RedisStore:
     def scan_items(self, pattern: str, *, count: int = 1000) -> Iterator[tuple[str, str]]:
         """Yield ``(key, value)`` for the keys matching *pattern*, each key once.
 
-        Each ``SCAN`` page is followed by one ``MGET`` of its keys (per hash
-        slot on a cluster), so the values of a page arrive before the next page
-        is asked for.  Two round trips a page: a Lua script doing both in one
-        measured slower on a local server (the script's own cost exceeded a
-        loopback round trip), and servers that insist on declared keys refuse
-        such a script.
+        Standalone, a page usually costs one round trip: the store remembers
+        which keys each ``SCAN`` page held last time and pipelines an ``MGET``
+        of those keys right behind the ``SCAN``.  The ``SCAN`` reply decides what
+        is yielded; values come from that ``MGET`` (which the server runs after
+        the ``SCAN``, as it would run a separate one), and keys it did not cover
+        -- new ones -- from a second ``MGET``.  On a cluster every primary is
+        walked with ``SCAN`` then ``MGET`` (per hash slot).  A Lua script doing
+        both in one call measured slower on a local server (the script's own
+        cost exceeded a loopback round trip), and servers that insist on
+        declared keys refuse such a script.
         """
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise RememberInputError(f"count must be a positive int; got {count!r}")
@@ -417,20 +426,45 @@ class RedisStore:
         for node in self._scan_nodes():
             cursor: Any = 0
             while True:
-                cursor, page = self._scan_page(node, cursor, pattern, count)
+                known: dict[bytes | str, Any] = {}
+                guess = None if node is not None else self._page_keys.get((pattern, count, cursor))
+                if guess:
+                    with _translate("SCAN + MGET"):
+                        pipe = self._client.pipeline(transaction=False)
+                        pipe.execute_command("SCAN", cursor, "MATCH", pattern, "COUNT", count)
+                        pipe.execute_command("MGET", *guess)
+                        (after, page), values = pipe.execute()
+                    known = dict(zip(guess, values, strict=True))
+                else:
+                    after, page = self._scan_page(node, cursor, pattern, count)
+                if node is None:
+                    self._remember_page((pattern, count, cursor), page)
                 fresh = [raw for raw in page if raw not in seen]
-                if fresh:
-                    seen.update(fresh)
+                seen.update(fresh)
+                missing = [raw for raw in fresh if raw not in known]
+                if missing:
                     with _translate("MGET"):
                         if node is None:
-                            values = self._client.mget(fresh)
+                            known.update(zip(missing, self._client.mget(missing), strict=True))
                         else:
-                            values = self._client.mget_nonatomic(fresh)
-                    for raw, value in zip(fresh, values, strict=True):
-                        if value is not None:
-                            yield _s(raw), _s(value)
-                if int(cursor) == 0:
+                            values = self._client.mget_nonatomic(missing)
+                            known.update(zip(missing, values, strict=True))
+                for raw in fresh:
+                    value = known[raw]
+                    if value is not None:
+                        yield _s(raw), _s(value)
+                cursor = int(after)
+                if cursor == 0:
                     break
+
+    def _remember_page(self, where: tuple[bytes, int, int], page: list[bytes | str]) -> None:
+        """Keep *page*'s keys for the next walk (bounded; dict operations are atomic)."""
+        if not page or len(page) > _GUESS_KEYS:
+            self._page_keys.pop(where, None)
+            return
+        if len(self._page_keys) >= _GUESS_PAGES and where not in self._page_keys:
+            self._page_keys.clear()
+        self._page_keys[where] = page
 
     def close(self) -> None:
         """Close the client if this store created it; a passed-in client is left open."""

@@ -8,14 +8,19 @@ Replies are ``{"result": ...}`` or ``{"error": "..."}``.
 
 Round trips: ``get_many`` is one ``MGET``, ``delete`` one ``UNLINK``,
 ``compare_and_set`` one ``EVAL``, whatever the number of keys; ``scan`` costs
-one request per ``SCAN`` page (the cursor is a string and ``"0"`` ends).
+one request per ``SCAN`` page (the cursor is a string and ``"0"`` ends), and so
+does ``scan_items`` -- keys *and* values, through an ``EVAL`` of a read-only
+script doing ``SCAN`` + ``MGET`` -- until the server refuses that script (it
+finds its keys instead of declaring them); it then takes ``SCAN`` + ``MGET``,
+two requests a page.
 
 Failures and retries (see ``docs/vercel-kv.rst``): ``timeout`` bounds a whole
 operation, retries included.  A request that certainly never reached the
 server (connection refused, connect timeout) is retried for every command.
 A request whose outcome is unknown (read timeout, dropped connection, HTTP
 5xx, unparsable reply) is retried only for commands that are safe to repeat:
-``GET``, ``MGET``, ``SCAN``, ``SET`` without ``NX`` and ``UNLINK``.  ``SET ...
+``GET``, ``MGET``, ``SCAN``, the read-only scan script, ``SET`` without ``NX``
+and ``UNLINK``.  ``SET ...
 NX`` and the compare-and-set ``EVAL`` are not, because a lost reply to a
 write that happened would turn into a false "not written".  HTTP 401/403 is
 a :class:`~remember_sync.errors.RememberConfigurationError` naming
@@ -26,7 +31,6 @@ message.  The token never appears in a message, a log record or ``repr``.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 import logging
@@ -120,25 +124,31 @@ def _check_number(
 
 def _decode(value: Any) -> Any:
     """Undo ``Upstash-Encoding: base64``: every string but the status ``OK``, recursively."""
-    if isinstance(value, str):
-        if value == "OK":
-            return value
-        try:
-            raw = base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise RememberStoreError(
-                "Vercel KV sent a result that is not base64 although "
-                "'Upstash-Encoding: base64' was requested"
-            ) from exc
-        # Our own values and keys are always UTF-8.  Bytes written by another
-        # program decode with U+FFFD; the accessor then reports the entry as
-        # unreadable (logged and counted) instead of failing a whole listing.
-        return raw.decode("utf-8", "replace")
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
+    if type(value) is str:
+        return value if value == "OK" else _text(value)
+    if type(value) is list:
+        # Arrays of strings (MGET, SCAN pages) are the bulk of the work: no call per item.
+        return [
+            _text(item) if type(item) is str and item != "OK" else _decode(item) for item in value
+        ]
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     raise RememberStoreError(f"Vercel KV sent an unexpected result type {type(value).__name__}")
+
+
+def _text(encoded: str) -> str:
+    """One base64-encoded result string, decoded."""
+    try:
+        raw = binascii.a2b_base64(encoded, strict_mode=True)
+    except (binascii.Error, ValueError) as exc:
+        raise RememberStoreError(
+            "Vercel KV sent a result that is not base64 although "
+            "'Upstash-Encoding: base64' was requested"
+        ) from exc
+    # Our own values and keys are always UTF-8.  Bytes written by another
+    # program decode with U+FFFD; the accessor then reports the entry as
+    # unreadable (logged and counted) instead of failing a whole listing.
+    return raw.decode("utf-8", "replace")
 
 
 class VercelKVStore:

@@ -257,14 +257,14 @@ class AccessorCore:
                     found.setdefault(key, None)
         return list(found)
 
-    def scan_items(self, ns: Namespace, pattern: str) -> Iterator[list[tuple[str, str]]]:
-        """:meth:`scan_keys` with the stored values, in batches of (full key, value).
+    def scan_pages(self, ns: Namespace, pattern: str) -> Iterator[list[tuple[str, str]]]:
+        """:meth:`scan_keys` with the stored values: pages of (full key, value).
 
-        Through the store's :meth:`~remember_sync.stores.base.ItemScanner.scan_items`
+        Through the store's :meth:`~remember_sync.stores.base.ItemScanner.scan_pages`
         when it has one (keys and values in one pass), else ``scan`` then
         ``get_many`` per batch.  Keys whose value vanished in between are left out.
         """
-        scanner = getattr(self.store, "scan_items", None)
+        scanner = getattr(self.store, "scan_pages", None)
         if scanner is None:
             keys = self.scan_keys(ns, pattern)
             for start in range(0, len(keys), _BATCH):
@@ -272,24 +272,20 @@ class AccessorCore:
                 values = self.store.get_many(chunk)
                 yield [(k, v) for k, v in zip(chunk, values, strict=True) if v is not None]
             return
+        globs = self._globs(ns, pattern)
         seen: set[str] = set()
-        everything = pattern == "*"
-        for glob, h in self._globs(ns, pattern):
+        for glob, h in globs:
             cut = len(h)
-            batch: list[tuple[str, str]] = []
-            for key, value in scanner(glob):
-                if (
-                    key.startswith(h)
-                    and (everything or match_user_pattern(pattern, key[cut:]))
-                    and key not in seen
-                ):
-                    seen.add(key)
-                    batch.append((key, value))
-                    if len(batch) >= _BATCH:
-                        yield batch
-                        batch = []
-            if batch:
-                yield batch
+            for page in scanner(glob):
+                # Post-filter by the exact prefix: the glob is escaped, this is belt and braces.
+                kept = [item for item in page if item[0].startswith(h)]
+                if pattern != "*":
+                    kept = [item for item in kept if match_user_pattern(pattern, item[0][cut:])]
+                if len(globs) > 1:  # a key matching both globs is read once
+                    kept = [item for item in kept if item[0] not in seen]
+                    seen.update(k for k, _ in kept)
+                if kept:
+                    yield kept
 
 
 class RememberAccessor:
@@ -509,7 +505,7 @@ class RememberAccessor:
         out: dict[str, RememberEntry] = {}
         cut, cut_doubled = len(head), len(core.prefix + head)
         make = RememberEntry.from_fields
-        for batch in core.scan_items(ns, pattern):
+        for batch in core.scan_pages(ns, pattern):
             now = core.clock()
             # Storage keys: 1.8.0's doubled-prefix keys are read as ours.
             skeys = [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]

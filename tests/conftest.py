@@ -136,3 +136,8 @@ def require_component(name: str, available: bool, why: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{name} is required under CI but is not available: {why}")
     pytest.skip(f"{name} not available: {why}")
+
+
+def scan_items(store: Any, pattern: str, **options: Any) -> list[tuple[str, str]]:
+    """Every ``(key, value)`` pair of ``store.scan_pages(pattern)``, the pages flattened."""
+    return [item for page in store.scan_pages(pattern, **options) for item in page]

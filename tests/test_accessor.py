@@ -404,7 +404,7 @@ def test_self_containing_value_is_refused(mem: RememberAccessor, store: Store) -
 
 
 class _ProtocolOnly:
-    """The store under test seen through the Store protocol alone (no ``scan_items``)."""
+    """The store under test seen through the Store protocol alone (no ``scan_pages``)."""
 
     def __init__(self, store: Store) -> None:
         self.get, self.get_many, self.set = store.get, store.get_many, store.set
@@ -415,8 +415,8 @@ class _ProtocolOnly:
 def test_entries_are_the_same_with_and_without_the_item_scanner(
     make_plugin: Callable[..., RememberPlugin], store: Store, clock: FakeClock
 ) -> None:
-    """entries()/list() through scan_items equal scan + get_many, filters and all."""
-    assert hasattr(store, "scan_items") and not hasattr(_ProtocolOnly(store), "scan_items")
+    """entries()/list() through scan_pages equal scan + get_many, filters and all."""
+    assert hasattr(store, "scan_pages") and not hasattr(_ProtocolOnly(store), "scan_pages")
     direct = make_plugin(read_doubled_prefix=True)
     mem = direct.accessor(ALICE)
     for i in range(120):

@@ -9,6 +9,7 @@ import pytest
 
 from remember_sync.errors import RememberInputError
 from remember_sync.stores.base import ItemScanner, Store
+from tests.conftest import scan_items
 
 
 def wait_until_gone(store: Store, key: str, timeout: float = 3.0) -> bool:
@@ -192,8 +193,8 @@ def test_every_built_in_store_scans_items(store: Store) -> None:
     assert isinstance(store, ItemScanner)
 
 
-def test_scan_items_yields_each_matching_key_once_with_its_value(store: Store) -> None:
-    """scan_items == scan + get_many, over thousands of keys, with the glob rules of scan."""
+def test_scan_pages_yields_each_matching_key_once_with_its_value(store: Store) -> None:
+    """scan_pages == scan + get_many, over thousands of keys, with the glob rules of scan."""
     assert isinstance(store, ItemScanner)
     wanted = {f"ns:a:{i}": f"value {i} \u2713 \"quoted\"" for i in range(2500)}
     for key, value in wanted.items():
@@ -202,17 +203,17 @@ def test_scan_items_yields_each_matching_key_once_with_its_value(store: Store) -
         store.set(f"ns:b:{i}", "other")
     store.set("ns:a:empty", "")
     wanted["ns:a:empty"] = ""
-    found = list(store.scan_items("ns:a:*"))
+    found = list(scan_items(store, "ns:a:*"))
     assert len(found) == len(wanted)
     assert dict(found) == wanted
-    assert sorted(store.scan_items("ns:a:1?")) == sorted(
+    assert sorted(scan_items(store, "ns:a:1?")) == sorted(
         (f"ns:a:{i}", wanted[f"ns:a:{i}"]) for i in range(10, 20)
     )
-    assert list(store.scan_items("ns:a\\*")) == []
+    assert list(scan_items(store, "ns:a\\*")) == []
 
 
 @pytest.mark.parametrize("count", [1, 7])
-def test_scan_items_count_hint_and_expiry(store: Store, count: int) -> None:
+def test_scan_pages_count_hint_and_expiry(store: Store, count: int) -> None:
     """Small pages give the same items; expired and deleted keys are left out."""
     assert isinstance(store, ItemScanner)
     for i in range(25):
@@ -221,7 +222,9 @@ def test_scan_items_count_hint_and_expiry(store: Store, count: int) -> None:
     store.set("c:deleted", "x")
     store.delete("c:deleted")
     assert wait_until_gone(store, "c:gone")
-    items = list(store.scan_items("c:*", count=count))
+    items = list(scan_items(store, "c:*", count=count))
     assert sorted(items) == sorted((f"c:{i}", str(i)) for i in range(25))
-    with pytest.raises(RememberInputError):
-        store.scan_items("c:*", count=0)
+    with pytest.raises(RememberInputError):  # at the call, before any iteration
+        store.scan_pages("c:*", count=0)
+    pages = list(store.scan_pages("c:*", count=count))
+    assert all(type(page) is list and page for page in pages)

@@ -37,7 +37,7 @@ from remember_sync.stores.base import Store
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisCluster, RedisServer, find_redis_server
 from remember_sync.types import BRANDS, Identity
-from tests.conftest import TEST_SECRET, require_component
+from tests.conftest import TEST_SECRET, require_component, scan_items
 from tests.vectors import VECTORS, vector_identity
 
 IDENT = Identity(session_id="s-1", user_id="alice@example.com", tool_name="search:web")
@@ -283,8 +283,14 @@ def _update_race(store: Store, *, seconds: float = 1.0) -> tuple[list[str], dict
         for t in threads:
             t.start()
         rnd = random.Random(0)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not errors:
+        began = time.monotonic()
+        deadline = began + seconds
+        # At least 25 forgets, however slowly the machine runs the mutator among the
+        # updaters (bounded at five times the planned duration).
+        while not errors and (
+            time.monotonic() < deadline
+            or (counts["forgets"] < 25 and time.monotonic() < began + 5 * seconds)
+        ):
             key = rnd.choice(names)
             entry = mut.get_entry(key)
             current = state[key]
@@ -871,13 +877,13 @@ def test_the_store_works_with_redis_py_pure_python_parsers(
         assert store.compare_and_set("pp:1", "v1 \u2713", "new") is True
         values["pp:1"] = "new"
         assert sorted(store.scan("pp:*")) == sorted(values)
-        assert dict(store.scan_items("pp:*", count=20)) == values
+        assert dict(scan_items(store, "pp:*", count=20)) == values
         assert store.delete("pp:1", "pp:missing") == 1
     finally:
         client.close()
 
 
-# -- scan_items: the remembered page keys --------------------------------------------------------
+# -- scan_pages: the remembered page keys --------------------------------------------------------
 
 
 class _CountingClient:
@@ -895,23 +901,21 @@ class _CountingClient:
 
 
 @pytest.mark.parametrize("count", [1000, 7])
-def test_scan_items_pipelines_the_values_of_remembered_pages(
+def test_scan_pages_pipelines_the_values_of_remembered_pages(
     redis_store: RedisStore, count: int
 ) -> None:
     """A repeated walk reads each page in one round trip; changes in between are all seen."""
     for i in range(40):
         redis_store.set(f"g:{i}", f"v{i}")
-    first = dict(redis_store.scan_items("g:*", count=count))
+    first = dict(scan_items(redis_store, "g:*", count=count))
     assert first == {f"g:{i}": f"v{i}" for i in range(40)}
 
     spy = _CountingClient(redis_store.client)  # type: ignore[arg-type]
     redis_store._client = spy
     # Unchanged: one pipeline (SCAN + MGET together) per page, nothing else.
-    assert dict(redis_store.scan_items("g:*", count=count)) == first
-    pages = spy.calls.count("pipeline")
-    assert pages >= 1 and set(spy.calls) == {"pipeline"}
+    assert dict(scan_items(redis_store, "g:*", count=count)) == first
     if count == 1000:
-        assert pages == 1
+        assert spy.calls == ["pipeline"]
 
     # Changed: a new key, a deleted key, a new value and an expired key.
     redis_store.set("g:new", "fresh")
@@ -922,12 +926,15 @@ def test_scan_items_pipelines_the_values_of_remembered_pages(
     expected = {f"g:{i}": f"v{i}" for i in range(40) if i not in (3, 4, 5)}
     expected.update({"g:new": "fresh", "g:4": "changed"})
     spy.calls.clear()
-    assert dict(redis_store.scan_items("g:*", count=count)) == expected
+    assert dict(scan_items(redis_store, "g:*", count=count)) == expected
     # The new key was not remembered: its value took one more MGET.
     assert spy.calls.count("mget") >= 1
     spy.calls.clear()
-    assert dict(redis_store.scan_items("g:*", count=count)) == expected
-    assert "mget" not in spy.calls
+    assert dict(scan_items(redis_store, "g:*", count=count)) == expected
+    if count == 1000:
+        # One page from cursor 0 holds every key.  (Small pages may move between walks
+        # while Redis resizes its table: then correct, but not all guessed.)
+        assert spy.calls == ["pipeline"]
 
 
 def test_remembered_pages_are_bounded(redis_store: RedisStore) -> None:
@@ -936,8 +943,8 @@ def test_remembered_pages_are_bounded(redis_store: RedisStore) -> None:
         redis_store.set(f"big:{i}", "v")
     for i in range(300):
         redis_store.set(f"ns{i}:k", "v")
-    assert len(dict(redis_store.scan_items("big:*"))) == 600
+    assert len(dict(scan_items(redis_store, "big:*"))) == 600
     assert not any(where[0] == b"big:*" for where in redis_store._page_keys)  # > 500 keys
     for i in range(300):
-        assert dict(redis_store.scan_items(f"ns{i}:*")) == {f"ns{i}:k": "v"}
+        assert dict(scan_items(redis_store, f"ns{i}:*")) == {f"ns{i}:k": "v"}
     assert 0 < len(redis_store._page_keys) <= 256

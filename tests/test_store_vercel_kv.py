@@ -29,7 +29,7 @@ from remember_sync.stores.base import Store
 from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
 from remember_sync.testing.redis_server import free_port
-from tests.conftest import TEST_SECRET
+from tests.conftest import TEST_SECRET, scan_items
 from tests.fixtures_kv import KV_TEST_TOKEN
 
 ALICE = Identity(user_id="alice")
@@ -451,15 +451,15 @@ def test_a_failing_scan_script_is_retried_and_then_reported_not_abandoned(
     kv_emulator.reset_log()
     kv_emulator.inject(status=500, times=None)
     with pytest.raises(RememberStoreError, match="HTTP 500"):
-        list(store.scan_items("remember:*"))
+        list(scan_items(store, "remember:*"))
     kv_emulator.clear_faults()
     assert command_names(kv_emulator) == ["EVAL", "EVAL"]
     kv_emulator.reset_log()
-    assert list(store.scan_items("remember:*")) == [("remember:a", "1")]
+    assert list(scan_items(store, "remember:*")) == [("remember:a", "1")]
     assert command_names(kv_emulator) == ["EVAL"]
 
 
-def test_scan_items_pages_larger_than_one_mget_chunk(
+def test_scan_pages_pages_larger_than_one_mget_chunk(
     vercel_kv_store: VercelKVStore, kv_emulator: KVEmulator, kv_redis: redis.Redis
 ) -> None:
     """A page of 2,500 keys (COUNT 5000) is read in MGET chunks inside the script."""
@@ -467,7 +467,7 @@ def test_scan_items_pages_larger_than_one_mget_chunk(
     kv_redis.set("remember:other:x", "no")
     kv_redis.hset("remember:big:hash", "f", "a hash is not a value")
     kv_emulator.reset_log()
-    found = dict(vercel_kv_store.scan_items("remember:big:*", count=5000))
+    found = dict(scan_items(vercel_kv_store, "remember:big:*", count=5000))
     assert found == {f"remember:big:{i}": f"v{i}" for i in range(2500)}
     assert command_names(kv_emulator) == ["EVAL"]
 

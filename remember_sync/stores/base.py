@@ -34,7 +34,7 @@ end
 return 1
 """
 
-#: One page of :meth:`ItemScanner.scan_items` for Redis-protocol stores, in one round
+#: One page of :meth:`ItemScanner.scan_pages` for Redis-protocol stores, in one round
 #: trip.  ARGV = cursor, pattern, count.  Returns ``{next cursor, keys, values}`` with
 #: the values as MGET gives them (nil for a key that vanished or holds another type).
 #: Read-only, but it finds its keys instead of declaring them: servers that insist on
@@ -124,10 +124,12 @@ class ItemScanner(Protocol):
     same result.
     """
 
-    def scan_items(self, pattern: str, *, count: int = 1000) -> Iterator[tuple[str, str]]:
-        """Yield ``(key, value)`` for every key matching the glob *pattern*, each key once.
+    def scan_pages(self, pattern: str, *, count: int = 1000) -> Iterator[list[tuple[str, str]]]:
+        """Yield the ``(key, value)`` pairs of the keys matching the glob *pattern*.
 
-        A key that expires or is deleted during the walk may be left out, as
-        with :meth:`Store.scan` followed by :meth:`Store.get_many`.
+        One list per page (what one round trip brought); over the whole walk
+        every matching key comes once.  A key that expires or is deleted during
+        the walk may be left out, as with :meth:`Store.scan` followed by
+        :meth:`Store.get_many`.  ``count`` is the hint of :meth:`Store.scan`.
         """
         ...

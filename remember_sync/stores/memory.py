@@ -245,11 +245,12 @@ class MemoryStore:
         ]
         return iter(keys)
 
-    def scan_items(self, pattern: str, *, count: int = 1000) -> Iterator[tuple[str, str]]:
-        """:meth:`scan` and :meth:`get_many` (a read, so it counts as a use for LRU)."""
+    def scan_pages(self, pattern: str, *, count: int = 1000) -> Iterator[list[tuple[str, str]]]:
+        """:meth:`scan` and :meth:`get_many` as one page (a read: it counts as a use for LRU)."""
         keys = list(self.scan(pattern, count=count))
         values = self.get_many(keys)
-        return iter([(k, v) for k, v in zip(keys, values, strict=True) if v is not None])
+        page = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
+        return iter([page] if page else [])
 
     def close(self) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ credentials), with the driver's exception as ``__cause__``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableSet, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,7 +44,7 @@ __all__ = ["RedisStore", "redacted_url"]
 
 #: Keys per MGET/UNLINK command: bounds the size of one request and reply.
 _CHUNK = 1000
-#: scan_items remembers the keys of this many SCAN pages (of at most _GUESS_KEYS keys).
+#: scan_pages remembers the keys of this many SCAN pages (of at most _GUESS_KEYS keys).
 _GUESS_PAGES = 256
 _GUESS_KEYS = 500
 
@@ -98,6 +98,17 @@ def _b(text: str) -> bytes:
 
 def _s(raw: bytes | str) -> str:
     return raw if isinstance(raw, str) else raw.decode("utf-8", "surrogateescape")
+
+
+def _decoded(pairs: list[tuple[bytes | str, bytes | str]]) -> list[tuple[str, str]]:
+    """A page of ``(key, value)`` replies as text (bytes, or str from a decoding client)."""
+    try:
+        return [
+            (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))  # type: ignore[union-attr]
+            for k, v in pairs
+        ]
+    except AttributeError:  # a client built with decode_responses=True
+        return [(_s(k), _s(v)) for k, v in pairs]
 
 
 def _check_ttl_ms(ttl_ms: int | None) -> None:
@@ -403,8 +414,8 @@ class RedisStore:
                 cursor = next(iter(cursors.values()))
         return cursor, list(page)
 
-    def scan_items(self, pattern: str, *, count: int = 1000) -> Iterator[tuple[str, str]]:
-        """Yield ``(key, value)`` for the keys matching *pattern*, each key once.
+    def scan_pages(self, pattern: str, *, count: int = 1000) -> Iterator[list[tuple[str, str]]]:
+        """Yield the ``(key, value)`` pairs of the keys matching *pattern*, a page at a time.
 
         Standalone, a page usually costs one round trip: the store remembers
         which keys each ``SCAN`` page held last time and pipelines an ``MGET``
@@ -419,43 +430,60 @@ class RedisStore:
         """
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise RememberInputError(f"count must be a positive int; got {count!r}")
-        return self._scan_items(_b(pattern), count)
+        return self._scan_pages(_b(pattern), count)
 
-    def _scan_items(self, pattern: bytes, count: int) -> Iterator[tuple[str, str]]:
+    def _scan_pages(self, pattern: bytes, count: int) -> Iterator[list[tuple[str, str]]]:
         seen: set[bytes | str] = set()
         for node in self._scan_nodes():
             cursor: Any = 0
             while True:
-                known: dict[bytes | str, Any] = {}
                 guess = None if node is not None else self._page_keys.get((pattern, count, cursor))
+                values: list[Any] = []
                 if guess:
                     with _translate("SCAN + MGET"):
                         pipe = self._client.pipeline(transaction=False)
                         pipe.execute_command("SCAN", cursor, "MATCH", pattern, "COUNT", count)
                         pipe.execute_command("MGET", *guess)
                         (after, page), values = pipe.execute()
-                    known = dict(zip(guess, values, strict=True))
                 else:
                     after, page = self._scan_page(node, cursor, pattern, count)
                 if node is None:
                     self._remember_page((pattern, count, cursor), page)
-                fresh = [raw for raw in page if raw not in seen]
-                seen.update(fresh)
-                missing = [raw for raw in fresh if raw not in known]
-                if missing:
-                    with _translate("MGET"):
-                        if node is None:
-                            known.update(zip(missing, self._client.mget(missing), strict=True))
-                        else:
-                            values = self._client.mget_nonatomic(missing)
-                            known.update(zip(missing, values, strict=True))
-                for raw in fresh:
-                    value = known[raw]
-                    if value is not None:
-                        yield _s(raw), _s(value)
+                keys = set(page)
+                if page == guess and len(keys) == len(page) and seen.isdisjoint(keys):
+                    # The usual case: the page holds the keys it held last time, once each.
+                    pairs = list(zip(page, values, strict=True))
+                    seen |= keys
+                else:
+                    pairs = self._page_values(node, page, seen, guess, values)
+                found = [(k, v) for k, v in pairs if v is not None]
+                if found:
+                    yield _decoded(found)
                 cursor = int(after)
                 if cursor == 0:
                     break
+
+    def _page_values(
+        self,
+        node: Any,
+        page: list[bytes | str],
+        seen: MutableSet[bytes | str],
+        guess: list[bytes | str] | None,
+        values: list[Any],
+    ) -> list[tuple[bytes | str, Any]]:
+        """The page's keys not yet seen, with values from the guessed ``MGET`` or a new one."""
+        fresh = list(dict.fromkeys(raw for raw in page if raw not in seen))
+        seen |= set(fresh)
+        known: dict[bytes | str, Any] = dict(zip(guess or (), values, strict=True))
+        missing = [raw for raw in fresh if raw not in known]
+        if missing:
+            with _translate("MGET"):
+                if node is None:
+                    known.update(zip(missing, self._client.mget(missing), strict=True))
+                else:
+                    more = self._client.mget_nonatomic(missing)
+                    known.update(zip(missing, more, strict=True))
+        return [(raw, known[raw]) for raw in fresh]
 
     def _remember_page(self, where: tuple[bytes, int, int], page: list[bytes | str]) -> None:
         """Keep *page*'s keys for the next walk (bounded; dict operations are atomic)."""

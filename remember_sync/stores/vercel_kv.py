@@ -9,7 +9,7 @@ Replies are ``{"result": ...}`` or ``{"error": "..."}``.
 Round trips: ``get_many`` is one ``MGET``, ``delete`` one ``UNLINK``,
 ``compare_and_set`` one ``EVAL``, whatever the number of keys; ``scan`` costs
 one request per ``SCAN`` page (the cursor is a string and ``"0"`` ends), and so
-does ``scan_items`` -- keys *and* values, through an ``EVAL`` of a read-only
+does ``scan_pages`` -- keys *and* values, through an ``EVAL`` of a read-only
 script doing ``SCAN`` + ``MGET`` -- until the server refuses that script (it
 finds its keys instead of declaring them); it then takes ``SCAN`` + ``MGET``,
 two requests a page.
@@ -244,7 +244,7 @@ class VercelKVStore:
             session.mount("http://", adapter)
         self._session = session
         self._closed = False
-        # Until the server refuses the scan script once (see scan_items).
+        # Until the server refuses the scan script once (see scan_pages).
         self._items_by_script = True
 
     # -- the Store protocol ---------------------------------------------------------------
@@ -343,8 +343,8 @@ class VercelKVStore:
             raise RememberStoreError(f"Vercel KV answered SCAN with {self._shape(result)}")
         return result[0], [key for key in result[1] if isinstance(key, str)]
 
-    def scan_items(self, pattern: str, *, count: int = 1000) -> Iterator[tuple[str, str]]:
-        """Yield ``(key, value)`` for the keys matching *pattern*, each key once.
+    def scan_pages(self, pattern: str, *, count: int = 1000) -> Iterator[list[tuple[str, str]]]:
+        """Yield the ``(key, value)`` pairs of the keys matching *pattern*, a page at a time.
 
         One request per ``SCAN`` page: an ``EVAL`` of
         :data:`~remember_sync.stores.base.SCAN_ITEMS_LUA_SCRIPT`, which returns the
@@ -355,18 +355,21 @@ class VercelKVStore:
         """
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise RememberInputError(f"count must be a positive int; got {count!r}")
-        return self._scan_items(pattern, str(count))
+        return self._scan_pages(pattern, str(count))
 
-    def _scan_items(self, pattern: str, count: str) -> Iterator[tuple[str, str]]:
+    def _scan_pages(self, pattern: str, count: str) -> Iterator[list[tuple[str, str]]]:
         seen: set[str] = set()
         cursor = "0"
         while True:
             cursor, keys, values = self._items_page(cursor, pattern, count)
+            found: list[tuple[str, str]] = []
             for key, value in zip(keys, values, strict=True):
                 text = self._text_or_none(value)
                 if text is not None and key not in seen:
                     seen.add(key)
-                    yield key, text
+                    found.append((key, text))
+            if found:
+                yield found
             if cursor == "0":
                 return
 

@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any
@@ -284,10 +285,13 @@ def run_server(
     except OSError as exc:
         sys.stderr.write(f"{PROG} serve: error: cannot listen on {host}:{port}: {exc.strerror}\n")
         return 1
-    stop = threading.Event()
+    # A plain flag, not a threading.Event: the handler runs in the main thread between
+    # two bytecodes, possibly inside Event.wait() holding the Event's lock, and
+    # Event.set() would then wait for that lock forever (a server ignoring Ctrl-C).
+    stop: list[bool] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        stop.append(True)
 
     # Installed before the startup line: whoever waits for that line may signal at once.
     previous: dict[int, Any] = {}
@@ -320,7 +324,7 @@ def _frozen(hosts: list[str] | None) -> frozenset[str] | None:
     return None if hosts is None else frozenset(hosts)
 
 
-def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: threading.Event) -> int:
+def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: list[bool]) -> int:
     worker = threading.Thread(
         target=httpd.serve_forever,
         kwargs={"poll_interval": 0.1},
@@ -330,7 +334,8 @@ def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: threading.Event) -> i
     worker.start()
     code = 0
     try:
-        while not stop.wait(0.5):
+        while not stop:
+            time.sleep(0.1)  # a signal handler runs during the sleep, then it resumes
             if not worker.is_alive():  # pragma: no cover - serve_forever died
                 sys.stderr.write(f"{PROG} serve: the server loop stopped unexpectedly\n")
                 code = 1

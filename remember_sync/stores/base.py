@@ -16,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-__all__ = ["CAS_LUA_SCRIPT", "SCAN_ITEMS_LUA_SCRIPT", "ItemScanner", "Store"]
+from ..errors import RememberInputError
+
+__all__ = ["CAS_LUA_SCRIPT", "SCAN_ITEMS_LUA_SCRIPT", "ItemScanner", "Store", "check_count"]
+
+def check_count(count: object) -> None:
+    """Refuse a ``count`` hint of ``scan``/``scan_pages`` that is not a positive int."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise RememberInputError(f"count must be a positive int; got {count!r}")
+
 
 #: Compare-and-set for Redis-protocol stores. KEYS[1] = key; ARGV = expected, new
 #: value, PX milliseconds or "" for none.  A missing key reads as false, which never

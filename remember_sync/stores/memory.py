@@ -27,7 +27,8 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 
-from ..errors import RememberConfigurationError, RememberInputError
+from ..errors import RememberConfigurationError
+from .base import check_count
 from .glob import compile_glob
 
 __all__ = ["MemoryStore"]
@@ -231,8 +232,7 @@ class MemoryStore:
             return removed
 
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise RememberInputError(f"count must be a positive int; got {count!r}")
+        check_count(count)
         regex = compile_glob(pattern)
         with self._lock:
             now = self._clock()

@@ -38,7 +38,7 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
-from .base import CAS_LUA_SCRIPT
+from .base import CAS_LUA_SCRIPT, check_count
 
 __all__ = ["RedisStore", "redacted_url"]
 
@@ -376,8 +376,7 @@ class RedisStore:
         rehashed, or during a slot migration); each key is yielded once.
         Errors while iterating are raised as :class:`RememberStoreError` too.
         """
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise RememberInputError(f"count must be a positive int; got {count!r}")
+        check_count(count)
         return self._scan(_b(pattern), count)
 
     def _scan(self, pattern: bytes, count: int) -> Iterator[str]:
@@ -428,8 +427,7 @@ class RedisStore:
         cost exceeded a loopback round trip), and servers that insist on
         declared keys refuse such a script.
         """
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise RememberInputError(f"count must be a positive int; got {count!r}")
+        check_count(count)
         return self._scan_pages(_b(pattern), count)
 
     def _scan_pages(self, pattern: bytes, count: int) -> Iterator[list[tuple[str, str]]]:

@@ -46,7 +46,7 @@ import requests.auth
 from urllib3.exceptions import NewConnectionError
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
-from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT
+from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, check_count
 
 __all__ = ["VercelKVStore"]
 
@@ -314,8 +314,7 @@ class VercelKVStore:
         raise RememberStoreError(f"Vercel KV answered UNLINK with {self._shape(result)}")
 
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise RememberInputError(f"count must be a positive int; got {count!r}")
+        check_count(count)
         return self._scan(pattern, count)
 
     def _scan(self, pattern: str, count: int) -> Iterator[str]:
@@ -353,8 +352,7 @@ class VercelKVStore:
         the store logs that once and reads each page with ``SCAN`` then
         ``MGET`` from then on: two requests a page, the same result.
         """
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise RememberInputError(f"count must be a positive int; got {count!r}")
+        check_count(count)
         return self._scan_pages(pattern, str(count))
 
     def _scan_pages(self, pattern: str, count: str) -> Iterator[list[tuple[str, str]]]:

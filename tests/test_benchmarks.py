@@ -45,6 +45,7 @@ EXPECTED = [
     ("3", "update", "redis"),
     ("3", "update", "redis-cluster"),
     ("4", "entries() of 20", "redis"),
+    ("4", "floor of entries() of 20", "redis"),
     ("4", "entries() of 20", "redis-cluster"),
     ("4", "entries() of 20", "vercel-kv"),
     ("5", "list() of 5, db 50", "redis"),

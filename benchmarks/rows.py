@@ -441,7 +441,7 @@ def _list_op(mem: RememberAccessor) -> Op:
     return list_keys
 
 
-FLOOR_NOTE = "SCAN+MGET pipelined, then AES-GCM decrypt + json.loads per value"
+_FLOOR_NOTE = "SCAN+MGET pipelined, then AES-GCM decrypt + json.loads per value"
 
 
 def _page_floor(client: redis.Redis, n: int) -> Op:
@@ -452,7 +452,7 @@ def _page_floor(client: redis.Redis, n: int) -> Op:
     operation that reads them as ``entries()`` does at best: one pipelined
     ``SCAN`` + ``MGET`` of keys it already knows, then per value only the
     AES-GCM decryption and one ``json.loads``.  No envelope, no base64, no
-    checks, no entry objects.  Run against the same 100 ``get`` calls, its
+    checks, no entry objects.  Run against the same *n* ``get`` calls, its
     ratio is the most row 4 can show on this machine.
     """
     aead = AESGCM(os.urandom(32))
@@ -522,7 +522,7 @@ def rows_entries(env: Environment, sizes: Sizes) -> list[Row]:
                         baseline=f"{n} x get()",
                         ratio_kind="speedup",
                         target=None if floor_row else targets[kind],
-                        note=FLOOR_NOTE if floor_row else "",
+                        note=_FLOOR_NOTE if floor_row else "",
                     )
                 )
             if env.kv is not None:

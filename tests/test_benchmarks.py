@@ -45,7 +45,8 @@ EXPECTED = [
     ("3", "update", "redis"),
     ("3", "update", "redis-cluster"),
     ("4", "entries() of 20", "redis"),
-    ("4", "floor of entries() of 20", "redis"),
+    ("4", "entries() floor, envelope", "redis"),
+    ("4", "entries() floor, binary", "redis"),
     ("4", "entries() of 20", "redis-cluster"),
     ("4", "entries() of 20", "vercel-kv"),
     ("5", "list() of 5, db 50", "redis"),
@@ -56,6 +57,7 @@ EXPECTED = [
     ("6", "set+get, 2 threads", "memory"),
     ("6", "set+get, 4 threads", "memory"),
     ("6", "set+get, 8 threads", "memory"),
+    ("6", "floor set+get, 8 threads", "memory"),
     ("7", "legacy purge of 300 keys", "redis"),
     ("7", "tools/call recall, 4 clients", "memory (HTTP)"),
 ]
@@ -105,9 +107,11 @@ def test_rows_have_sane_numbers(report: dict[str, Any]) -> None:
 
 def test_ratios_follow_their_definition(report: dict[str, Any]) -> None:
     """Thread rows are relative to the 1-thread row; the reference row is exactly 1."""
-    threads = [r for r in report["rows"] if r.group == "6"]
+    threads = [r for r in report["rows"] if r.group == "6" and not r.operation.startswith("floor")]
     assert threads[0].ratio == 1.0
     assert all(r.baseline_ops_per_s == threads[0].ops_per_s for r in threads)
+    floor = [r for r in report["rows"] if r.group == "6" and r.operation.startswith("floor")]
+    assert len(floor) == 1 and floor[0].baseline == "floor, 1 thread"
     assert {r.ratio_kind for r in report["rows"] if r.group in ("1", "2", "3", "5")} == {"time"}
     assert {r.ratio_kind for r in report["rows"] if r.group == "4"} == {"speedup"}
 

@@ -42,6 +42,11 @@ PREFIX = "remember:"
 SESSION = "bench-session-1"
 BARE_SESSION = "bare-session-01"
 
+
+def _session_head(session: str) -> str:
+    """The storage-key head of *session*'s session scope, as code without the library spells it."""
+    return f"{PREFIX}v2:session:{session}:"
+
 VALUE: dict[str, Any] = {
     "role": "assistant",
     "topic": "deploy",
@@ -216,7 +221,7 @@ def _preload(mem: Any, keys: list[str]) -> None:
 
 def _bare_ops(client: Any, keys: list[str]) -> tuple[Op, Op]:
     """A user's own code without the library: JSON-encode and SET, GET and JSON-decode."""
-    full = [f"{PREFIX}v2:session:{BARE_SESSION}:{k}" for k in keys]
+    full = [_session_head(BARE_SESSION) + k for k in keys]
     n = len(full)
     get, set_ = client.get, client.set
     for key in full:
@@ -321,6 +326,9 @@ class _Floor:
 
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
 _PADDING = ("", "===", "==", "=")
+#: The same two for bytes (the row 4 envelope floor decodes what redis-py returns).
+_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
+_PAD = (b"", b"===", b"==", b"=")
 
 
 def _b64e(data: bytes) -> str:
@@ -341,7 +349,7 @@ def rows_memory_floor(env: Environment, sizes: Sizes) -> list[Row]:
         keys = _keys()
         _preload(mem, keys)
         floor = _Floor()
-        full = [f"{PREFIX}v2:session:{BARE_SESSION}:{k}" for k in keys]
+        full = [_session_head(BARE_SESSION) + k for k in keys]
         for key in full:
             floor.set(key, VALUE)
         if floor.get(full[0]) != VALUE:
@@ -479,7 +487,7 @@ def _binary_floor(client: redis.Redis, n: int) -> Op:
     base64, no checks, no entry objects.
     """
     aead = AESGCM(os.urandom(32))
-    head = f"{PREFIX}v2:session:{BARE_SESSION}:"
+    head = _session_head(BARE_SESSION)
     full = [(head + k).encode() for k in _keys(n)]
     now = time.time_ns() // 1_000_000
     text = _dumps({"value": VALUE, "createdAt": now, "updatedAt": now}).encode()
@@ -497,10 +505,6 @@ def _binary_floor(client: redis.Redis, n: int) -> Op:
         return [_scan(decrypt(v[:12], v[12:], k).decode(), 0)[0]["value"] for k, v in pairs]
 
     return floor
-
-
-_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
-_PAD = (b"", b"===", b"==", b"=")
 
 
 def _envelope_floor(plugin: RememberPlugin, ident: Identity, n: int) -> Op:
@@ -597,7 +601,7 @@ def _fill_redis(client: redis.Redis, others: int) -> None:
     pipe = client.pipeline(transaction=False)
     batch: dict[str, str] = {}
     for i in range(others):
-        batch[f"{PREFIX}v2:session:other-{i:07d}:note"] = "x"
+        batch[_session_head(f"other-{i:07d}") + "note"] = "x"
         if len(batch) == 1000:
             pipe.mset(batch)
             batch = {}
@@ -631,7 +635,7 @@ def rows_list(env: Environment, sizes: Sizes) -> list[Row]:
                         client.close()
                 else:
                     for i in range(others):
-                        plugin.store.set(f"{PREFIX}v2:session:other-{i:07d}:note", "x")
+                        plugin.store.set(_session_head(f"other-{i:07d}") + "note", "x")
             alone = _list_op(accessors[0])
             for mem, others in zip(accessors[1:], sizes.list_db_sizes, strict=True):
                 if mem.list() != sorted(keys):
@@ -678,7 +682,7 @@ def _accessor_pairs(plugin: RememberPlugin) -> PairMaker:
 
 def _floor_pairs(floor: _Floor) -> PairMaker:
     def make(index: int) -> Callable[[int], None]:
-        full = [f"{PREFIX}v2:session:bench-thread-{index}:{k}" for k in _keys()]
+        full = [_session_head(f"bench-thread-{index}") + k for k in _keys()]
         n = len(full)
 
         def pair(i: int) -> None:

@@ -10,8 +10,11 @@ identity bound in the current context on every call.
 from __future__ import annotations
 
 import builtins
+import copy
 import html
 import logging
+import math
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -21,11 +24,11 @@ from typing import Any
 
 from .codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
 from .errors import (
+    RememberConflictError,
     RememberDecryptionError,
     RememberIdentityError,
     RememberInputError,
     RememberInputTypeError,
-    RememberStoreError,
 )
 from .identity import current_identity, resolve_namespace
 from .keys import (
@@ -39,13 +42,27 @@ from .keys import (
 from .stores.base import Store
 from .types import Identity, Namespace, RememberEntry, Scope, check_brand, check_scope
 
-__all__ = ["DEFAULT_MAX_VALUE_BYTES", "MAX_TTL_SECONDS", "AccessorCore", "RememberAccessor"]
+__all__ = [
+    "CAS_ATTEMPTS",
+    "DEFAULT_MAX_VALUE_BYTES",
+    "MAX_TTL_SECONDS",
+    "AccessorCore",
+    "RememberAccessor",
+]
 
 log = logging.getLogger("remember_sync")
 
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
 _SENTINEL: Any = object()
-_CAS_ATTEMPTS = 1000
+#: Compare-and-set attempts of ``update``, ``modify`` and ``increment`` before
+#: :class:`~remember_sync.errors.RememberConflictError`.  The first
+#: ``_CAS_EAGER`` retries are immediate; each later one waits a random time up to
+#: ``_CAS_PAUSE_FIRST`` seconds, doubling up to ``_CAS_PAUSE_MAX`` (at most about 2 s
+#: of pauses in all before giving up).
+CAS_ATTEMPTS = 64
+_CAS_EAGER = 3
+_CAS_PAUSE_FIRST = 0.0005
+_CAS_PAUSE_MAX = 0.032
 #: The longest TTL accepted: 100 years, in seconds.
 MAX_TTL_SECONDS = 100 * 365 * 86_400
 _BATCH = 500
@@ -92,6 +109,7 @@ class AccessorCore:
         or ``"raise"``.
     :param read_doubled_prefix: also read keys written by 1.8.0's Redis and
         Vercel KV stores, which doubled the prefix (``P + P + ...``).
+    :param sleep: pauses between compare-and-set retries (inject in tests).
     """
 
     def __init__(
@@ -105,6 +123,7 @@ class AccessorCore:
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         on_decrypt_error: str = "warn",
         read_doubled_prefix: bool = False,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.store = store
         self.codec = codec
@@ -114,6 +133,7 @@ class AccessorCore:
         self.max_value_bytes = max_value_bytes
         self.on_decrypt_error = on_decrypt_error
         self.read_doubled_prefix = read_doubled_prefix
+        self.sleep = sleep or time.sleep
         self._stats = _Stats()
         self._warned: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
@@ -442,41 +462,195 @@ class RememberAccessor:
         keeps the deadline unless *ttl* is given (an entry without one gets
         ``default_ttl`` from now).  Returns ``False`` when the entry is missing
         or expired.  A concurrent ``forget`` is never undone: the write is a
-        compare-and-set against the exact value read.
+        compare-and-set against the exact value read.  To compute the new value
+        from the current one, use :meth:`modify`.
+
+        :raises RememberConflictError: after :data:`CAS_ATTEMPTS` lost races.
         """
         ns, skey = self._key(key, scope)
         if ttl is not None:
             check_ttl(ttl)
         check_json_value(value, "value")
+        return self._swap(key, ns, skey, lambda current: value, ttl=ttl, create=False)
+
+    def modify(
+        self,
+        key: str,
+        fn: Callable[[Any], Any],
+        *,
+        scope: Scope = "session",
+        default: Any = None,
+        ttl: int | None = None,
+    ) -> Any:
+        """Set the entry to ``fn(current value)``, exactly once against concurrent writers.
+
+        The read-modify-write is a compare-and-set against the exact stored
+        value read: if another writer changed (or removed) the entry in
+        between, the entry is read again and *fn* called again, up to
+        :data:`CAS_ATTEMPTS` times, with a short random pause after the first
+        few (so *fn* may run more than once: keep it free of side effects).
+        Writers using ``modify`` or :meth:`increment` on the same key never
+        lose each other's changes, on every store.
+
+        * An existing entry keeps ``created_at``, ``brand`` and ``metadata``;
+          ``updated_at`` becomes now; its deadline is kept unless *ttl* is given
+          (an entry without one gets ``default_ttl`` from now), as with
+          :meth:`update`.
+        * A missing or expired entry: *fn* gets a fresh copy of *default*, and
+          the result is stored as a new entry (``created_at = now``, no brand,
+          no metadata) expiring after *ttl* or ``default_ttl`` seconds.
+        * An entry that cannot be read (another secret, tampering) is never
+          overwritten: :class:`~remember_sync.errors.RememberDecryptionError`.
+
+        :param fn: gets the current value (or *default*), returns the new one,
+            which must be JSON-serialisable and fit ``max_value_bytes``.
+        :param ttl: seconds until it expires, from now.
+        :returns: the new value, as *fn* returned it.
+        :raises TypeError: *fn* is not callable, or returned a value JSON cannot hold.
+        :raises ValueError: bad key, scope or ttl, or an entry over ``max_value_bytes``.
+        :raises RememberDecryptionError: the stored entry is unreadable.
+        :raises RememberConflictError: too many concurrent writers.
+
+        Whatever *fn* raises propagates.  On every error nothing is written.
+        """
+        ns, skey = self._key(key, scope)
+        if ttl is not None:
+            check_ttl(ttl)
+        if not callable(fn):
+            raise RememberInputTypeError(f"fn must be callable; got {type(fn).__name__}")
+        new: Any = None
+
+        def apply(current: EntryFields | None) -> Any:
+            nonlocal new
+            # A fresh default per call: an fn that mutates its argument must not see
+            # its own earlier, unwritten attempt.
+            new = fn(copy.deepcopy(default) if current is None else current[0])
+            check_json_value(new, "the value fn returned")
+            return new
+
+        self._swap(key, ns, skey, apply, ttl=ttl, create=True)
+        return new
+
+    def increment(
+        self,
+        key: str,
+        delta: int | float = 1,
+        *,
+        scope: Scope = "session",
+        ttl: int | None = None,
+    ) -> int | float:
+        """Add *delta* to the number stored under *key*; return the new number.
+
+        :meth:`modify` with ``fn = current + delta``: exact under concurrent
+        writers on every store.  A missing or expired entry counts as ``0``
+        (and is created, expiring after *ttl* or ``default_ttl`` seconds); an
+        existing one keeps its deadline unless *ttl* is given.  Integers stay
+        exact (no float rounding).
+
+        :param delta: an ``int`` or a finite ``float`` (not ``bool``); may be negative.
+        :raises RememberInputTypeError: *delta* is not a number, or the stored
+            value is not one (``bool`` included); nothing is written.
+        :raises ValueError: bad key, scope or ttl, or a non-finite *delta*.
+        :raises RememberDecryptionError: the stored entry is unreadable.
+        :raises RememberConflictError: too many concurrent writers.
+        """
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)):
+            raise RememberInputTypeError(
+                f"delta must be an int or a float; got {type(delta).__name__}"
+            )
+        if isinstance(delta, float) and not math.isfinite(delta):
+            raise RememberInputError(f"delta must be a finite number; got {delta!r}")
+
+        def add(current: Any) -> int | float:
+            if isinstance(current, bool) or not isinstance(current, (int, float)):
+                raise RememberInputTypeError(
+                    f"cannot increment {key!r}: it holds a {type(current).__name__}, "
+                    "not a number; nothing was written"
+                )
+            return current + delta
+
+        result: int | float = self.modify(key, add, scope=scope, default=0, ttl=ttl)
+        return result
+
+    def _swap(
+        self,
+        key: str,
+        ns: Namespace,
+        skey: str,
+        value_for: Callable[[EntryFields | None], Any],
+        *,
+        ttl: int | None,
+        create: bool,
+    ) -> bool:
+        """The compare-and-set loop behind :meth:`update`, :meth:`modify` and :meth:`increment`.
+
+        Each attempt reads the entry, asks ``value_for(fields)`` (``None`` when
+        missing or expired) for the new value and writes it only if the store
+        still holds exactly what was read: ``compare_and_set`` over a stored
+        value, ``SET ... NX`` where there was none.  With *create* false a
+        missing entry returns ``False`` and an unreadable one counts as missing
+        (nothing is written either way); with *create* true a missing one is
+        created and an unreadable one raises rather than being replaced.
+
+        :raises RememberConflictError: after :data:`CAS_ATTEMPTS` lost races.
+        """
         core = self._core
-        for _attempt in range(_CAS_ATTEMPTS):
+        store = core.store
+        for attempt in range(CAS_ATTEMPTS):
             raw, source = core.read_raw(skey)
             now = core.clock()
-            current = core.decode_fields(raw, ns, skey, now)
-            if current is None or raw is None:
-                return False
-            _, brand, created_at, _, current_expiry, metadata = current
-            if ttl is not None:
-                expires: int | None = now + ttl * 1000
-            elif current_expiry is not None:
-                expires = current_expiry
+            current: EntryFields | None
+            if not create:
+                current = core.decode_fields(raw, ns, skey, now)
+                if current is None:
+                    return False
+            elif raw is None:
+                current = None
             else:
-                expires = self._deadline(None, now)
+                try:
+                    current = core.codec.decode_fields(raw, ns, skey)[0]
+                except RememberDecryptionError as exc:
+                    # Never replace what could not be read: it may be another
+                    # secret's data, and a counter restarted from 0 loses it silently.
+                    raise RememberDecryptionError(
+                        f"{key!r} holds an entry that cannot be read ({exc.message}); "
+                        "it was left as it is. Check that every instance uses the same "
+                        "REMEMBER_SECRET, or forget the key to start over"
+                    ) from exc
+                if current[4] is not None and now >= current[4]:
+                    current = None  # expired: replaced as if missing
+            if current is not None and raw is not None and source != skey:
+                # A 1.8.0 doubled-prefix entry: move it under the real key first.
+                if store.set(skey, raw, ttl_ms=core.ttl_ms(current[4], now), only_if_absent=True):
+                    store.delete(source)
+                continue
+            value = value_for(current)
+            if current is None:
+                brand, created_at, metadata = None, now, None
+                expires = self._deadline(ttl, now)
+            else:
+                _, brand, created_at, _, expires, metadata = current
+                if ttl is not None or expires is None:
+                    expires = self._deadline(ttl, now)  # else: keep the deadline
             stored = core.seal_checked(
                 entry_json(value, brand, created_at, now, expires, metadata), ns, skey
             )
             ttl_ms = core.ttl_ms(expires, now)
-            if source != skey:
-                # A 1.8.0 doubled-prefix entry: move it under the real key first.
-                if core.store.set(skey, raw, ttl_ms=ttl_ms, only_if_absent=True):
-                    core.store.delete(source)
-                continue
-            if core.store.compare_and_set(skey, raw, stored, ttl_ms=ttl_ms):
+            if raw is None or source != skey:
+                written = store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=True)
+            else:
+                written = store.compare_and_set(skey, raw, stored, ttl_ms=ttl_ms)
+            if written:
                 return True
             with core._lock:
                 core._stats.cas_retries += 1
-        raise RememberStoreError(
-            f"update of {key!r} lost {_CAS_ATTEMPTS} compare-and-set races in a row"
+            if attempt >= _CAS_EAGER:
+                # Randomised, growing pauses: writers that keep colliding drift apart.
+                pause = min(_CAS_PAUSE_MAX, _CAS_PAUSE_FIRST * 2 ** (attempt - _CAS_EAGER))
+                core.sleep(random.uniform(0, pause))
+        raise RememberConflictError(
+            f"{key!r} was changed by other writers during each of {CAS_ATTEMPTS} "
+            "compare-and-set attempts; nothing was written"
         )
 
     def forget(self, key: str, *, scope: Scope = "session") -> bool:

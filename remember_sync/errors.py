@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "RememberConfigurationError",
+    "RememberConflictError",
     "RememberDecryptionError",
     "RememberError",
     "RememberIdentityError",
@@ -84,6 +85,17 @@ class RememberStoreError(RememberError):
 
     code = "REMEMBER_STORE_ERROR"
     http_status = 503
+
+
+class RememberConflictError(RememberStoreError):
+    """A read-modify-write lost its compare-and-set too many times in a row.
+
+    Too many concurrent writers on one key; nothing was written by the call
+    that raised it.  Retry later, or spread the writes over more keys.
+    """
+
+    code = "REMEMBER_CONFLICT"
+    http_status = 409
 
 
 class RememberDecryptionError(RememberError):

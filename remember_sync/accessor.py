@@ -644,7 +644,7 @@ class RememberAccessor:
                 return True
             with core._lock:
                 core._stats.cas_retries += 1
-            if attempt >= _CAS_EAGER:
+            if _CAS_EAGER <= attempt < CAS_ATTEMPTS - 1:
                 # Randomised, growing pauses: writers that keep colliding drift apart.
                 pause = min(_CAS_PAUSE_MAX, _CAS_PAUSE_FIRST * 2 ** (attempt - _CAS_EAGER))
                 core.sleep(random.uniform(0, pause))

@@ -848,6 +848,72 @@ def rows_tools(env: Environment, sizes: Sizes) -> list[Row]:
     ]
 
 
+# -- row 8: modify / increment vs get + update ----------------------------------------------
+
+
+def _counter_ops(mem: RememberAccessor, keys: list[str]) -> dict[str, tuple[Op, Op]]:
+    """Read-modify-write over *keys*, cycling: ``increment`` and ``modify``.
+
+    Each next to the same change done as ``get`` then ``update`` (which can lose
+    a concurrent change): the number plus one, and :data:`VALUE` with its
+    ``tokens`` plus one.
+    """
+    n = len(keys)
+
+    def bump(value: dict[str, Any]) -> dict[str, Any]:
+        return {**value, "tokens": value["tokens"] + 1}
+
+    def increment(i: int) -> object:
+        return mem.increment(keys[i % n])
+
+    def get_update_number(i: int) -> object:
+        key = keys[i % n]
+        if not mem.update(key, mem.get(key) + 1):
+            raise RuntimeError("update found no entry")
+        return True
+
+    def modify(i: int) -> object:
+        return mem.modify(keys[i % n], bump)
+
+    def get_update_value(i: int) -> object:
+        key = keys[i % n]
+        if not mem.update(key, bump(mem.get(key))):
+            raise RuntimeError("update found no entry")
+        return True
+
+    return {"increment": (increment, get_update_number), "modify": (modify, get_update_value)}
+
+
+def rows_modify(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 8: exact ``increment`` / ``modify`` vs ``get`` then ``update`` through the accessor."""
+    rows: list[Row] = []
+    for kind in ("memory", "redis"):
+        with _plugin(env, kind) as plugin:
+            mem = plugin.accessor(Identity(session_id=SESSION))
+            counters = [f"count-{i:04d}" for i in range(KEYS)]
+            for key in counters:
+                mem.set(key, 0)
+            keys = _keys()
+            _preload(mem, keys)
+            for operation, on in (("increment", counters), ("modify", keys)):
+                ours, base = _counter_ops(mem, on)[operation]
+                c = compare(ours, base, **_timing(sizes))
+                rows.append(
+                    Row.from_comparison(
+                        c,
+                        group="8",
+                        operation=operation,
+                        store=kind,
+                        baseline="get + update (accessor)",
+                        ratio_kind="time",
+                        target=1.3,
+                    )
+                )
+            if plugin.stats()["cas_retries"]:
+                raise RuntimeError("a compare-and-set was retried with no concurrent writer")
+    return rows
+
+
 #: Group name -> (title, function), in table order.
 GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
     "1": ("accessor get/set vs bare redis-py", rows_redis_get_set),
@@ -858,6 +924,7 @@ GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
     "6": ("memory store, threads", rows_threads),
     "7a": ("legacy purge", rows_purge),
     "7b": ("tools/call", rows_tools),
+    "8": ("modify / increment vs get + update", rows_modify),
 }
 
 

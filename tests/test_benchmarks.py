@@ -60,6 +60,10 @@ EXPECTED = [
     ("6", "floor set+get, 8 threads", "memory"),
     ("7", "legacy purge of 300 keys", "redis"),
     ("7", "tools/call recall, 4 clients", "memory (HTTP)"),
+    ("8", "increment", "memory"),
+    ("8", "modify", "memory"),
+    ("8", "increment", "redis"),
+    ("8", "modify", "redis"),
 ]
 
 #: Rows that carry a target in the issue (the test checks they have one, not that it holds).
@@ -74,6 +78,10 @@ TARGETED = {
     ("4", "entries() of 20", "redis"),
     ("4", "entries() of 20", "vercel-kv"),
     ("6", "set+get, 8 threads", "memory"),
+    ("8", "increment", "memory"),
+    ("8", "modify", "memory"),
+    ("8", "increment", "redis"),
+    ("8", "modify", "redis"),
 }
 
 
@@ -112,7 +120,7 @@ def test_ratios_follow_their_definition(report: dict[str, Any]) -> None:
     assert all(r.baseline_ops_per_s == threads[0].ops_per_s for r in threads)
     floor = [r for r in report["rows"] if r.group == "6" and r.operation.startswith("floor")]
     assert len(floor) == 1 and floor[0].baseline == "floor, 1 thread"
-    assert {r.ratio_kind for r in report["rows"] if r.group in ("1", "2", "3", "5")} == {"time"}
+    assert {r.ratio_kind for r in report["rows"] if r.group in ("1", "2", "3", "5", "8")} == {"time"}
     assert {r.ratio_kind for r in report["rows"] if r.group == "4"} == {"speedup"}
 
 

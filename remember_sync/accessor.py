@@ -596,8 +596,17 @@ class RememberAccessor:
         """
         core = self._core
         store = core.store
+        # Sealed entries carry a fresh random IV, so stored text is unique to the
+        # attempt that wrote it; plaintext entries are not (same value, same ms).
+        unique = core.codec.keyring is not None
+        tried: str | None = None  # what the last attempt failed to write
         for attempt in range(CAS_ATTEMPTS):
             raw, source = core.read_raw(skey)
+            if tried is not None and raw == tried:
+                # That write did land: its reply was lost, and the driver's retry of the
+                # conditional write found our own value and answered "not written".
+                # Applying the change again would apply it twice.
+                return True
             now = core.clock()
             current: EntryFields | None
             if not create:
@@ -642,6 +651,8 @@ class RememberAccessor:
                 written = store.compare_and_set(skey, raw, stored, ttl_ms=ttl_ms)
             if written:
                 return True
+            if unique:
+                tried = stored
             with core._lock:
                 core._stats.cas_retries += 1
             if _CAS_EAGER <= attempt < CAS_ATTEMPTS - 1:

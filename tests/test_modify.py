@@ -410,6 +410,57 @@ def test_a_writer_that_always_wins_makes_modify_give_up(
     assert a.get("n") == -CAS_ATTEMPTS  # the rival's last write, nothing of modify's
 
 
+class _LostReplyStore(MemoryStore):
+    """Conditional writes that happen but answer "not written" once each.
+
+    What a driver's retry after a lost reply looks like: the first send wrote,
+    the resend found the new value and refused.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    def compare_and_set(
+        self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
+    ) -> bool:
+        done = super().compare_and_set(key, expected, value, ttl_ms=ttl_ms)
+        if done and self.lost < 2:
+            self.lost += 1
+            return False
+        return done
+
+    def set(
+        self, key: str, value: str, *, ttl_ms: int | None = None, only_if_absent: bool = False
+    ) -> bool:
+        done = super().set(key, value, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
+        if done and only_if_absent and self.lost < 2:
+            self.lost += 1
+            return False
+        return done
+
+
+def test_a_write_whose_reply_was_lost_is_not_applied_twice() -> None:
+    """The CAS wrote but answered False (a retried send): modify sees its own write, stops."""
+    store = _LostReplyStore()
+    with RememberPlugin.init(
+        store=store, encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True
+    ) as plugin:
+        mem = _mem(plugin)
+        calls: list[int] = []
+
+        def add_one(value: int) -> int:
+            calls.append(value)
+            return value + 1
+
+        assert mem.modify("new", add_one, default=0) == 1  # the SET NX path
+        mem.set("n", 5)
+        assert mem.modify("n", add_one) == 6  # the compare-and-set path
+        assert store.lost == 2
+        assert calls == [0, 5]
+        assert (mem.get("new"), mem.get("n")) == (1, 6)
+
+
 # -- exact under contention: threads and processes -------------------------------------------------
 
 

@@ -590,7 +590,9 @@ class RememberAccessor:
         value, ``SET ... NX`` where there was none.  With *create* false a
         missing entry returns ``False`` and an unreadable one counts as missing
         (nothing is written either way); with *create* true a missing one is
-        created and an unreadable one raises rather than being replaced.
+        created and an unreadable one raises rather than being replaced.  A
+        sealed write reported as lost but found in the store on the next read
+        (a resent command after a lost reply) counts as written.
 
         :raises RememberConflictError: after :data:`CAS_ATTEMPTS` lost races.
         """
@@ -659,6 +661,8 @@ class RememberAccessor:
                 # Randomised, growing pauses: writers that keep colliding drift apart.
                 pause = min(_CAS_PAUSE_MAX, _CAS_PAUSE_FIRST * 2 ** (attempt - _CAS_EAGER))
                 core.sleep(random.uniform(0, pause))
+        if tried is not None and core.read_raw(skey)[0] == tried:
+            return True  # the last write landed after all (see above)
         raise RememberConflictError(
             f"{key!r} was changed by other writers during each of {CAS_ATTEMPTS} "
             "compare-and-set attempts; nothing was written"

@@ -12,6 +12,7 @@ Quick start::
 from .accessor import RememberAccessor
 from .errors import (
     RememberConfigurationError,
+    RememberConflictError,
     RememberDecryptionError,
     RememberError,
     RememberIdentityError,
@@ -29,6 +30,7 @@ __all__ = [
     "Identity",
     "RememberAccessor",
     "RememberConfigurationError",
+    "RememberConflictError",
     "RememberDecryptionError",
     "RememberEntry",
     "RememberError",

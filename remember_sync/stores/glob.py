@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 from operator import methodcaller
+from typing import NamedTuple
 
 __all__ = ["GlobMatcher", "glob_matcher"]
 
@@ -78,50 +79,30 @@ def _tokens(pattern: str) -> list[_Token]:
     return out
 
 
-class _Segment:
-    """A run of one-character tokens between two ``*``: its length and how to find it."""
+class _Segment(NamedTuple):
+    """A run of one-character tokens between two ``*``: fixed length, found without backtracking."""
 
-    __slots__ = ("literal", "regex", "size")
-
-    def __init__(self, tokens: list[tuple[str | None, str]]) -> None:
-        self.size = len(tokens)
-        letters = [literal for literal, _ in tokens]
-        #: The segment's text when every token is a literal, else None.
-        self.literal: str | None = None
-        #: Otherwise one character class per token: no quantifier, no backtracking.
-        self.regex: re.Pattern[str] | None = None
-        if all(letter is not None for letter in letters):
-            self.literal = "".join(letters)  # type: ignore[arg-type]  # checked just above
-        else:
-            self.regex = re.compile("".join(piece for _, piece in tokens), re.DOTALL)
-
-    def at(self, text: str, pos: int) -> bool:
-        """Whether the segment matches *text* at *pos* (fixed length: no search)."""
-        if self.literal is not None:
-            return text.startswith(self.literal, pos)
-        assert self.regex is not None
-        return self.regex.match(text, pos) is not None
-
-    def find(self, text: str, pos: int, end: int) -> int:
-        """The end of the leftmost match inside ``text[pos:end]``, or -1."""
-        if self.literal is not None:
-            found = text.find(self.literal, pos, end)
-            return -1 if found < 0 else found + self.size
-        assert self.regex is not None
-        match = self.regex.search(text, pos, end)
-        return -1 if match is None else match.end()
+    #: Characters it matches.
+    size: int
+    #: Its text when every token is a literal (found with str.find), else None.
+    literal: str | None
+    #: One character class per token: no quantifier, so nothing to backtrack.
+    regex: re.Pattern[str]
 
 
 def _segments(tokens: list[_Token]) -> list[_Segment]:
-    segments: list[_Segment] = []
-    run: list[tuple[str | None, str]] = []
+    runs: list[list[tuple[str | None, str]]] = [[]]
     for token in tokens:
         if token is None:
-            segments.append(_Segment(run))
-            run = []
+            runs.append([])
         else:
-            run.append(token)
-    segments.append(_Segment(run))
+            runs[-1].append(token)
+    segments: list[_Segment] = []
+    for run in runs:
+        letters = [letter for letter, _ in run if letter is not None]
+        literal = "".join(letters) if len(letters) == len(run) else None
+        regex = re.compile("".join(piece for _, piece in run), re.DOTALL)
+        segments.append(_Segment(len(run), literal, regex))
     return segments
 
 
@@ -138,29 +119,47 @@ def glob_matcher(pattern: str) -> GlobMatcher:
         (only,) = segments
         if only.literal is not None:
             return only.literal.__eq__
-        regex = only.regex
-        assert regex is not None
-        return lambda text: regex.fullmatch(text) is not None
+        return lambda text: only.regex.fullmatch(text) is not None
     first, *middle, last = segments
-    if not middle and first.literal is not None and last.size == 0:
-        # `head*`, the shape of every scope's SCAN glob: one C call per key.
-        matches: GlobMatcher = methodcaller("startswith", first.literal)
-        return matches
-    least = sum(segment.size for segment in segments)
     head, tail = first.literal, last.literal
+    if not middle and head is not None and last.size == 0:
+        # `head*`, the shape of every scope's SCAN glob: one C call per key.
+        matches: GlobMatcher = methodcaller("startswith", head)
+        return matches
+    fixed = first.size + sum(segment.size for segment in middle)
     if not middle and head is not None and tail is not None:
-        # `head*tail`, what scope_glob sends for a pattern with wildcards.
-        return lambda text: len(text) >= least and text.startswith(head) and text.endswith(tail)
+        # `head*tail`, what scope_glob sends for a pattern with wildcards.  The head
+        # first: in a store's scan most keys belong to another namespace.
+        least = fixed + last.size
+        return lambda text: text.startswith(head) and text.endswith(tail) and len(text) >= least
+    steps = [(segment.literal, segment.regex.search, segment.size) for segment in middle]
 
     def matches_all(text: str) -> bool:
-        end = len(text) - last.size
-        if end < least - last.size or not first.at(text, 0) or not last.at(text, end):
+        end = len(text) - last.size  # where the last segment must start
+        if end < fixed:
+            return False
+        if head is not None:
+            if not text.startswith(head):
+                return False
+        elif first.regex.match(text) is None:
+            return False
+        if tail is not None:
+            if not text.endswith(tail):
+                return False
+        elif last.regex.match(text, end) is None:
             return False
         pos = first.size
-        for segment in middle:
-            pos = segment.find(text, pos, end)
-            if pos < 0:
-                return False
+        for literal, search, size in steps:  # each at its leftmost place after the last
+            if literal is not None:
+                found = text.find(literal, pos, end)
+                if found < 0:
+                    return False
+                pos = found + size
+            else:
+                match = search(text, pos, end)
+                if match is None:
+                    return False
+                pos = match.end()
         return True
 
     return matches_all

@@ -271,6 +271,19 @@ def test_hostile_patterns_list_quickly_on_every_store(
         assert sorted(entries) == expected, pattern
 
 
+def test_the_wider_server_glob_never_widens_results_or_deletions(
+    make_plugin: Callable[..., RememberPlugin],
+) -> None:
+    """A server sees `a*c` for `a*b*c`; list, entries and forget_many still act on exact matches."""
+    mem = make_plugin().accessor(Identity(session_id="glob-wide"))
+    for key in ["a1b2c", "axbyc", "a1c", "abx", "ac", "zbc"]:
+        mem.set(key, "v")
+    assert mem.list(pattern="a*b*c") == ["a1b2c", "axbyc"]
+    assert sorted(mem.entries(pattern="a?b?c")) == ["a1b2c", "axbyc"]
+    assert mem.forget_many(pattern="a*b*c") == 2
+    assert mem.list() == ["a1c", "abx", "ac", "zbc"]
+
+
 # -- a real `remember-sync serve` over HTTP -------------------------------------------------------
 
 

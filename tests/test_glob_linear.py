@@ -1,8 +1,8 @@
 """Pattern matching is linear: no legal pattern makes a match, ``list()`` or ``list_memories`` slow.
 
 Issue 18, item 1.  ``*`` used to become ``.*`` in a backtracking regular
-expression, so ``*a*a*a*a*a*b`` against 1,024 ``a`` ran for hours holding the
-GIL -- one anonymous ``list_memories`` froze ``remember-sync serve`` for every
+expression, so ``*a*a*a*a*a*b`` against 1,024 ``a`` would run for days holding
+the GIL -- one anonymous ``list_memories`` froze ``remember-sync serve`` for every
 caller.  Here the worst patterns we know (within the 500-character /
 20-wildcard limits) run against 1,024-byte keys: the matcher itself, every
 store through the accessor, and a real ``remember-sync serve`` over HTTP.  The

@@ -14,7 +14,7 @@ character class per token -- no quantifier, no alternation, hence no
 backtracking point -- so one search costs at most ``len(text) x len(segment)``
 steps and a whole match at most ``len(text) x len(glob)``.  (The previous
 translation to ``.*`` regular expressions backtracked: a legal pattern with a
-handful of ``*`` against a 1,024-byte key ran for minutes holding the GIL.)
+handful of ``*`` against a 1,024-byte key would run for days holding the GIL.)
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -42,12 +42,19 @@ from remember_sync.types import Namespace
 from tests.mcp_client import run, structured
 from tests.test_mcp_server import Served, connect
 
-#: Matching time allowed per call.  The real cost is about a millisecond at worst
-#: (len(key) x len(pattern) steps in C); the old code took minutes to hours.
+T = TypeVar("T")
+
+#: CPU time allowed per match.  The real cost is about a millisecond at worst
+#: (len(key) x len(pattern) steps in C); the old code took days.
 MATCH_BUDGET_S = 0.050
-#: Whole-call time allowed for list()/entries()/list_memories (network, crypto, a
-#: busy 2-core machine included); the old code did not return at all.
-CALL_BUDGET_S = 1.0
+#: CPU time of this process allowed per list()/entries() call (the matching, the
+#: client, crypto; seen: a few ms).  CPU time, because a busy machine stretches
+#: wall time but not the work done.
+CALL_CPU_BUDGET_S = 0.250
+#: Wall time allowed per call, network and a busy 2-core machine included (seen:
+#: tens of ms, more under load).  The old code did not return at all, so any
+#: bound well short of the timeout proves the point.
+CALL_BUDGET_S = 5.0
 
 #: Keys at the 1,024-byte limit: one letter throughout; that letter then the one a
 #: pattern ends on; two letters alternating; two-byte characters.
@@ -141,7 +148,7 @@ def old_compile_glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out), re.DOTALL)
 
 
-def _cpu_seconds(call: Callable[[], object]) -> tuple[float, object]:
+def _cpu_seconds(call: Callable[[], T]) -> tuple[float, T]:
     """CPU time of one call in this process (not wall time: the machine may be busy)."""
     began = time.process_time()
     result = call()
@@ -251,7 +258,7 @@ def test_servers_get_one_star_and_a_superset_of_the_pattern(
 def test_hostile_patterns_list_quickly_on_every_store(
     make_plugin: Callable[..., RememberPlugin],
 ) -> None:
-    """list() and entries() with the worst patterns over 1,024-byte keys: under 1 s, right keys."""
+    """list() and entries() with the worst patterns over 1,024-byte keys: quick, right keys."""
     plugin = make_plugin()
     mem = plugin.accessor(Identity(session_id="glob-attacker"))
     keys = [*HOSTILE_KEYS, "ab", "note"]
@@ -259,16 +266,12 @@ def test_hostile_patterns_list_quickly_on_every_store(
         mem.set(key, "v")
     for pattern in HOSTILE_PATTERNS.values():
         expected = sorted(k for k in keys if reference_user_match(pattern, k))
-        began = time.perf_counter()
-        listed = mem.list(pattern=pattern)
-        spent = time.perf_counter() - began
-        assert spent < CALL_BUDGET_S, (pattern, spent)
-        assert listed == expected, pattern
-        began = time.perf_counter()
-        entries = mem.entries(pattern=pattern)
-        spent = time.perf_counter() - began
-        assert spent < CALL_BUDGET_S, (pattern, spent)
-        assert sorted(entries) == expected, pattern
+        for call in (mem.list, mem.entries):
+            began = time.perf_counter()
+            cpu, found = _cpu_seconds(lambda: call(pattern=pattern))  # noqa: B023
+            wall = time.perf_counter() - began
+            assert cpu < CALL_CPU_BUDGET_S and wall < CALL_BUDGET_S, (pattern, call, cpu, wall)
+            assert sorted(found) == expected, (pattern, call)
 
 
 def test_the_wider_server_glob_never_widens_results_or_deletions(
@@ -289,7 +292,7 @@ def test_the_wider_server_glob_never_widens_results_or_deletions(
 
 @pytest.mark.timeout(180)
 def test_hostile_list_memories_does_not_freeze_the_server(tmp_path: Path) -> None:
-    """Anonymous list_memories with the worst patterns answers in under 1 s; so do other callers."""
+    """Anonymous list_memories with the worst patterns answers at once; so do other callers."""
     served = Served([sys.executable, "-m", "remember_sync", "serve", "--port", "0"], tmp_path)
     try:
         url = served.wait_ready()

@@ -15,15 +15,19 @@ global   ``P + "global:" + key``
 Patterns are Redis globs in which only ``*`` and ``?`` of the *user's*
 pattern are wildcards; every other character -- and every character of the
 prefix and identity -- is escaped, so no identity can list another's keys.
+A server is sent at most one ``*`` of a pattern; the exact match is done here,
+in linear time (:func:`match_user_pattern`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import quote, unquote
 
 from .errors import RememberInputError
+from .stores.glob import GlobMatcher, glob_matcher
 from .types import Namespace, Scope
 
 __all__ = [
@@ -133,35 +137,47 @@ def glob_escape(text: str) -> str:
     return _GLOB_SPECIALS.sub(r"\\\1", text)
 
 
-def _user_pattern_to_glob(pattern: str) -> str:
-    # Redis matches `?` against one *byte*, not one character, so a server-side `?`
-    # would miss non-ASCII keys.  Send `*` instead; callers filter exactly with
-    # match_user_pattern afterwards.
-    return "".join("*" if c in "*?" else glob_escape(c) for c in pattern)
+def _user_glob(pattern: str) -> str:
+    """The Redis glob of a user pattern: ``*`` and ``?`` stay wildcards, all else is escaped."""
+    return "".join(c if c in "*?" else glob_escape(c) for c in pattern)
+
+
+def _server_glob(pattern: str) -> str:
+    # What the *server* sees of a user pattern: its literal head, one `*`, its literal
+    # tail.  One `*` keeps every Redis linear -- before CVE-2022-36021's fix (6.0.18,
+    # 6.2.11, 7.0.9) Redis's own matcher was exponential in the number of `*`, and
+    # a managed service's version is not ours to choose -- and it is also a superset
+    # of a `?`, which Redis matches against one *byte*, not one character.  The
+    # accessor filters the keys exactly with match_user_pattern afterwards.
+    if "*" not in pattern and "?" not in pattern:
+        return glob_escape(pattern)
+    first = min(i for i in (pattern.find("*"), pattern.find("?")) if i >= 0)
+    last = max(pattern.rfind("*"), pattern.rfind("?"))
+    return glob_escape(pattern[:first]) + "*" + glob_escape(pattern[last + 1 :])
 
 
 def scope_glob(prefix: str, ns: Namespace, pattern: str) -> str:
-    """A Redis glob over full keys: the escaped scope prefix + the user's pattern.
+    """A Redis glob over full keys: the escaped scope prefix + a superset of the user's pattern.
 
-    The glob is a superset (``?`` is widened to ``*``): filter its results with
-    :func:`match_user_pattern`.
+    The glob has at most one ``*`` (the pattern's literal head and tail around
+    it), so no server's matcher can be made slow by a pattern: filter its
+    results with :func:`match_user_pattern`.
     """
-    return glob_escape(scope_prefix(prefix, ns)) + _user_pattern_to_glob(pattern)
+    return glob_escape(scope_prefix(prefix, ns)) + _server_glob(pattern)
 
 
-_USER_PATTERN_CACHE: dict[str, re.Pattern[str]] = {}
+@lru_cache(maxsize=512)
+def _user_matcher(pattern: str) -> GlobMatcher:
+    return glob_matcher(_user_glob(pattern))
 
 
 def match_user_pattern(pattern: str, bare_key: str) -> bool:
-    """Whether *bare_key* matches *pattern* where only ``*`` and ``?`` are wildcards."""
-    regex = _USER_PATTERN_CACHE.get(pattern)
-    if regex is None:
-        body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-        regex = re.compile(body, re.DOTALL)
-        if len(_USER_PATTERN_CACHE) > 512:
-            _USER_PATTERN_CACHE.clear()
-        _USER_PATTERN_CACHE[pattern] = regex
-    return regex.fullmatch(bare_key) is not None
+    """Whether *bare_key* matches *pattern* where only ``*`` and ``?`` are wildcards.
+
+    Linear-time (see :mod:`remember_sync.stores.glob`): no pattern within the
+    :func:`check_pattern` limits can make one call slow.
+    """
+    return _user_matcher(pattern)(bare_key)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from remember_sync.keys import (
     scope_glob,
     storage_key,
 )
-from remember_sync.stores.glob import compile_glob
+from remember_sync.stores.glob import glob_matcher
 from remember_sync.types import Identity, Namespace
 from tests.vectors import VECTORS, vector_identity, vector_tool_name
 
@@ -108,11 +108,11 @@ def test_layout_marker_and_legacy_patterns() -> None:
     patterns = legacy_patterns("my[app]:")
     assert patterns == ("my\\[app\\]:session:*", "my\\[app\\]:tool:*", "my\\[app\\]:user:*")
     for pattern in legacy_patterns("remember:"):
-        regex = compile_glob(pattern)
-        assert not regex.fullmatch("remember:v2:session:s:k")
-        assert not regex.fullmatch("remember:global:session:x")
-        assert not regex.fullmatch("remember:__layout__")
-    assert compile_glob(legacy_patterns("remember:")[0]).fullmatch("remember:session:s:k")
+        matches = glob_matcher(pattern)
+        assert not matches("remember:v2:session:s:k")
+        assert not matches("remember:global:session:x")
+        assert not matches("remember:__layout__")
+    assert glob_matcher(legacy_patterns("remember:")[0])("remember:session:s:k")
 
 
 @pytest.mark.parametrize("bad", ["", "a\x00b", "x" * 1025, "\u00e9" * 513, 5, None, b"k"])
@@ -141,19 +141,19 @@ def test_check_pattern_limits() -> None:
 @pytest.mark.parametrize("evil", ["ali*", "ali?", "[a-z]*", "a\\", "*", "?"])
 def test_identity_glob_specials_never_match_other_identities(evil: str) -> None:
     """An identity with glob characters lists only its own keys."""
-    glob = compile_glob(scope_glob("remember:", Namespace("user", user=evil), "*"))
+    matches = glob_matcher(scope_glob("remember:", Namespace("user", user=evil), "*"))
     own = storage_key("remember:", Namespace("user", user=evil), "mine")
-    assert glob.fullmatch(own)
+    assert matches(own)
     for other in ["alice", "alicex", "ali", "b", "a", "aa", "zz"]:
-        assert not glob.fullmatch(storage_key("remember:", Namespace("user", user=other), "k"))
+        assert not matches(storage_key("remember:", Namespace("user", user=other), "k"))
 
 
 def test_user_pattern_only_star_and_question_are_wildcards() -> None:
     """In list patterns `[`, `]` and `\\` are literal on every store."""
     ns = Namespace("session", session="s")
-    glob = compile_glob(scope_glob("remember:", ns, "[a]*"))
-    assert glob.fullmatch("remember:v2:session:s:[a]x")
-    assert not glob.fullmatch("remember:v2:session:s:ax")
+    matches = glob_matcher(scope_glob("remember:", ns, "[a]*"))
+    assert matches("remember:v2:session:s:[a]x")
+    assert not matches("remember:v2:session:s:ax")
     assert match_user_pattern("user_*", "user_theme")
     assert match_user_pattern("a?c", "abc")
     assert not match_user_pattern("[a]", "a")

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from ..errors import RememberConfigurationError
 from .base import check_count
-from .glob import compile_glob
+from .glob import glob_matcher
 
 __all__ = ["MemoryStore"]
 
@@ -233,7 +233,7 @@ class MemoryStore:
 
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
         check_count(count)
-        regex = compile_glob(pattern)
+        matches = glob_matcher(pattern)  # linear time, whatever the pattern
         with self._lock:
             now = self._clock()
             self._sweep(now)
@@ -241,7 +241,7 @@ class MemoryStore:
         keys = [
             k
             for k, (_, deadline) in items
-            if (deadline is None or now < deadline) and regex.fullmatch(k)
+            if (deadline is None or now < deadline) and matches(k)
         ]
         return iter(keys)
 

@@ -388,6 +388,16 @@ class MemoryStore:
             self._bytes = 0
 
     @property
+    def max_entries(self) -> int | None:
+        """The bound on the number of entries (``None``: none)."""
+        return self._max_entries
+
+    @property
+    def max_bytes(self) -> int | None:
+        """The bound on the stored bytes (``None``: none)."""
+        return self._max_bytes
+
+    @property
     def stored_bytes(self) -> int:
         """Bytes a bounded store holds, as counted for ``max_bytes`` (0 when unbounded)."""
         return self._bytes

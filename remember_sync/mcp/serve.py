@@ -158,7 +158,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         type=_positive,
         metavar="N",
         help="bound of the in-process memory store in bytes (default: "
-        f"${BOUND_ENV['max_bytes']} or {DEFAULT_MAX_BYTES} = 256 MiB); when full it evicts "
+        f"${BOUND_ENV['max_bytes'][0]} or {DEFAULT_MAX_BYTES} = 256 MiB); when full it evicts "
         "from the caller namespace holding the most",
     )
     parser.add_argument(
@@ -166,7 +166,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         type=_positive,
         metavar="N",
         help="bound of the in-process memory store in entries (default: "
-        f"${BOUND_ENV['max_entries']} or {DEFAULT_MAX_ENTRIES})",
+        f"${BOUND_ENV['max_entries'][0]} or {DEFAULT_MAX_ENTRIES})",
     )
     parser.add_argument(
         "--path", default=DEFAULT_PATH, help="the MCP endpoint path (default: %(default)s)"

@@ -790,7 +790,7 @@ def plugin_from_options(
     for option, (name, default) in BOUND_ENV.items():
         value = given[option]
         if value is None:
-            value = _env_whole(env, name, minimum=1, unit="a positive whole number")
+            value = _env_whole(env, name, minimum=1, unit="a whole number")
         if value is None and not (redis_url or vercel_kv):
             value = default
         if value is not None:

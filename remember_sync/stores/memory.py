@@ -236,8 +236,7 @@ class MemoryStore:
         space = self._spaces.get(name)
         if space is None:
             space = self._spaces[name] = _Space(name)
-        self._data[key] = (value, deadline)
-        self._data.move_to_end(key)
+        self._data[key] = (value, deadline)  # a new key: at the LRU end already
         self._space_of[key] = space
         space.lru[key] = charge
         space.nbytes += charge

@@ -46,6 +46,7 @@ __all__ = [
     "scope_prefix",
     "scope_glob",
     "storage_key",
+    "storage_namespace",
 ]
 
 MAX_KEY_BYTES = 1024
@@ -119,6 +120,35 @@ def scope_prefix(prefix: str, ns: Namespace) -> str:
 def storage_key(prefix: str, ns: Namespace, key: str) -> str:
     """The full storage key of *key* (appended unencoded) in namespace *ns*."""
     return scope_prefix(prefix, ns) + key
+
+
+#: The scope heads of the identity-carrying keys and how many encoded parts follow each.
+_NAMESPACE_HEADS = (("v2:session:", 1), ("v2:user:", 1), ("v2:tool:", 2))
+
+
+def storage_namespace(prefix: str, full_key: str) -> str:
+    """The scope prefix (:func:`scope_prefix`) a storage key lies in, read off the key.
+
+    Fast and without decoding: encoded identity parts never contain ``:``
+    (``encodeURIComponent`` escapes it), so each part ends at the next ``:``;
+    the user's key, which may contain ``:``, is what follows.  Keys outside
+    the grammar (the layout marker, legacy or foreign keys) all map to
+    *prefix*.  The memory store's fair eviction groups keys by it.
+    """
+    if not full_key.startswith(prefix):
+        return prefix
+    start = len(prefix)
+    if full_key.startswith("global:", start):
+        return prefix + "global:"
+    for head, parts in _NAMESPACE_HEADS:
+        if full_key.startswith(head, start):
+            end = start + len(head)
+            for _ in range(parts):
+                end = full_key.find(":", end) + 1
+                if end == 0:
+                    return prefix
+            return full_key[:end]
+    return prefix
 
 
 def layout_marker_key(prefix: str) -> str:

@@ -8,6 +8,7 @@ here (and by named store constructors), never deep inside a store.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -17,6 +18,7 @@ from .accessor import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore, Re
 from .codec import EntryCodec
 from .crypto import Keyring
 from .errors import RememberConfigurationError
+from .keys import storage_namespace
 from .secret_source import resolve_keyring
 from .stores.base import Store
 from .stores.memory import MemoryStore
@@ -43,6 +45,7 @@ _OPTIONS = frozenset(
         # Beyond the reference:
         "max_value_bytes",
         "max_entries",
+        "max_bytes",
         "on_decrypt_error",
         "read_doubled_prefix",
         "clock",
@@ -172,11 +175,13 @@ class RememberPlugin:
         clock = options.get("clock")
         if clock is not None and not callable(clock):
             raise _config_error("clock", "must be a callable returning epoch milliseconds")
-        max_entries = options.get("max_entries")
-        if max_entries is not None:
-            _check_whole(max_entries, "max_entries", minimum=1)
-            if store_type != "memory":
-                raise _config_error("max_entries", "only applies to the memory store")
+        bounds: dict[str, int] = {}
+        for bound in ("max_entries", "max_bytes"):
+            value = options.get(bound)
+            if value is not None:
+                bounds[bound] = _check_whole(value, bound, minimum=1)
+                if store_type != "memory":
+                    raise _config_error(bound, "only applies to the memory store")
 
         encryption = _check_dict(options.get("encryption"), "encryption", _ENCRYPTION_OPTIONS)
         enabled = _check_bool(encryption.get("enabled", True), "encryption.enabled")
@@ -188,7 +193,7 @@ class RememberPlugin:
             raise _config_error("encryption.custom_key", "must be a non-empty string")
         tools = cls._check_tools(_check_dict(options.get("tools"), "tools", _TOOLS_OPTIONS))
 
-        store, owns = _build_store(store_type, options, environ, clock, max_entries)
+        store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:
             keyring: Keyring | None = None
             if enabled:
@@ -356,14 +361,25 @@ def _build_store(
     options: Mapping[str, Any],
     environ: Mapping[str, str],
     clock: Callable[[], int] | None,
-    max_entries: int | None,
+    prefix: str,
+    bounds: Mapping[str, int],
 ) -> tuple[Store, bool]:
-    """The store for *store_type* and whether the plugin owns (must close) it."""
+    """The store for *store_type* and whether the plugin owns (must close) it.
+
+    *bounds* holds the memory store's ``max_entries``/``max_bytes``; its fair
+    eviction groups keys by scope and identity (:func:`storage_namespace`).
+    """
     given = options.get("store")
     if given is not None:
         return given, False
     if store_type == "memory":
-        return MemoryStore(max_entries=max_entries, clock=clock), True
+        store = MemoryStore(
+            max_entries=bounds.get("max_entries"),
+            max_bytes=bounds.get("max_bytes"),
+            namespace_of=functools.partial(storage_namespace, prefix),
+            clock=clock,
+        )
+        return store, True
     if store_type == "redis":
         config = options.get("config")
         if config is None:

@@ -392,7 +392,8 @@ def test_startup_line_names_store_secret_and_auth(secured: Served, tokens_file: 
     first = secured.lines[0]
     assert re.fullmatch(
         r"remember-sync: MCP server listening on http://127\.0\.0\.1:\d+/mcp \| "
-        r"store: memory \(in-process; lost on exit\) \| secret: env:REMEMBER_SECRET \| "
+        r"store: memory \(in-process; lost on exit; at most 256 MiB, 100000 entries\) \| "
+        r"secret: env:REMEMBER_SECRET \| "
         r"auth: bearer tokens for 2 principal\(s\)",
         first,
     ), first

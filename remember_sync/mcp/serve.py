@@ -5,8 +5,12 @@
     remember-sync serve [--host 127.0.0.1] [--port 8765] [--redis-url URL | --vercel-kv]
                         [--tools-prefix P] [--allowed-scopes session,user,tool]
                         [--auth-tokens FILE] [--default-ttl SECONDS]
+                        [--max-bytes N] [--max-entries N]
 
-The in-memory store is the default (memory lives as long as the process).
+The in-memory store is the default (memory lives as long as the process),
+bounded to 256 MiB and 100,000 entries unless ``--max-bytes``/``--max-entries``
+(or ``REMEMBER_MAX_BYTES``/``REMEMBER_MAX_ENTRIES``) say otherwise; when full
+it evicts from the caller namespace holding the most bytes.
 On start it prints one line saying where it listens, which store and which
 secret source it uses (never a secret); Ctrl-C or SIGTERM stop it cleanly.
 """
@@ -27,10 +31,19 @@ from urllib.parse import urlsplit
 
 from ..errors import RememberError
 from ..keys import layout_marker_key
+from ..stores.base import Store
+from ..stores.memory import MemoryStore
 from ..types import SCOPES
 from .auth import StaticTokenVerifier
 from .httpd import KeepAliveWSGIServer, WSGIApp, make_server
-from .server import DEFAULT_PATH, McpServer, plugin_from_options
+from .server import (
+    BOUND_ENV,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENTRIES,
+    DEFAULT_PATH,
+    McpServer,
+    plugin_from_options,
+)
 
 __all__ = ["add_serve_command", "build_parser", "main", "run_serve", "run_server"]
 
@@ -66,6 +79,16 @@ def _whole(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be whole seconds; got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0; got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1; got {value}")
     return value
 
 
@@ -131,6 +154,21 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="TTL of memories stored without one (default: none)",
     )
     parser.add_argument(
+        "--max-bytes",
+        type=_positive,
+        metavar="N",
+        help="bound of the in-process memory store in bytes (default: "
+        f"${BOUND_ENV['max_bytes'][0]} or {DEFAULT_MAX_BYTES} = 256 MiB); when full it evicts "
+        "from the caller namespace holding the most",
+    )
+    parser.add_argument(
+        "--max-entries",
+        type=_positive,
+        metavar="N",
+        help="bound of the in-process memory store in entries (default: "
+        f"${BOUND_ENV['max_entries'][0]} or {DEFAULT_MAX_ENTRIES})",
+    )
+    parser.add_argument(
         "--path", default=DEFAULT_PATH, help="the MCP endpoint path (default: %(default)s)"
     )
     parser.add_argument(
@@ -158,12 +196,24 @@ def build_parser() -> argparse.ArgumentParser:
     return _configure(argparse.ArgumentParser(prog=f"{PROG} serve"))
 
 
-def _store_description(args: argparse.Namespace, redis_url: str | None) -> str:
+def _store_description(
+    args: argparse.Namespace, redis_url: str | None, store: Store | None = None
+) -> str:
     if redis_url:
         return f"redis {_redacted(redis_url)}"
     if args.vercel_kv:
         return "vercel-kv (KV_REST_API_URL)"
-    return "memory (in-process; lost on exit)"
+    bounds = ""
+    if isinstance(store, MemoryStore):
+        bounds = f"; at most {_size(store.max_bytes)}, {store.max_entries} entries"
+    return f"memory (in-process; lost on exit{bounds})"
+
+
+def _size(nbytes: int | None) -> str:
+    mib = 1024 * 1024
+    if nbytes is not None and nbytes % mib == 0:
+        return f"{nbytes // mib} MiB"
+    return f"{nbytes} bytes"
 
 
 def _redacted(url: str) -> str:
@@ -206,6 +256,8 @@ def run_serve(args: argparse.Namespace) -> int:
             tools_prefix=args.tools_prefix,
             allowed_scopes=args.allowed_scopes,
             default_ttl=args.default_ttl,
+            max_bytes=args.max_bytes,
+            max_entries=args.max_entries,
         )
     except RememberError as exc:
         sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")
@@ -232,7 +284,10 @@ def run_serve(args: argparse.Namespace) -> int:
             )
         app = McpServer(plugin, token_verifier=verifier, path=args.path)
         return run_server(
-            app, host=args.host, port=args.port, store=_store_description(args, redis_url)
+            app,
+            host=args.host,
+            port=args.port,
+            store=_store_description(args, redis_url, plugin.store),
         )
     finally:
         plugin.close()

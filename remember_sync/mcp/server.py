@@ -719,6 +719,32 @@ class McpServer:
 
 # -- building a server from plain options ---------------------------------------------------
 
+#: ``max_bytes`` of the in-process memory store that ``serve`` and ``create_app``
+#: build (256 MiB): an HTTP server must not let anonymous callers grow it without
+#: limit.  ``--max-bytes`` / ``REMEMBER_MAX_BYTES`` change it.
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+#: ``max_entries`` of that store; ``--max-entries`` / ``REMEMBER_MAX_ENTRIES`` change it.
+DEFAULT_MAX_ENTRIES = 100_000
+#: The environment variable of each bound, and its default.
+BOUND_ENV = {
+    "max_bytes": ("REMEMBER_MAX_BYTES", DEFAULT_MAX_BYTES),
+    "max_entries": ("REMEMBER_MAX_ENTRIES", DEFAULT_MAX_ENTRIES),
+}
+
+
+def _env_whole(env: Mapping[str, str], name: str, *, minimum: int, unit: str) -> int | None:
+    """The whole number in environment variable *name* (``None`` if unset or blank)."""
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise RememberConfigurationError(f"{name} must be {unit}, at least {minimum}; got {text!r}")
+    return value
+
 
 def plugin_from_options(
     *,
@@ -727,10 +753,17 @@ def plugin_from_options(
     tools_prefix: str = "",
     allowed_scopes: Sequence[str] | None = None,
     default_ttl: int = 0,
+    max_bytes: int | None = None,
+    max_entries: int | None = None,
     **extra: Any,
 ) -> RememberPlugin:
     """A plugin with the memory tools enabled: memory store, or Redis, or Vercel KV.
 
+    The memory store is always bounded: *max_bytes* and *max_entries* if
+    given, else ``REMEMBER_MAX_BYTES`` and ``REMEMBER_MAX_ENTRIES`` from the
+    environment (``extra["environ"]`` or :data:`os.environ`), else
+    :data:`DEFAULT_MAX_BYTES` and :data:`DEFAULT_MAX_ENTRIES`.  A bound given
+    with Redis or Vercel KV is refused (it only applies to the memory store).
     Extra keyword arguments go to :meth:`RememberPlugin.init`.
     """
     if redis_url and vercel_kv:
@@ -752,6 +785,16 @@ def plugin_from_options(
         "default_ttl": default_ttl,
         **extra,
     }
+    env: Mapping[str, str] = extra.get("environ") or os.environ
+    given = {"max_bytes": max_bytes, "max_entries": max_entries}
+    for option, (name, default) in BOUND_ENV.items():
+        value = given[option]
+        if value is None:
+            value = _env_whole(env, name, minimum=1, unit="a whole number")
+        if value is None and not (redis_url or vercel_kv):
+            value = default
+        if value is not None:
+            options[option] = value  # with Redis or Vercel KV, init names the mistake
     if redis_url:
         options.update(type="redis", config={"url": redis_url})
     elif vercel_kv:
@@ -773,6 +816,8 @@ def create_app(
     default_ttl: int | None = None,
     auth_tokens: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
+    max_bytes: int | None = None,
+    max_entries: int | None = None,
     **server_options: Any,
 ) -> McpServer:
     """An :class:`McpServer` for a WSGI server: ``gunicorn 'remember_sync.mcp:create_app()'``.
@@ -781,8 +826,11 @@ def create_app(
     arguments, falling back to the environment: ``REMEMBER_REDIS_URL``,
     ``REMEMBER_VERCEL_KV=1`` (with ``KV_REST_API_URL``/``KV_REST_API_TOKEN``),
     ``REMEMBER_TOOLS_PREFIX``, ``REMEMBER_ALLOWED_SCOPES`` (comma-separated),
-    ``REMEMBER_DEFAULT_TTL`` and ``REMEMBER_AUTH_TOKENS`` (a token file, see
-    :mod:`remember_sync.mcp.auth`).  The master secret comes from
+    ``REMEMBER_DEFAULT_TTL``, ``REMEMBER_AUTH_TOKENS`` (a token file, see
+    :mod:`remember_sync.mcp.auth`), and for the memory store
+    ``REMEMBER_MAX_BYTES`` / ``REMEMBER_MAX_ENTRIES`` (defaults
+    :data:`DEFAULT_MAX_BYTES`, :data:`DEFAULT_MAX_ENTRIES`; see
+    :func:`plugin_from_options`).  The master secret comes from
     ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
     :class:`McpServer`.
     """
@@ -793,14 +841,8 @@ def create_app(
     owns = plugin is None
     if plugin is None:
         scopes_text = env.get("REMEMBER_ALLOWED_SCOPES", "")
-        ttl_text = env.get("REMEMBER_DEFAULT_TTL", "").strip()
-        if default_ttl is None and ttl_text:
-            try:
-                default_ttl = int(ttl_text)
-            except ValueError as exc:
-                raise RememberConfigurationError(
-                    f"REMEMBER_DEFAULT_TTL must be whole seconds; got {ttl_text!r}"
-                ) from exc
+        if default_ttl is None:
+            default_ttl = _env_whole(env, "REMEMBER_DEFAULT_TTL", minimum=0, unit="whole seconds")
         plugin = plugin_from_options(
             redis_url=redis_url if redis_url is not None else env.get("REMEMBER_REDIS_URL") or None,
             vercel_kv=vercel_kv
@@ -813,6 +855,8 @@ def create_app(
             if allowed_scopes is not None
             else [s.strip() for s in scopes_text.split(",") if s.strip()] or None,
             default_ttl=default_ttl or 0,
+            max_bytes=max_bytes,
+            max_entries=max_entries,
             environ=env,
         )
     server_options.setdefault("owns_plugin", owns)

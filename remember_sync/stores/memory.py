@@ -1,9 +1,22 @@
 """In-process store: one lock, a dict, and a heap of deadlines.
 
 Expiry is lazy on read plus an amortised sweep of the deadline heap on writes,
-so there is no timer per key.  An optional ``max_entries`` bound evicts the
-entry with the earliest deadline first, then the least recently used one, so
-a runaway agent cannot exhaust the process's memory.
+so there is no timer per key.
+
+Bounds.  Optional ``max_entries`` (keys held) and ``max_bytes`` (stored bytes:
+the UTF-8 length of key and value plus :data:`ENTRY_OVERHEAD_BYTES` per entry,
+an estimate of the interpreter's own bookkeeping, so that many tiny entries
+are bounded too) keep a runaway or hostile caller from exhausting the
+process's memory.  A write that would cross a bound first drops every expired
+entry, then evicts -- fairly: the store groups keys into *namespaces* with a
+function given by its owner (the plugin passes
+:func:`remember_sync.keys.storage_namespace`: one namespace per scope and
+identity; the store itself knows nothing of scopes), and evicts from the
+namespace holding the most bytes, there the entry with the earliest deadline
+first, then the least recently used one.  So a caller filling the store with
+long-lived entries evicts its own entries, never every other caller's.
+Without a namespace function the whole store is one namespace.  An entry
+larger than ``max_bytes`` on its own is refused (nothing written).
 
 Concurrency: writers (and multi-key reads) take the lock; a single-key
 :meth:`MemoryStore.get` does not.  Its reads are single C-level dict
@@ -27,11 +40,11 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 
-from ..errors import RememberConfigurationError
+from ..errors import RememberConfigurationError, RememberInputError
 from .base import check_count
 from .glob import glob_matcher
 
-__all__ = ["MemoryStore"]
+__all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
 
 log = logging.getLogger("remember_sync")
 
@@ -40,6 +53,29 @@ log = logging.getLogger("remember_sync")
 _NEVER = 2**63
 #: Deadlines an unbounded store collects before a write moves them into the heap.
 _PENDING_MAX = 256
+#: Bytes charged per entry on top of its key and value under ``max_bytes``: an
+#: estimate of what CPython spends on one entry of a bounded store.  Measured with
+#: tracemalloc on 64-bit CPython 3.11 (100,000 entries, half with a TTL): about 375
+#: bytes of tuples, dict slots and heap items, plus two str headers of 49 bytes.
+ENTRY_OVERHEAD_BYTES = 512
+
+
+def _utf8_len(text: str) -> int:
+    # isascii() is O(1) on CPython (a flag of the string), and every encrypted entry is ASCII.
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class _Space:
+    """One namespace of a bounded store: its bytes, its keys in LRU order, its deadlines."""
+
+    __slots__ = ("name", "nbytes", "lru", "heap")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.nbytes = 0
+        # key -> bytes charged for it; order = least recently used first.
+        self.lru: OrderedDict[str, int] = OrderedDict()
+        self.heap: list[tuple[int, str]] = []
 
 
 def _wall_clock_ms() -> int:
@@ -50,23 +86,44 @@ class MemoryStore:
     """A thread-safe in-memory :class:`~remember_sync.stores.base.Store`.
 
     :param max_entries: evict when more than this many keys would be held
-        (``None``: unbounded).
+        (``None``: no bound on the count).
+    :param max_bytes: evict when the stored bytes -- UTF-8 key and value plus
+        :data:`ENTRY_OVERHEAD_BYTES` per entry -- would exceed this
+        (``None``: no bound on the size).
+    :param namespace_of: maps a key to its namespace, the unit of fair
+        eviction (see the module docs); ``None``: one namespace.  Called with
+        every key written to a bounded store; it must be fast and pure.
     :param clock: returns epoch milliseconds; inject one in tests.
+    :raises RememberConfigurationError: a bound that is not a positive int.
     """
 
     def __init__(
         self,
         *,
         max_entries: int | None = None,
+        max_bytes: int | None = None,
+        namespace_of: Callable[[str], str] | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        if max_entries is not None and (
-            isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1
-        ):
-            raise RememberConfigurationError(
-                f"max_entries must be a positive int or None; got {max_entries!r}"
-            )
+        for name, bound in (("max_entries", max_entries), ("max_bytes", max_bytes)):
+            if bound is not None and (
+                isinstance(bound, bool) or not isinstance(bound, int) or bound < 1
+            ):
+                raise RememberConfigurationError(
+                    f"{name} must be a positive int or None; got {bound!r}"
+                )
+        if namespace_of is not None and not callable(namespace_of):
+            raise RememberConfigurationError("namespace_of must be a callable or None")
         self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._bounded = max_entries is not None or max_bytes is not None
+        self._namespace_of = namespace_of
+        # Bounded stores only: the namespaces, each key's namespace, the bytes held,
+        # and a lazy max-heap of (-bytes, namespace) (see _largest_space).
+        self._spaces: dict[str, _Space] = {}
+        self._space_of: dict[str, _Space] = {}
+        self._bytes = 0
+        self._by_size: list[tuple[int, str]] = []
         self._clock = clock or _wall_clock_ms
         self._lock = threading.Lock()
         # key -> (value, deadline_ms or None); order = least recently used first.
@@ -87,9 +144,19 @@ class MemoryStore:
             return None
         deadline = item[1]
         if deadline is not None and now >= deadline:
-            del self._data[key]
+            self._remove(key)
             return None
         return item
+
+    def _remove(self, key: str) -> None:
+        del self._data[key]
+        if self._bounded:
+            space = self._space_of.pop(key)
+            charge = space.lru.pop(key)
+            space.nbytes -= charge
+            self._bytes -= charge
+            if not space.lru:
+                del self._spaces[space.name]
 
     def _sweep(self, now: int) -> None:
         heap = self._heap
@@ -101,38 +168,92 @@ class MemoryStore:
             deadline, key = heapq.heappop(heap)
             item = self._data.get(key)
             if item is not None and item[1] == deadline:
-                del self._data[key]
+                self._remove(key)
         # Overwrites leave stale heap items behind; rebuild before they dominate.
         if len(heap) > 64 and len(heap) > 2 * len(self._data):
             self._heap = [(d, k) for k, (_, d) in list(self._data.items()) if d is not None]
             heapq.heapify(self._heap)
 
+    def _largest_space(self) -> _Space:
+        # A lazy max-heap: every write pushes its namespace's new size, shrinking pushes
+        # nothing, so each namespace has an item at least as large as its size.  The top
+        # item is exact for the largest; a stale one is replaced by the exact size.
+        heap = self._by_size
+        while True:
+            negative, name = heap[0]
+            space = self._spaces.get(name)
+            if space is not None and space.nbytes == -negative:
+                return space
+            heapq.heappop(heap)
+            if space is not None:
+                heapq.heappush(heap, (-space.nbytes, name))
+
     def _evict_one(self) -> None:
-        heap = self._heap
+        space = self._largest_space()
+        heap = space.heap
+        victim = None
         while heap:
             deadline, key = heapq.heappop(heap)
             item = self._data.get(key)
-            if item is not None and item[1] == deadline:
-                del self._data[key]
-                self.evictions += 1
-                log.debug("remember: memory store full, evicted the entry expiring first")
-                return
-        self._data.popitem(last=False)
+            if item is not None and item[1] == deadline and key in space.lru:
+                victim = key
+                break
+        if victim is None:
+            victim = next(iter(space.lru))
+            log.debug("remember: memory store full, evicted the least recently used entry")
+        else:
+            log.debug("remember: memory store full, evicted the entry expiring first")
+        self._remove(victim)
         self.evictions += 1
-        log.debug("remember: memory store full, evicted the least recently used entry")
+        if space.lru:
+            heapq.heappush(self._by_size, (-space.nbytes, space.name))
 
     def _put(self, key: str, value: str, ttl_ms: int | None, now: int) -> None:
+        """Write with the lock held; under a bound, make room fairly first."""
         deadline = None if ttl_ms is None else now + ttl_ms
-        if (
-            self._max_entries is not None
-            and key not in self._data
-            and len(self._data) >= self._max_entries
+        if not self._bounded:
+            self._data[key] = (value, deadline)
+            self._data.move_to_end(key)
+            if deadline is not None:
+                heapq.heappush(self._heap, (deadline, key))
+            return
+        name = "" if self._namespace_of is None else self._namespace_of(key)
+        charge = _utf8_len(key) + _utf8_len(value) + ENTRY_OVERHEAD_BYTES
+        max_bytes = self._max_bytes
+        if max_bytes is not None and charge > max_bytes:
+            raise RememberInputError(
+                f"entry of {charge} bytes (key, value and {ENTRY_OVERHEAD_BYTES} bytes "
+                f"overhead) is larger than the memory store's max_bytes ({max_bytes})"
+            )
+        if key in self._data:
+            self._remove(key)  # an overwrite: its old bytes no longer count
+        max_entries = self._max_entries
+        while self._data and (
+            (max_entries is not None and len(self._data) >= max_entries)
+            or (max_bytes is not None and self._bytes + charge > max_bytes)
         ):
             self._evict_one()
-        self._data[key] = (value, deadline)
-        self._data.move_to_end(key)
+        space = self._spaces.get(name)
+        if space is None:
+            space = self._spaces[name] = _Space(name)
+        self._data[key] = (value, deadline)  # a new key: at the LRU end already
+        self._space_of[key] = space
+        space.lru[key] = charge
+        space.nbytes += charge
+        self._bytes += charge
+        by_size = self._by_size
+        heapq.heappush(by_size, (-space.nbytes, name))
+        if len(by_size) > 64 and len(by_size) > 2 * len(self._spaces):
+            self._by_size = [(-sp.nbytes, n) for n, sp in self._spaces.items()]
+            heapq.heapify(self._by_size)
         if deadline is not None:
             heapq.heappush(self._heap, (deadline, key))
+            heap = space.heap
+            heapq.heappush(heap, (deadline, key))
+            if len(heap) > 64 and len(heap) > 2 * len(space.lru):
+                data = self._data
+                space.heap = [(d, k) for k in space.lru if (d := data[k][1]) is not None]
+                heapq.heapify(space.heap)
 
     # -- the Store protocol -----------------------------------------------------
 
@@ -149,6 +270,9 @@ class MemoryStore:
             return None
         try:
             self._data.move_to_end(key)
+            if self._bounded:
+                # A missing key raises KeyError (no space), like a deleted one.
+                self._space_of[key].lru.move_to_end(key)
         except KeyError:
             pass  # deleted since the read, which still happened before the delete
         return item[0]
@@ -171,7 +295,7 @@ class MemoryStore:
         only_if_absent: bool = False,
     ) -> bool:
         now = self._clock()
-        if self._max_entries is not None:
+        if self._bounded:
             # Bounded: eviction needs the heap exact, so everything under the lock.
             with self._lock:
                 self._sweep(now)
@@ -227,7 +351,7 @@ class MemoryStore:
             removed = 0
             for key in keys:
                 if self._live(key, now) is not None:
-                    del self._data[key]
+                    self._remove(key)
                     removed += 1
             return removed
 
@@ -257,6 +381,25 @@ class MemoryStore:
             self._data.clear()
             self._heap.clear()
             self._pending.clear()
+            self._spaces.clear()
+            self._space_of.clear()
+            self._by_size.clear()
+            self._bytes = 0
+
+    @property
+    def max_entries(self) -> int | None:
+        """The bound on the number of entries (``None``: none)."""
+        return self._max_entries
+
+    @property
+    def max_bytes(self) -> int | None:
+        """The bound on the stored bytes (``None``: none)."""
+        return self._max_bytes
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes a bounded store holds, as counted for ``max_bytes`` (0 when unbounded)."""
+        return self._bytes
 
     def __len__(self) -> int:
         with self._lock:
@@ -265,4 +408,7 @@ class MemoryStore:
             return len(self._data)
 
     def __repr__(self) -> str:
-        return f"MemoryStore(entries={len(self._data)}, max_entries={self._max_entries})"
+        return (
+            f"MemoryStore(entries={len(self._data)}, max_entries={self._max_entries}, "
+            f"max_bytes={self._max_bytes})"
+        )

@@ -54,7 +54,6 @@ from ..tools import memory_tools
 from ..types import SCOPES, Identity
 from .auth import StaticTokenVerifier, TokenVerifier
 from .authoring import ToolContext, ToolFunction, UserTool
-from .revocations import DEFAULT_MAX_LOCAL, FULL_CODE, EndedSessions
 from .protocol import (
     CLIENT_CAPABILITIES_META_KEY,
     HANDSHAKE_PROTOCOL_VERSIONS,
@@ -76,6 +75,7 @@ from .protocol import (
     modern_error_status,
     params_of,
 )
+from .revocations import DEFAULT_MAX_LOCAL, FULL_CODE, EndedSessions
 
 __all__ = ["DEFAULT_PATH", "McpServer", "create_app", "plugin_from_options"]
 

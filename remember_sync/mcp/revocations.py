@@ -44,10 +44,12 @@ __all__ = ["CLOCK_MARGIN_MS", "DEFAULT_MAX_LOCAL", "FULL_CODE", "EndedSessions"]
 #: Added to every record's TTL: another worker's clock may run behind this one's, so
 #: it accepts an id a little longer than this worker would.
 CLOCK_MARGIN_MS = 5 * 60_000
-#: How many ended sessions an in-process table holds (about 40 MB at most).
+#: How many ended sessions an in-process table holds (about 33 MB at most: some 330 bytes each).
 DEFAULT_MAX_LOCAL = 100_000
 #: The code of the error raised when the in-process table is full.
 FULL_CODE = "REMEMBER_ENDED_SESSIONS_FULL"
+#: What the in-process table holds per session: one shared string.
+_LOCAL_RECORD = "ended"
 
 
 class EndedSessions:
@@ -65,7 +67,8 @@ class EndedSessions:
         # A store of its own, without a bound: a bounded one evicts, and an evicted
         # record would bring its session back.
         self._store: Store = MemoryStore(max_entries=None) if self.local else store
-        self._prefix = prefix
+        # The private table needs no prefix (it holds nothing else): shorter keys.
+        self._prefix = "" if self.local else prefix
         self.max_local = max_local
         self._lock = threading.Lock()
 
@@ -90,9 +93,9 @@ class EndedSessions:
             the in-process table is full: code :data:`FULL_CODE`).
         """
         ttl_ms = None if deadline_ms is None else max(1, deadline_ms - now_ms) + CLOCK_MARGIN_MS
-        record = f'{{"endedAt":{now_ms}}}'
         if not self.local:
-            self._store.set(self._key(session_id), record, ttl_ms=ttl_ms)
+            # When it was ended, for an operator looking at the store.
+            self._store.set(self._key(session_id), f'{{"endedAt":{now_ms}}}', ttl_ms=ttl_ms)
             return
         with self._lock:  # the count and the write together, so the cap holds
             assert isinstance(self._store, MemoryStore)
@@ -102,7 +105,7 @@ class EndedSessions:
                     "limit; no more can be ended until the oldest expire",
                     code=FULL_CODE,
                 )
-            self._store.set(self._key(session_id), record, ttl_ms=ttl_ms)
+            self._store.set(self._key(session_id), _LOCAL_RECORD, ttl_ms=ttl_ms)
 
     def close(self) -> None:
         """Drop the in-process table (a shared store is the plugin's to close)."""

@@ -508,15 +508,54 @@ class Keyring:
                 continue
         raise RememberDecryptionError(_UNOPENED)
 
-    def hmac(self, message: bytes) -> bytes:
-        """HMAC-SHA256 of *message* under the primary secret (used to sign session ids)."""
-        return hmac.new(self._secrets[0].encode("utf-8"), message, hashlib.sha256).digest()
+    #: HKDF ``info`` of the key that signs session ids (IKM: the master secret as text,
+    #: salt: :data:`HKDF_SALT`).  No namespace's info can equal it: theirs are
+    #: ``remember:global``, ``remember:user:``..., ``remember:session:``... and
+    #: ``remember:tool:``...
+    SESSION_SIGNING_INFO = b"remember:session-id-signing:v1"
+    #: The session-id signing keys, one per secret (derived on first use, see :meth:`hmac`).
+    _signing_keys: tuple[bytes, ...] | None = None
 
-    def verify_hmac(self, message: bytes, mac: bytes) -> bool:
-        """Constant-time check of *mac* against every configured secret."""
+    def _session_signing_keys(self) -> tuple[bytes, ...]:
+        keys = self._signing_keys
+        if keys is None:
+            # Racing threads derive the same bytes; whichever tuple is kept is right.
+            keys = self._signing_keys = tuple(
+                HKDF(
+                    algorithm=hashes.SHA256(),
+                    length=32,
+                    salt=HKDF_SALT,
+                    info=self.SESSION_SIGNING_INFO,
+                ).derive(secret.encode("utf-8"))
+                for secret in self._secrets
+            )
+        return keys
+
+    def hmac(self, message: bytes) -> bytes:
+        """HMAC-SHA256 of *message* under the primary secret's session-id signing key.
+
+        The key is ``HKDF-SHA256(secret, salt="remember-plugin-v1",
+        info="remember:session-id-signing:v1")``: a key of its own, as every
+        encryption key is, so no MAC the server hands out is ever computed with
+        the master secret itself.
+        """
+        return hmac.new(self._session_signing_keys()[0], message, hashlib.sha256).digest()
+
+    def verify_hmac(self, message: bytes, mac: bytes, *, legacy: bool = False) -> bool:
+        """Constant-time check of *mac* against every configured secret.
+
+        :param legacy: check MACs made the pre-HKDF way, with the raw master
+            secret as the HMAC key (session ids issued before the signing key
+            was derived; :class:`~remember_sync.sessions.SessionSigner` accepts
+            them only within their signed lifetime).
+        """
+        keys = (
+            tuple(s.encode("utf-8") for s in self._secrets)
+            if legacy
+            else self._session_signing_keys()
+        )
         ok = False
-        for secret in self._secrets:
-            expected = hmac.new(secret.encode("utf-8"), message, hashlib.sha256).digest()
+        for key in keys:
+            expected = hmac.new(key, message, hashlib.sha256).digest()
             ok |= hmac.compare_digest(expected, mac)
         return ok
-

@@ -38,6 +38,7 @@ __all__ = [
     "check_key",
     "check_pattern",
     "encode_component",
+    "ended_session_key",
     "glob_escape",
     "layout_marker_key",
     "legacy_patterns",
@@ -154,6 +155,17 @@ def storage_namespace(prefix: str, full_key: str) -> str:
 def layout_marker_key(prefix: str) -> str:
     """``P + "__layout__"``: the fleet clock of the legacy purge."""
     return f"{prefix}__layout__"
+
+
+def ended_session_key(prefix: str, digest: str) -> str:
+    """``P + "__revoked__:" + digest``: the record of one ended MCP session.
+
+    *digest* is :func:`remember_sync.sessions.session_digest` of the id, never
+    the id.  Like the layout marker, the key is no entry: it does not start
+    with ``v2:`` or ``global:`` (so no scope lists or forgets it) nor with a
+    legacy ``session:``/``tool:``/``user:`` head (so the purge leaves it).
+    """
+    return f"{prefix}__revoked__:{digest}"
 
 
 def legacy_patterns(prefix: str) -> tuple[str, str, str]:

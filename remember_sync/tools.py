@@ -15,6 +15,13 @@ exceptions are logged here, server-side, and reported as
 never sees what ``remember_this`` stored in ``tool`` scope: each memory tool
 has its own.
 
+Entries branded ``approval`` belong to the host (its approval flows): the
+tools never create one, and ``remember_this`` and ``forget`` never replace or
+delete one (``REMEMBER_APPROVAL_PROTECTED``), nor an entry they cannot read
+(its brand is unknown).  Both write with compare-and-set against exactly what
+they checked, so an approval the host writes meanwhile is never overwritten;
+the host's own accessor is not restricted.
+
 :func:`validate_arguments` is the small JSON Schema subset the tools (and the
 MCP server's user tools) validate arguments with, so a published schema and
 the checks made against it cannot drift apart.
@@ -32,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 from weakref import WeakKeyDictionary
 
 from .accessor import MAX_TTL_SECONDS, AccessorCore, RememberAccessor
+from .codec import check_json_value, entry_json
 from .errors import (
     RememberDecryptionError,
     RememberIdentityError,
@@ -42,16 +50,19 @@ from .errors import (
 )
 from .identity import current_identity
 from .identity import identity as bind_identity
-from .types import SCOPES, Identity, Scope
+from .keys import check_key
+from .types import SCOPES, Identity, Namespace, Scope
 
 if TYPE_CHECKING:
     from .plugin import RememberPlugin
 
 __all__ = [
+    "APPROVAL_PROTECTED_CODE",
     "DEFAULT_ALLOWED_SCOPES",
     "DEFAULT_LIST_LIMIT",
     "INTERNAL_ERROR_CODE",
     "MAX_LIST_LIMIT",
+    "RESERVED_BRAND",
     "TOOL_BRANDS",
     "TOOL_NAMES",
     "UNKNOWN_TOOL_CODE",
@@ -77,6 +88,12 @@ DEFAULT_LIST_LIMIT: Final = 50
 MAX_LIST_LIMIT: Final = 100
 INTERNAL_ERROR_CODE: Final = "REMEMBER_INTERNAL_ERROR"
 UNKNOWN_TOOL_CODE: Final = "REMEMBER_UNKNOWN_TOOL"
+#: The host's brand: the tools never create, replace or delete an entry carrying it.
+RESERVED_BRAND: Final = "approval"
+#: The code of the tool error for an attempt to replace or forget an approval.
+APPROVAL_PROTECTED_CODE: Final = "REMEMBER_APPROVAL_PROTECTED"
+#: Compare-and-set rounds a tool write may lose to concurrent writers before it fails.
+_WRITE_ATTEMPTS: Final = 1000
 
 _INTERNAL_MESSAGE = (
     "The memory tool failed because of a problem on the server; it has been logged. "
@@ -84,7 +101,8 @@ _INTERNAL_MESSAGE = (
 )
 _STORE_MESSAGE = "The memory store is unavailable right now; try again later."
 _DECRYPT_MESSAGE = (
-    "A stored memory could not be read: it was written under another secret or is damaged."
+    "A stored memory could not be read: it was written under another secret or is damaged. "
+    "The memory tools leave it unchanged."
 )
 
 # What the model is told about each scope: one shared description for all four
@@ -632,23 +650,36 @@ class MemoryTools:
     def _remember_this(
         self, mem: RememberAccessor, args: Mapping[str, Any], scope: Scope
     ) -> dict[str, Any]:
-        key = args["key"]
+        key = check_key(args["key"])
         ttl = args.get("ttl")
-        mem.set(
-            key,
-            args["value"],
-            scope=scope,
-            ttl=ttl,
-            brand=args.get("brand"),
-            metadata=args.get("metadata"),
+        value, metadata = args["value"], args.get("metadata")
+        check_json_value(value, "value")
+        if metadata is not None:
+            check_json_value(metadata, "metadata")
+        core = self._core
+        ns, head = core.namespace(mem.identity, scope)
+        skey = head + key
+        now = core.clock()
+        if ttl is not None:
+            expires: int | None = now + ttl * 1000
+        else:
+            expires = now + core.default_ttl * 1000 if core.default_ttl else None
+        stored = core.seal_checked(
+            entry_json(value, args.get("brand"), now, now, expires, metadata), ns, skey
+        )
+        if core.read_doubled_prefix:
+            # Reads fall back to a 1.8.0 doubled-prefix twin while the key is absent,
+            # so writing the key would hide an approval held there.
+            twin = core.prefix + skey
+            twin_raw = core.store.get(twin)
+            if twin_raw is not None:
+                _check_replaceable(core, ns, skey, twin_raw, key, scope)
+        _write_unless_protected(
+            core, ns, skey, skey, key, scope, stored, core.ttl_ms(expires, now)
         )
         out: dict[str, Any] = {"success": True, "key": key, "scope": scope}
-        if ttl is not None or self._core.default_ttl:
-            # The entry's own deadline (default_ttl included), read back rather than
-            # recomputed from a second clock reading that could differ by a tick.
-            entry = mem.get_entry(key, scope=scope)
-            if entry is not None and entry.expires_at is not None:
-                out["expiresAt"] = entry.expires_at
+        if expires is not None:
+            out["expiresAt"] = expires
         return out
 
     def _recall(
@@ -672,8 +703,14 @@ class MemoryTools:
     def _forget(
         self, mem: RememberAccessor, args: Mapping[str, Any], scope: Scope
     ) -> dict[str, Any]:
-        key = args["key"]
-        existed = mem.forget(key, scope=scope)
+        key = check_key(args["key"])
+        core = self._core
+        ns, head = core.namespace(mem.identity, scope)
+        skey = head + key
+        places = [skey, core.prefix + skey] if core.read_doubled_prefix else [skey]
+        existed = False
+        for where in places:
+            existed |= _write_unless_protected(core, ns, where, skey, key, scope, None, None)
         return {"success": True, "key": key, "scope": scope, "existed": existed}
 
     def _list_memories(
@@ -683,6 +720,72 @@ class MemoryTools:
         keys = mem.list(scope=scope, pattern=args.get("pattern", "*"))
         shown = keys[:limit]
         return {"keys": shown, "scope": scope, "count": len(shown), "truncated": len(keys) > limit}
+
+
+def _check_replaceable(
+    core: AccessorCore, ns: Namespace, skey: str, raw: str, key: str, scope: Scope
+) -> bool:
+    """Whether *raw* (stored for *skey*) is a live entry; raise if a tool may not touch it.
+
+    :raises RememberInputError: it is an unexpired approval (``REMEMBER_APPROVAL_PROTECTED``).
+    :raises RememberDecryptionError: it cannot be read, so its brand is unknown.
+    """
+    try:
+        _, brand, _, _, expires, _ = core.codec.decode_fields(raw, ns, skey)[0]
+    except RememberDecryptionError as exc:
+        raise RememberDecryptionError(
+            f"memory {key!r} in {scope} scope is unreadable ({exc.message}); left unchanged"
+        ) from exc
+    if expires is not None and core.clock() >= expires:
+        return False  # expired: gone for every reader, so it may be replaced
+    if brand == RESERVED_BRAND:
+        raise RememberInputError(
+            f"The memory {key!r} in {scope} scope is an approval recorded by the application; "
+            "the memory tools cannot change or forget it. Use another key.",
+            code=APPROVAL_PROTECTED_CODE,
+        )
+    return True
+
+
+def _write_unless_protected(
+    core: AccessorCore,
+    ns: Namespace,
+    where: str,
+    skey: str,
+    key: str,
+    scope: Scope,
+    stored: str | None,
+    ttl_ms: int | None,
+) -> bool:
+    """Put *stored* under *where* (``None``: forget it) unless an approval is there.
+
+    Atomic: the write is a compare-and-set against the exact value checked (or
+    only-if-absent when nothing was there), so a value written in between --
+    an approval, say -- makes it look again instead of being overwritten.
+    Forgetting swaps the entry for an already-expired one that the store drops
+    a millisecond later: stores have no compare-and-delete.  *where* is *skey*
+    or its 1.8.0 doubled-prefix twin; values decode against *skey*.
+
+    :returns: whether a live entry was there.
+    """
+    store = core.store
+    for _attempt in range(_WRITE_ATTEMPTS):
+        raw = store.get(where)
+        if raw is None:
+            if stored is None or store.set(where, stored, ttl_ms=ttl_ms, only_if_absent=True):
+                return False
+            continue  # written meanwhile: check what is there now
+        live = _check_replaceable(core, ns, skey, raw, key, scope)
+        if stored is None:
+            # Expired since the epoch, so every reader sees nothing from now on.
+            gone = core.seal_checked(entry_json(None, None, 0, 0, 1, None), ns, skey)
+            if store.compare_and_set(where, raw, gone, ttl_ms=1):
+                return live
+        elif store.compare_and_set(where, raw, stored, ttl_ms=ttl_ms):
+            return live
+    raise RememberStoreError(
+        f"memory {key!r} changed {_WRITE_ATTEMPTS} times while a tool was writing it"
+    )
 
 
 def _object(properties: dict[str, Any], *, required: list[str]) -> dict[str, Any]:

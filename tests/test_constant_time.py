@@ -187,7 +187,7 @@ def _ids(signer: SessionSigner, count: int) -> list[str]:
         nonce = b64url_encode(bytes([i]) * 18)
         issued = format(NOW + i, "x")
         mac = b64url_encode(signer._keyring.hmac(signer._message(nonce, issued, "alice")))
-        out.append(f"rs1.{nonce}.{issued}.{mac}")
+        out.append(f"rs2.{nonce}.{issued}.{mac}")
     return out
 
 

@@ -10,12 +10,15 @@ chooses them, by the ``MCP-Protocol-Version`` header:
 
 * absent or a handshake revision (``2024-11-05`` .. ``2025-11-25``): the
   ``initialize`` handshake.  ``initialize`` issues an ``Mcp-Session-Id``
-  signed with the master secret and bound to the caller's principal
-  (:class:`~remember_sync.sessions.SessionSigner`); nothing is stored, so any
-  worker sharing the secret verifies it.  A request carrying an id the server
-  did not issue -- or issued to another principal, or ended with ``DELETE`` --
-  gets ``404`` and never binds a session.  A request without the header is
-  served without a session.
+  signed with a key derived from the master secret and bound to the caller's
+  principal (:class:`~remember_sync.sessions.SessionSigner`), so any worker
+  sharing the secret verifies it.  ``DELETE`` ends a session for the rest of
+  its signed lifetime, recorded in the plugin's store so that every worker
+  sharing it knows (:mod:`remember_sync.mcp.revocations`).  A request carrying
+  an id the server did not issue -- or issued to another principal, or ended --
+  gets ``404`` and never binds a session; one whose end cannot be checked
+  (the store failed) gets ``503``.  A request without the header is served
+  without a session.
 * anything else (``2026-07-28``): no handshake and no sessions; every request
   carries its protocol version, client info and capabilities in
   ``params._meta`` and repeats the version, method and tool name in the
@@ -36,14 +39,13 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ..errors import RememberConfigurationError
+from ..errors import RememberConfigurationError, RememberStoreError
 from ..identity import identity as bind_identity
 from ..plugin import RememberPlugin
 from ..secret_source import resolve_keyring
@@ -73,6 +75,7 @@ from .protocol import (
     modern_error_status,
     params_of,
 )
+from .revocations import DEFAULT_MAX_LOCAL, FULL_CODE, EndedSessions
 
 __all__ = ["DEFAULT_PATH", "McpServer", "create_app", "plugin_from_options"]
 
@@ -94,8 +97,8 @@ _STATUS_TEXT = {
     413: "413 Content Too Large",
     415: "415 Unsupported Media Type",
     500: "500 Internal Server Error",
+    503: "503 Service Unavailable",
 }
-_REVOKED_MAX = 100_000
 
 StartResponse = Callable[..., Any]
 _ToolClass = TypeVar("_ToolClass", bound=type[ToolContext])
@@ -167,6 +170,10 @@ class McpServer:
     :param allowed_origins: browser origins (``scheme://host[:port]``) allowed
         besides loopback ones; a request with any other ``Origin`` gets ``403``.
     :param owns_plugin: close the plugin in :meth:`close` (``create_app`` does).
+    :param max_ended_sessions: with the in-process memory store, how many ended
+        sessions this server remembers at once (each until its signed lifetime
+        ends); when full, ``DELETE`` answers ``503`` (see
+        :mod:`remember_sync.mcp.revocations`).  Shared stores have no such cap.
     """
 
     def __init__(
@@ -183,6 +190,7 @@ class McpServer:
         allowed_hosts: Sequence[str] | None = None,
         allowed_origins: Sequence[str] = (),
         owns_plugin: bool = False,
+        max_ended_sessions: int = DEFAULT_MAX_LOCAL,
     ) -> None:
         if not isinstance(plugin, RememberPlugin):
             raise TypeError(f"plugin must be a RememberPlugin; got {type(plugin).__name__}")
@@ -213,8 +221,10 @@ class McpServer:
         self._user_tools: dict[str, UserTool] = {}
         self._listing: list[dict[str, Any]] | None = None
         self._lock = threading.Lock()
-        # Ended sessions (DELETE): ids map to when their signature expires anyway.
-        self._revoked: OrderedDict[str, int] = OrderedDict()
+        # Ended sessions (DELETE), kept until their signature expires anyway.
+        self._ended = EndedSessions(
+            plugin.store, plugin.key_prefix, max_local=max_ended_sessions
+        )
 
     def __repr__(self) -> str:
         auth = "bearer" if self.token_verifier is not None else "anonymous"
@@ -222,6 +232,7 @@ class McpServer:
 
     def close(self) -> None:
         """Close the plugin when this server created it (``create_app``)."""
+        self._ended.close()
         if self._owns_plugin:
             self.plugin.close()
 
@@ -453,30 +464,53 @@ class McpServer:
 
     # -- sessions -----------------------------------------------------------------------
 
-    def _verified_session(self, session_id: str, principal: str | None) -> bool:
-        if session_id in self._revoked:
-            return False
-        return self.session_signer.verify(session_id, principal)
+    def _refuse_session(
+        self, session_id: str, principal: str | None, request_id: Any = None
+    ) -> _Response | None:
+        """``None`` when *session_id* is live and was issued to *principal*; else the reply.
+
+        The signature is checked first: a store read happens only for an id this
+        server issued to this caller, never for whatever a client sends.
+        """
+        if not self.session_signer.verify(session_id, principal):
+            return _Response.error(404, "Session not found", request_id=request_id)
+        try:
+            ended = self._ended.is_ended(session_id)
+        except RememberStoreError as exc:
+            # Fail closed: a session whose end cannot be checked is not served.
+            log.warning("remember-sync MCP: cannot check for ended sessions: %s", exc.message)
+            return _Response.error(
+                503,
+                "Service unavailable: the store could not be read to check the session; "
+                "try again later",
+                code=INTERNAL_ERROR,
+                request_id=request_id,
+                headers=[("Retry-After", "5")],
+            )
+        if ended:
+            return _Response.error(404, "Session not found", request_id=request_id)
+        return None
 
     def _delete(self, environ: Mapping[str, Any], principal: str | None) -> _Response:
         session_id = environ.get("HTTP_MCP_SESSION_ID")
         if not session_id:
             return _Response.error(400, "Bad request: DELETE needs the Mcp-Session-Id to end")
-        if not self._verified_session(session_id, principal):
-            return _Response.error(404, "Session not found")
-        max_age = self.session_signer.max_age_ms
-        expires = time.time_ns() // 1_000_000 + (
-            max_age if max_age is not None else 365 * 86_400_000
-        )
-        with self._lock:
-            # In-process: a session ended here is refused by this process.  Its memory
-            # stays until the entries' own TTLs; other workers learn nothing (stateless ids).
-            self._revoked[session_id] = expires
-            now = time.time_ns() // 1_000_000
-            while self._revoked and (
-                len(self._revoked) > _REVOKED_MAX or next(iter(self._revoked.values())) < now
-            ):
-                self._revoked.popitem(last=False)
+        refused = self._refuse_session(session_id, principal)
+        if refused is not None:
+            return refused
+        now = time.time_ns() // 1_000_000
+        try:
+            self._ended.end(session_id, self.session_signer.deadline_ms(session_id), now)
+        except RememberStoreError as exc:
+            log.warning("remember-sync MCP: cannot end a session: %s", exc.message)
+            # The store's own message can name hosts: only the cap's is shown.
+            why = exc.message if exc.code == FULL_CODE else "the store could not be written"
+            return _Response.error(
+                503,
+                f"Service unavailable: the session was not ended ({why}); try again later",
+                code=INTERNAL_ERROR,
+                headers=[("Retry-After", "60")],
+            )
         return _Response(204)
 
     # -- POST: one JSON-RPC message ------------------------------------------------------
@@ -505,9 +539,12 @@ class McpServer:
             )
         request_id = message.get("id") if is_request_id(message.get("id")) else None
         session_id = environ.get("HTTP_MCP_SESSION_ID")
-        if session_id is not None and not self._verified_session(session_id, principal):
-            # Never bind (or even look at) a session this server did not issue to this caller.
-            return _Response.error(404, "Session not found", request_id=request_id)
+        if session_id is not None:
+            # Never bind (or even look at) a session this server did not issue to this
+            # caller, or one that was ended.
+            refused = self._refuse_session(session_id, principal, request_id)
+            if refused is not None:
+                return refused
         if "method" not in message:
             if "id" in message and ("result" in message or "error" in message):
                 return _Response(202)  # a reply to a server request; we never send any

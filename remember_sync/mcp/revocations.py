@@ -1,0 +1,113 @@
+"""Ended MCP sessions, remembered for the rest of their signed lifetime.
+
+Session ids are signed, not stored (:mod:`remember_sync.sessions`), so ending
+one (``DELETE``) needs a record that outlives nothing less than the id's
+signature: ``P + "__revoked__:" + session_digest(id)``
+(:func:`~remember_sync.keys.ended_session_key`), written with a TTL of the
+id's remaining lifetime plus :data:`CLOCK_MARGIN_MS`.  Every request that
+presents a validly signed id reads it (one ``GET``); a store that fails while
+it is read makes the request fail, never pass.
+
+Where the record lives:
+
+* a shared store (Redis, Redis Cluster, Vercel KV, a store of your own): the
+  plugin's store, so every worker and every server sharing it answers ``404``
+  on the next request.  The key holds a digest, never the id, and is no entry:
+  no scope lists it, the legacy purge and ``rotate``/``export`` leave it (the
+  operator tools count it among "other keys").
+* the in-process memory store: a private, never-evicting
+  :class:`~remember_sync.stores.memory.MemoryStore` of this server.  The
+  plugin's memory store may evict (``max_entries``, ``max_bytes``), and an
+  evicted record would bring its session back.  Records expire with their
+  sessions; their number is capped (``max_local``), and when the cap is
+  reached a ``DELETE`` is refused with ``503`` rather than any record being
+  dropped: an ended session never comes back, at worst a caller cannot end one
+  until older records expire.  It is one process's memory: a restart forgets
+  it (together with every memory the store held).
+
+Nothing is ever evicted: a shared store must not be configured to evict keys
+either (Redis ``maxmemory-policy noeviction``, its default).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..errors import RememberStoreError
+from ..keys import ended_session_key
+from ..sessions import session_digest
+from ..stores.base import Store
+from ..stores.memory import MemoryStore
+
+__all__ = ["CLOCK_MARGIN_MS", "DEFAULT_MAX_LOCAL", "FULL_CODE", "EndedSessions"]
+
+#: Added to every record's TTL: another worker's clock may run behind this one's, so
+#: it accepts an id a little longer than this worker would.
+CLOCK_MARGIN_MS = 5 * 60_000
+#: How many ended sessions an in-process table holds (about 33 MB at most: some 330 bytes each).
+DEFAULT_MAX_LOCAL = 100_000
+#: The code of the error raised when the in-process table is full.
+FULL_CODE = "REMEMBER_ENDED_SESSIONS_FULL"
+#: What the in-process table holds per session: one shared string.
+_LOCAL_RECORD = "ended"
+
+
+class EndedSessions:
+    """The ended sessions of one MCP server (see the module docs).
+
+    :param store: the plugin's store.
+    :param prefix: the plugin's key prefix.
+    :param max_local: the cap of the in-process table (memory store only).
+    """
+
+    def __init__(self, store: Store, prefix: str, *, max_local: int = DEFAULT_MAX_LOCAL) -> None:
+        if isinstance(max_local, bool) or not isinstance(max_local, int) or max_local < 1:
+            raise ValueError(f"max_local must be a positive int; got {max_local!r}")
+        self.local = isinstance(store, MemoryStore)
+        # A store of its own, without a bound: a bounded one evicts, and an evicted
+        # record would bring its session back.
+        self._store: Store = MemoryStore(max_entries=None) if self.local else store
+        # The private table needs no prefix (it holds nothing else): shorter keys.
+        self._prefix = "" if self.local else prefix
+        self.max_local = max_local
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        where = "in-process" if self.local else "shared store"
+        return f"EndedSessions({where})"
+
+    def _key(self, session_id: str) -> str:
+        return ended_session_key(self._prefix, session_digest(session_id))
+
+    def is_ended(self, session_id: str) -> bool:
+        """Whether *session_id* was ended.
+
+        :raises RememberStoreError: the store could not say (treat as ended).
+        """
+        return self._store.get(self._key(session_id)) is not None
+
+    def end(self, session_id: str, deadline_ms: int | None, now_ms: int) -> None:
+        """Record *session_id* as ended until *deadline_ms* (``None``: for good).
+
+        :raises RememberStoreError: nothing was recorded (the store failed, or
+            the in-process table is full: code :data:`FULL_CODE`).
+        """
+        ttl_ms = None if deadline_ms is None else max(1, deadline_ms - now_ms) + CLOCK_MARGIN_MS
+        if not self.local:
+            # When it was ended, for an operator looking at the store.
+            self._store.set(self._key(session_id), f'{{"endedAt":{now_ms}}}', ttl_ms=ttl_ms)
+            return
+        with self._lock:  # the count and the write together, so the cap holds
+            assert isinstance(self._store, MemoryStore)
+            if len(self._store) >= self.max_local:
+                raise RememberStoreError(
+                    f"this server already remembers {self.max_local} ended sessions, its "
+                    "limit; no more can be ended until the oldest expire",
+                    code=FULL_CODE,
+                )
+            self._store.set(self._key(session_id), _LOCAL_RECORD, ttl_ms=ttl_ms)
+
+    def close(self) -> None:
+        """Drop the in-process table (a shared store is the plugin's to close)."""
+        if self.local:
+            self._store.close()

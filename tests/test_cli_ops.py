@@ -135,7 +135,7 @@ def test_parse_records_names_the_bad_line() -> None:
 
 
 def test_classify_tells_entries_from_legacy_marker_and_others() -> None:
-    """Walks classify v2/global entries, 1.8.0 doubled-prefix keys, pre-v2 keys, the marker and anything else."""
+    """Walks classify v2/global entries, 1.8.0 doubled keys, pre-v2 keys, the marker, the rest."""
     p = "remember:"
     assert classify(p, "remember:v2:user:alice:k")[0] == "entry"
     assert classify(p, "remember:global:k")[0] == "entry"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import hashlib
 import html
 import logging
 import math
@@ -36,6 +37,7 @@ from .keys import (
     check_key,
     check_pattern,
     match_user_pattern,
+    parse_storage_key,
     scope_glob,
     scope_prefix,
 )
@@ -46,8 +48,10 @@ __all__ = [
     "CAS_ATTEMPTS",
     "DEFAULT_MAX_VALUE_BYTES",
     "MAX_TTL_SECONDS",
+    "UNREADABLE_REMEMBERED",
     "AccessorCore",
     "RememberAccessor",
+    "describe_key",
 ]
 
 log = logging.getLogger("remember_sync")
@@ -68,6 +72,28 @@ MAX_TTL_SECONDS = 100 * 365 * 86_400
 _BATCH = 500
 #: Resolved (identity, scope) pairs kept per plugin; the cache is emptied when full.
 _NAMESPACE_CACHE = 4096
+#: Distinct unreadable keys a plugin remembers (as 16-byte hashes, oldest forgotten
+#: first): each is logged and counted once while it is remembered.
+UNREADABLE_REMEMBERED = 10_000
+
+
+def describe_key(prefix: str, full_key: str) -> str:
+    """How logs and error messages name a storage key: never with its identity in clear.
+
+    A storage key holds the session id, which grants that session's memory
+    (and the user id).  The name given is the scope, a short SHA-256 of the
+    namespace part (enough to tell two namespaces apart in a log, not to
+    recover an id) and the bare key, which the caller chose.  A key that is
+    not one of ours is named by its hash alone.
+    """
+    parsed = parse_storage_key(prefix, full_key)
+    if parsed is None and full_key.startswith(prefix + prefix):
+        parsed = parse_storage_key(prefix, full_key[len(prefix) :])  # 1.8.0's doubled prefix
+    if parsed is None:
+        return f"key #{hashlib.sha256(full_key.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+    head = full_key[: len(full_key) - len(parsed.key)]
+    digest = hashlib.sha256(head.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{parsed.namespace.scope} entry {parsed.key!r} (namespace #{digest})"
 
 
 
@@ -135,7 +161,8 @@ class AccessorCore:
         self.read_doubled_prefix = read_doubled_prefix
         self.sleep = sleep or time.sleep
         self._stats = _Stats()
-        self._warned: OrderedDict[str, None] = OrderedDict()
+        # Hashes of the unreadable keys already logged and counted (see note_unreadable).
+        self._warned: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
         # (scope, session_id, user_id, tool_name) -> (namespace, storage-key head).
         # Resolving the scope rules and percent-encoding the identity is pure, and
@@ -174,7 +201,13 @@ class AccessorCore:
     # -- reporting ----------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
-        """Counters: unreadable entries seen, CAS retries, HKDF derivations."""
+        """Counters: unreadable entries seen, CAS retries, HKDF derivations.
+
+        ``unreadable`` counts distinct keys, not reads: a key read a thousand times
+        counts once.  The plugin remembers the last :data:`UNREADABLE_REMEMBERED`
+        distinct keys (as hashes), so a key seen again after that many others is
+        counted again.
+        """
         keyring = self.codec.keyring
         return {
             "unreadable": self._stats.unreadable,
@@ -183,24 +216,36 @@ class AccessorCore:
         }
 
     def _unreadable(self, full_key: str, exc: RememberDecryptionError) -> None:
-        with self._lock:
-            self._stats.unreadable += 1
-            first = full_key not in self._warned
-            if first:
-                self._warned[full_key] = None
-                if len(self._warned) > 10_000:
-                    self._warned.popitem(last=False)
+        first = self.note_unreadable(full_key, exc)
         if self.on_decrypt_error == "raise":
             raise RememberDecryptionError(
-                f"entry {full_key!r} is unreadable: {exc.message}"
+                f"{describe_key(self.prefix, full_key)} is unreadable: {exc.message}"
             ) from exc
         if first:
             log.warning(
-                "remember: entry %r is unreadable (%s); treating it as absent. Check that every "
+                "remember: %s is unreadable (%s); treating it as absent. Check that every "
                 "instance uses the same REMEMBER_SECRET.",
-                full_key,
+                describe_key(self.prefix, full_key),
                 exc.message,
             )
+
+    def note_unreadable(self, full_key: str, exc: RememberDecryptionError) -> bool:
+        """Count *full_key* as unreadable once; return whether this is the first time.
+
+        Only a hash of the key is kept (it holds a session id), bounded by
+        :data:`UNREADABLE_REMEMBERED`.  Nothing is logged here.
+        """
+        digest = hashlib.blake2b(
+            full_key.encode("utf-8", "surrogatepass"), digest_size=16
+        ).digest()
+        with self._lock:
+            if digest in self._warned:
+                return False
+            self._warned[digest] = None
+            self._stats.unreadable += 1
+            if len(self._warned) > UNREADABLE_REMEMBERED:
+                self._warned.popitem(last=False)
+        return True
 
     # -- decoding ---------------------------------------------------------------------
 
@@ -712,22 +757,86 @@ class RememberAccessor:
         return out
 
     def forget_many(
-        self, *, scope: Scope = "session", pattern: str, brand: str | None = None
+        self,
+        *,
+        scope: Scope = "session",
+        pattern: str,
+        brand: str | None = None,
+        include_unreadable: bool = False,
     ) -> int:
-        """Delete every entry matching *pattern* (and *brand*); return how many were deleted."""
+        """Delete every readable entry matching *pattern* (and *brand*); return how many.
+
+        Only what was read is deleted: an entry that does not decrypt (written
+        with another secret, tampered, an unbound envelope refused by
+        ``accept_unbound=False``) is **kept**, logged once per key and counted in
+        ``stats()["unreadable"]``, and one WARNING says how many were kept.
+        With ``on_decrypt_error="raise"`` such an entry makes the call raise
+        before anything is deleted.
+
+        :param include_unreadable: delete unreadable entries too (erasure: the
+            caller wants everything under the pattern gone, readable or not).
+            They are included in the returned count and a WARNING says how many
+            of it were unreadable.  Not allowed with *brand*: an unreadable
+            entry's brand is unknown.
+        :raises RememberDecryptionError: unreadable entries, ``on_decrypt_error="raise"``
+            and not *include_unreadable* (nothing was deleted).
+        """
         check_pattern(pattern)
         if brand is not None:
             check_brand(brand)
-            ns = self._ns(scope)
-            head = scope_prefix(self._core.prefix, ns)
-            keys = [head + k for k in self.entries(scope=scope, pattern=pattern, brand=brand)]
-            if self._core.read_doubled_prefix:
-                keys += [self._core.prefix + k for k in keys]
-        else:
-            keys = self._core.scan_keys(self._ns(scope), pattern)
-        return sum(
-            self._core.store.delete(*keys[i : i + _BATCH]) for i in range(0, len(keys), _BATCH)
+        if type(include_unreadable) is not bool:
+            raise RememberInputTypeError(
+                f"include_unreadable must be a bool; got {type(include_unreadable).__name__}"
+            )
+        if include_unreadable and brand is not None:
+            raise RememberInputError(
+                "include_unreadable=True cannot be combined with brand: the brand of an "
+                "entry that cannot be read is unknown"
+            )
+        ident = self._identity if self._identity is not None else current_identity()
+        core = self._core
+        ns, head = core.namespace(ident, scope)
+        cut_doubled = len(core.prefix + head)
+        doomed: builtins.list[str] = []
+        unreadable = 0
+        for batch in core.scan_pages(ns, pattern):
+            # Storage keys: 1.8.0's doubled-prefix keys are decoded as ours (as entries() does).
+            skeys = [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
+            decoded = core.codec.decode_many([v for _, v in batch], ns, skeys)
+            for (full, _), skey, fields in zip(batch, skeys, decoded, strict=True):
+                if isinstance(fields, RememberDecryptionError):
+                    unreadable += 1
+                    if core.note_unreadable(skey, fields):
+                        log.warning(
+                            "remember: %s is unreadable (%s); forget_many %s it",
+                            describe_key(core.prefix, skey),
+                            fields.message,
+                            "deletes" if include_unreadable else "keeps",
+                        )
+                    if include_unreadable:
+                        doomed.append(full)
+                elif brand is None or fields[1] == brand:
+                    doomed.append(full)  # expired ones too: they are ours and readable
+        if unreadable and not include_unreadable and core.on_decrypt_error == "raise":
+            raise RememberDecryptionError(
+                f"forget_many found {unreadable} unreadable entries in {scope} scope and "
+                "deleted nothing (include_unreadable=True deletes them too)"
+            )
+        # Between the read and the delete another writer may replace an entry; the
+        # store protocol has no compare-and-delete, so that window (one round trip)
+        # remains.  What is never deleted is an entry this call read as unreadable.
+        deleted = sum(
+            core.store.delete(*doomed[i : i + _BATCH]) for i in range(0, len(doomed), _BATCH)
         )
+        if unreadable:
+            log.warning(
+                "remember: forget_many in %s scope %s %d unreadable entries%s",
+                scope,
+                "deleted" if include_unreadable else "kept",
+                unreadable,
+                "" if include_unreadable else " (include_unreadable=True deletes them)",
+            )
+        return deleted
 
     # -- presentation -------------------------------------------------------------------
 

@@ -152,6 +152,12 @@ def _store_options() -> argparse.ArgumentParser:
         default="remember:",
         help="key prefix the application uses (default: %(default)s)",
     )
+    group.add_argument(
+        "--read-doubled-prefix",
+        action="store_true",
+        help="the application sets read_doubled_prefix=True: also read (and rotate, export, "
+        "count) the keys 1.8.0 wrote with a doubled prefix (P+P+'v2:...')",
+    )
     return parent
 
 
@@ -469,6 +475,7 @@ def _opened(
                 frontmcp_compatible=writes and getattr(args, "frontmcp_compatible", False),
             ),
             on_decrypt_error=on_decrypt_error,
+            read_doubled_prefix=args.read_doubled_prefix,
         )
         with opened.plugin:
             yield opened
@@ -524,12 +531,22 @@ def _cmd_list(args: argparse.Namespace) -> int:
     with _opened(args) as opened:
         mem = opened.plugin.accessor(args.identity)
         found = mem.entries(scope=args.scope, pattern=args.pattern, brand=args.brand)
+        # A fresh plugin per command: every unreadable key counted was met by this listing.
+        unreadable = opened.plugin.stats()["unreadable"]
     keys = sorted(found)
     if args.json:
-        _print_json({"scope": args.scope, "keys": keys, "count": len(keys)})
+        _print_json(
+            {"scope": args.scope, "keys": keys, "count": len(keys), "unreadable": unreadable}
+        )
     else:
         for key in keys:
             sys.stdout.write(key + "\n")
+    if unreadable:
+        _stderr(
+            f"{PROG}: {unreadable} entries in {args.scope} scope do not decrypt with the "
+            "configured secrets and are not listed"
+        )
+        return EXIT_FAIL
     return EXIT_OK
 
 
@@ -596,13 +613,15 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         core = opened.plugin.core
         stats = collect_stats(
             core.store, core.prefix, core.codec, now=core.clock(),
-            progress_stream=_progress_stream(),
+            progress_stream=_progress_stream(), read_doubled_prefix=core.read_doubled_prefix,
         )
+    # Work left undone: entries that could not be read, or a layout not read at all.
+    code = EXIT_FAIL if stats.unreadable or stats.doubled_unread else EXIT_OK
     if args.json:
         data = stats.to_dict()
         data.pop("undecoded")
         _print_json({"store": args.store_choice.describe(), **data})
-        return EXIT_OK
+        return code
     out = sys.stdout.write
     out(f"store:   {args.store_choice.describe()}   prefix: {stats.prefix!r}\n")
     out(f"keys under the prefix:       {stats.keys}\n")
@@ -620,7 +639,14 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     out(f"legacy (pre-v2) keys:        {stats.legacy}\n")
     out(f"layout marker:               {'present' if stats.marker else 'absent'}\n")
     out(f"other keys:                  {stats.other}\n")
-    return EXIT_OK
+    line = f"doubled-prefix (1.8.0) keys: {stats.doubled}"
+    if stats.doubled_unread:
+        line += f"  ({stats.doubled_unread} not read: pass --read-doubled-prefix if the app does)"
+    elif stats.shadowed:
+        line += f"  ({stats.shadowed} shadowed by their single-layout twin)"
+    out(line + "\n")
+    out(f"unbound (1.8.0) envelopes:   {stats.unbound}\n")
+    return code
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -636,6 +662,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
                 store,
                 prefix=args.prefix,
                 secrets=SecretChoice(encryption=not args.plaintext, secret_file=args.secret_file),
+                read_doubled_prefix=args.read_doubled_prefix,
             )
         except RememberError as exc:
             # Still check the store: "no secret" and "no store" are worth knowing together.
@@ -654,6 +681,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             delay_ms=args.legacy_purge_delay_ms,
             memory=choice.kind == "memory",
             progress_stream=_progress_stream(),
+            read_doubled_prefix=args.read_doubled_prefix,
         )
     finally:
         store.close()
@@ -713,8 +741,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
             f"{PROG}: {result.unreadable} entries do not decrypt with the configured secrets and "
             f"were NOT exported: {_listed(result.unreadable_keys, result.unreadable)}"
         )
-        return EXIT_FAIL
-    return EXIT_OK
+    if result.doubled_unread:
+        _stderr(
+            f"{PROG}: {result.doubled_unread} keys in 1.8.0's doubled-prefix layout were NOT "
+            "exported: pass --read-doubled-prefix if the application reads them"
+        )
+    return EXIT_FAIL if result.unreadable or result.doubled_unread else EXIT_OK
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -768,6 +800,18 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
             sys.stdout.write(
                 f"{result.contended} entries kept changing; run rotate again: "
                 f"{_listed(result.contended_keys, result.contended)}\n"
+            )
+        if result.moved or result.shadowed:
+            sys.stdout.write(
+                f"{'would move' if args.dry_run else 'moved'} {result.moved} doubled-prefix "
+                f"(1.8.0) entries into the single layout; {result.shadowed} left alone, "
+                "shadowed by their single-layout twin\n"
+            )
+        if result.doubled_unread:
+            sys.stdout.write(
+                f"did NOT read {result.doubled_unread} keys in 1.8.0's doubled-prefix layout: "
+                "if the application reads them (read_doubled_prefix=True), run again with "
+                "--read-doubled-prefix before dropping the old secret\n"
             )
     return EXIT_OK if result.complete else EXIT_FAIL
 

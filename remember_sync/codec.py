@@ -23,6 +23,7 @@ from .errors import RememberDecryptionError, RememberInputTypeError
 from .types import Namespace, RememberEntry
 
 __all__ = [
+    "UNBOUND_REFUSED",
     "EntryCodec",
     "EntryFields",
     "check_json_value",
@@ -237,6 +238,12 @@ def entry_from_json(text: str | bytes) -> RememberEntry:
     return RememberEntry(*entry_fields(text))
 
 
+#: Why an envelope without the key binding is unreadable under ``accept_unbound=False``.
+UNBOUND_REFUSED = (
+    "envelope is not bound to its storage key (the 1.8.0 form) and accept_unbound is off"
+)
+
+
 class EntryCodec:
     """Turns entries into stored strings for one plugin's settings.
 
@@ -244,12 +251,24 @@ class EntryCodec:
     :param prefix: the key prefix ``P`` (stripped from the associated data).
     :param bind_key: seal with ``kid`` and the storage key as associated data
         (our default); ``False`` writes the plain reference envelope.
+    :param accept_unbound: open envelopes without the key binding (1.8.0's form).
+        ``False`` makes them unreadable: someone who can write to the store
+        could otherwise copy such an envelope from one key of a namespace over
+        another, and it would open there.
     """
 
-    def __init__(self, keyring: Keyring | None, *, prefix: str, bind_key: bool = True) -> None:
+    def __init__(
+        self,
+        keyring: Keyring | None,
+        *,
+        prefix: str,
+        bind_key: bool = True,
+        accept_unbound: bool = True,
+    ) -> None:
         self.keyring = keyring
         self.prefix = prefix
         self.bind_key = bind_key
+        self.accept_unbound = accept_unbound
 
     def _aad(self, storage_key: str) -> bytes:
         return storage_key[len(self.prefix) :].encode("utf-8")
@@ -319,9 +338,27 @@ class EntryCodec:
         The read path uses it to skip building a :class:`RememberEntry` it would
         take apart again.
         """
+        fields, index, bound = self.open_fields(stored, ns, storage_key)
+        return fields, index == 0 and bound == self.bind_key
+
+    def open_fields(
+        self, stored: str, ns: Namespace, storage_key: str
+    ) -> tuple[EntryFields, int, bool]:
+        """The entry's fields, the index of the secret that opened it, and whether it is bound.
+
+        Every stored value is opened here (or, for our current bound envelope,
+        by :meth:`~remember_sync.crypto.Keyring.open_many`, which opens nothing
+        else), so the ``accept_unbound`` rule lives here once.  Without
+        encryption there is no envelope: the index is ``0`` and "bound" is
+        ``bind_key`` (so the entry counts as current).
+
+        :raises RememberDecryptionError: unreadable, or unbound and refused.
+        """
         keyring = self.keyring
         if keyring is None:
-            return entry_fields(stored), True
+            return entry_fields(stored), 0, self.bind_key
         aad = storage_key[len(self.prefix) :].encode("utf-8")  # self._aad, inline
         plaintext, index, bound = keyring.open_stored(stored, ns, aad)
-        return entry_fields(plaintext), index == 0 and bound == self.bind_key
+        if not bound and not self.accept_unbound:
+            raise RememberDecryptionError(UNBOUND_REFUSED)
+        return entry_fields(plaintext), index, bound

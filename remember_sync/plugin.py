@@ -53,7 +53,7 @@ _OPTIONS = frozenset(
     }
 )
 _ENCRYPTION_OPTIONS = frozenset(
-    {"enabled", "custom_key", "secrets", "frontmcp_compatible", "secret_file"}
+    {"enabled", "custom_key", "secrets", "frontmcp_compatible", "secret_file", "accept_unbound"}
 )
 _TOOLS_OPTIONS = frozenset({"enabled", "allowed_scopes", "prefix"})
 _REDIS_CONFIG = frozenset(
@@ -188,6 +188,14 @@ class RememberPlugin:
         compatible = _check_bool(
             encryption.get("frontmcp_compatible", False), "encryption.frontmcp_compatible"
         )
+        accept_unbound = _check_bool(
+            encryption.get("accept_unbound", True), "encryption.accept_unbound"
+        )
+        if compatible and not accept_unbound:
+            raise _config_error(
+                "encryption.accept_unbound",
+                "cannot be False with frontmcp_compatible=True, which writes unbound envelopes",
+            )
         custom_key = encryption.get("custom_key")
         if custom_key is not None and (not isinstance(custom_key, str) or not custom_key):
             raise _config_error("encryption.custom_key", "must be a non-empty string")
@@ -203,7 +211,9 @@ class RememberPlugin:
                     environ=environ,
                     secret_file=encryption.get("secret_file"),
                 )
-            codec = EntryCodec(keyring, prefix=prefix, bind_key=not compatible)
+            codec = EntryCodec(
+                keyring, prefix=prefix, bind_key=not compatible, accept_unbound=accept_unbound
+            )
             core = AccessorCore(
                 store,
                 codec,

@@ -135,14 +135,14 @@ def test_parse_records_names_the_bad_line() -> None:
 
 
 def test_classify_tells_entries_from_legacy_marker_and_others() -> None:
-    """Walks classify v2/global entries, pre-v2 keys, the marker and anything else."""
+    """Walks classify v2/global entries, 1.8.0 doubled keys, pre-v2 keys, the marker, the rest."""
     p = "remember:"
     assert classify(p, "remember:v2:user:alice:k")[0] == "entry"
     assert classify(p, "remember:global:k")[0] == "entry"
     assert classify(p, "remember:session:s:k")[0] == "legacy"
     assert classify(p, "remember:tool:t:s:k")[0] == "legacy"
     assert classify(p, "remember:__layout__")[0] == "marker"
-    assert classify(p, "remember:remember:v2:user:alice:k")[0] == "other"  # 1.8.0 doubled
+    assert classify(p, "remember:remember:v2:user:alice:k")[0] == "doubled"  # 1.8.0 doubled
     assert classify(p, "remember:v2:user:%FF:k")[0] == "other"  # not UTF-8: not ours
 
 

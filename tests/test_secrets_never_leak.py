@@ -606,3 +606,67 @@ def test_kv_token_echoed_by_a_server_is_not_kept_in_any_chained_exception(
         seen.append(f"{chained!r} {chained.args!r}")
         chained = chained.__cause__ or chained.__context__
     assert not any(token in text for text in seen), seen
+
+
+def _chain_text(exc: BaseException) -> str:
+    """str, repr and the whole formatted chain of *exc* (causes and contexts included)."""
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) + repr(exc)
+
+
+def test_session_ids_never_appear_in_logs_or_errors(
+    redis_url: str, redis_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A live session id (it grants the session's memory) is in no log line or exception message."""
+    session = _canary("sessid")
+    ident = Identity(session_id=session, user_id="u-1", tool_name="planner")
+    store = RedisStore.from_url(redis_url)
+    writer = RememberPlugin.init(store=store, encryption={"secrets": [_canary("writer")]},
+                                 skip_legacy_purge=True)
+    for scope in ("session", "tool"):
+        for key in ("a", "b"):
+            writer.accessor(ident).set(key, 1, scope=scope)  # sealed with a secret the readers lack
+    errors: list[str] = []
+    with caplog.at_level(logging.DEBUG):
+        for mode in ("warn", "raise"):
+            reader = RememberPlugin.init(
+                store=store, encryption={"secrets": [_canary("reader")]},
+                skip_legacy_purge=True, on_decrypt_error=mode,
+            )
+            mem = reader.accessor(ident)
+            for scope in ("session", "tool"):
+                calls: list[Callable[[], object]] = [
+                    lambda s=scope: mem.get("a", scope=s),
+                    lambda s=scope: mem.get_entry("a", scope=s),
+                    lambda s=scope: mem.list(scope=s),
+                    lambda s=scope: mem.entries(scope=s),
+                    lambda s=scope: mem.update("a", 2, scope=s),
+                    lambda s=scope: mem.forget_many(scope=s, pattern="*"),
+                ]
+                for call in calls:
+                    try:
+                        call()
+                    except RememberError as exc:
+                        errors.append(_chain_text(exc))
+            assert reader.stats()["unreadable"] == 4  # 2 keys x 2 scopes, however often read
+            reader.close()
+        # A store failure: the server is gone.
+        dead = RedisStore.from_url(f"redis://127.0.0.1:{free_port()}/0", retries=0)
+        broken = RememberPlugin.init(store=dead, encryption={"secrets": [_canary("x")]},
+                                     skip_legacy_purge=True)
+        for call in (lambda: broken.accessor(ident).get("a"),
+                     lambda: broken.accessor(ident).forget_many(pattern="*")):
+            with pytest.raises(RememberStoreError) as info:
+                call()
+            errors.append(_chain_text(info.value))
+        broken.close()
+        dead.close()
+    assert len(errors) >= 12  # raise mode: every call above raised
+    assert any("is unreadable" in r.getMessage() for r in caplog.records)
+    logged = "\n".join(
+        r.getMessage() + (repr(r.args) if r.args else "") for r in caplog.records
+    )
+    assert session not in logged
+    for text in errors:
+        assert session not in text
+    writer.close()
+    store.close()

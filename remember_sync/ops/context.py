@@ -190,6 +190,7 @@ def build_plugin(
     secrets: SecretChoice,
     environ: Mapping[str, str] | None = None,
     on_decrypt_error: str = "warn",
+    read_doubled_prefix: bool = False,
 ) -> Opened:
     """A plugin over *store* with the operator's secrets, never arming the purge.
 
@@ -198,7 +199,8 @@ def build_plugin(
     development file ``.frontmcp/remember-secret.json`` if it exists.  Older
     secrets in ``REMEMBER_PREVIOUS_SECRETS`` are added after a file's secret too.
 
-    The plugin does not own *store*: the caller closes it.
+    The plugin does not own *store*: the caller closes it.  *read_doubled_prefix*
+    is the application's option of that name (``--read-doubled-prefix``).
 
     :raises RememberConfigurationError: no usable secret.
     """
@@ -230,6 +232,7 @@ def build_plugin(
         environ=env,
         skip_legacy_purge=True,
         on_decrypt_error=on_decrypt_error,
+        read_doubled_prefix=read_doubled_prefix,
     )
     if plugin.keyring is not None and source == "disabled":
         source = plugin.keyring.source  # env:<NAME>, resolved by the library

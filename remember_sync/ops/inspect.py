@@ -66,6 +66,16 @@ class StoreStats:
     other: int = 0
     #: Entry keys not decoded because no secret was available (doctor only).
     undecoded: int = 0
+    #: Keys in 1.8.0's doubled-prefix layout (``P + P + "v2:..."``).
+    doubled: int = 0
+    #: Doubled-prefix keys not read: the walk was told the application does not
+    #: read that layout (``read_doubled_prefix`` off).
+    doubled_unread: int = 0
+    #: Doubled-prefix keys whose single-layout twin exists (the application reads the twin).
+    shadowed: int = 0
+    #: Entries whose envelope does not bind its storage key (1.8.0's form), readable
+    #: or refused by ``accept_unbound=False``.
+    unbound: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,8 +88,13 @@ def collect_stats(
     *,
     now: int,
     progress_stream: TextIO | None = None,
+    read_doubled_prefix: bool = False,
 ) -> StoreStats:
-    """Walk every key under *prefix* and count (``codec=None``: count keys, decode nothing)."""
+    """Walk every key under *prefix* and count (``codec=None``: count keys, decode nothing).
+
+    :param read_doubled_prefix: the application reads 1.8.0's doubled-prefix
+        layout too: decode those keys as well (else they are only counted).
+    """
     stats = StoreStats(prefix=prefix)
     keys = list_keys(store, prefix)
     stats.keys = len(keys)
@@ -91,20 +106,34 @@ def collect_stats(
             stats.marker = True
         elif kind == "other":
             stats.other += 1
+        elif kind == "doubled":
+            stats.doubled += 1
+            if not read_doubled_prefix:
+                stats.doubled_unread += 1
+            elif codec is None:
+                stats.undecoded += 1
         elif codec is None:
             stats.undecoded += 1
     if codec is None:
         return stats
     brands: dict[str, int] = {}
-    for item in read_items(store, codec, keys, label="stats", progress_stream=progress_stream):
+    for item in read_items(
+        store, codec, keys, label="stats", progress_stream=progress_stream,
+        read_doubled_prefix=read_doubled_prefix,
+    ):
+        if item.shadowed:
+            stats.shadowed += 1
+            continue
         if item.raw is None:
             continue  # deleted or expired since the listing
+        if item.bound is False:
+            stats.unbound += 1
         stats.key_bytes += len(item.key.encode("utf-8", "surrogateescape"))
         stats.value_bytes += len(item.raw.encode("utf-8", "surrogateescape"))
         if item.entry is None:
             stats.unreadable += 1
             if len(stats.unreadable_keys) < MAX_LISTED:
-                stats.unreadable_keys.append(item.key)
+                stats.unreadable_keys.append(item.stored_at)
             continue
         entry = item.entry
         if entry.is_expired(now):
@@ -269,6 +298,9 @@ def _entries_check(stats: StoreStats, decoded: bool) -> Check:
         "unreadable": stats.unreadable,
         "stale": stats.stale,
         "unreadable_keys": stats.unreadable_keys,
+        "doubled": stats.doubled,
+        "doubled_unread": stats.doubled_unread,
+        "shadowed": stats.shadowed,
     }
     if stats.unreadable:
         first = ", ".join(repr(k) for k in stats.unreadable_keys[:3])
@@ -280,15 +312,38 @@ def _entries_check(stats: StoreStats, decoded: bool) -> Check:
             f"secret missing from REMEMBER_PREVIOUS_SECRETS?); e.g. {first}",
             detail,
         )
+    if stats.doubled_unread:
+        return Check(
+            "entries",
+            "attention",
+            f"{stats.doubled_unread} keys in 1.8.0's doubled-prefix layout were not checked: "
+            "if the application reads them (read_doubled_prefix=True), run again with "
+            "--read-doubled-prefix; if it does not, nothing reads them",
+            detail,
+        )
     if stats.stale:
         return Check(
             "entries",
             "note",
             f"{stats.entries} entries readable; {stats.stale} sealed by a previous secret "
-            "(run `remember-sync rotate`)",
+            "or in the other envelope form (run `remember-sync rotate`)",
             detail,
         )
     return Check("entries", "ok", f"{stats.entries} entries, all readable", detail)
+
+
+def _unbound_check(stats: StoreStats) -> Check:
+    """How many envelopes lack the key binding (see "Locking down unbound envelopes")."""
+    detail = {"unbound": stats.unbound}
+    if not stats.unbound:
+        return Check("unbound", "ok", "no unbound (1.8.0-form) envelopes", detail)
+    return Check(
+        "unbound",
+        "note",
+        f"{stats.unbound} entries in the unbound (1.8.0) envelope form: run `remember-sync "
+        "rotate` to bind them before setting encryption={'accept_unbound': False}",
+        detail,
+    )
 
 
 def run_doctor(
@@ -301,12 +356,15 @@ def run_doctor(
     delay_ms: int = DEFAULT_DELAY_MS,
     memory: bool = False,
     progress_stream: TextIO | None = None,
+    read_doubled_prefix: bool = False,
 ) -> list[Check]:
-    """Every check, in order: secret, store, marker, legacy keys, entries.
+    """Every check, in order: secret, store, marker, legacy keys, entries, unbound envelopes.
 
     *secret* is the caller's verdict on the secret source (it loaded them);
     ``codec`` is ``None`` when no secret could be loaded.  When the store
     cannot be reached the later checks are not attempted.
+    *read_doubled_prefix* says the application reads 1.8.0's doubled-prefix
+    layout, so those entries are checked too.
     """
     checks = [secret]
     probe = _probe_store(store, prefix)
@@ -324,10 +382,15 @@ def run_doctor(
     try:
         marker_check, marker = _marker_check(store, prefix, delay_ms, now)
         checks.append(marker_check)
-        stats = collect_stats(store, prefix, codec, now=now, progress_stream=progress_stream)
+        stats = collect_stats(
+            store, prefix, codec, now=now, progress_stream=progress_stream,
+            read_doubled_prefix=read_doubled_prefix,
+        )
     except RememberError as exc:
         checks.append(Check("store", "attention", f"store failed during the walk: {exc.message}"))
         return checks
     checks.append(_legacy_check(stats.legacy, marker, delay_ms, now))
     checks.append(_entries_check(stats, codec is not None))
+    if codec is not None and codec.keyring is not None:
+        checks.append(_unbound_check(stats))
     return checks

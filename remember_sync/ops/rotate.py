@@ -15,6 +15,22 @@ unreadable, the old secret can be dropped.
 * The entry keeps its deadline: the store TTL is the remaining time.
 * Entries that do not decrypt with any configured secret are reported, never
   touched.
+* Entries in the unbound (1.8.0) envelope form are re-sealed bound (unless the
+  plugin writes the reference's form, ``frontmcp_compatible``).
+* **Every layout the application reads.**  With ``read_doubled_prefix`` the
+  1.8.0 doubled-prefix entries (``P + P + "v2:..."``) are *moved* into the
+  single layout, re-sealed: written with ``SET NX`` under the key the
+  application reads them as, read back and decoded, and only then is the
+  doubled-prefix key deleted -- the same move the accessor's ``update`` makes.
+  An application with ``read_doubled_prefix=True`` reads the single layout
+  first, so it keeps reading the entry throughout, and the entry no longer
+  depends on that option.  A doubled-prefix key whose single-layout twin
+  exists is *shadowed* (the application reads the twin): it is left alone
+  and counted.  Without ``read_doubled_prefix`` doubled-prefix keys are not
+  read; they are counted as ``doubled_unread`` and the run is not complete,
+  because the walk cannot know whether the application reads them.
+  Run it once no 1.8.0 instance writes any more: a write such an instance
+  makes to the doubled-prefix key between the read and the delete is lost.
 """
 
 from __future__ import annotations
@@ -25,7 +41,7 @@ from typing import Any, TextIO
 from ..accessor import AccessorCore
 from ..keys import ParsedKey
 from .inspect import MAX_LISTED
-from .walk import Item, decode_item, list_keys, read_items
+from .walk import Item, classify, decode_item, list_keys, read_items
 
 __all__ = ["RotateResult", "rotate"]
 
@@ -52,6 +68,12 @@ class RotateResult:
     unreadable_keys: list[str] = field(default_factory=list)
     contended: int = 0
     contended_keys: list[str] = field(default_factory=list)
+    #: Doubled-prefix entries moved into the single layout (also counted in ``rotated``).
+    moved: int = 0
+    #: Doubled-prefix keys whose single-layout twin exists (left alone).
+    shadowed: int = 0
+    #: Doubled-prefix keys not read because ``read_doubled_prefix`` is off.
+    doubled_unread: int = 0
     dry_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -59,8 +81,8 @@ class RotateResult:
 
     @property
     def complete(self) -> bool:
-        """Every live entry is now sealed by the primary secret."""
-        return not (self.unreadable or self.contended)
+        """Every live entry is now sealed by the primary secret (none left unread)."""
+        return not (self.unreadable or self.contended or self.doubled_unread)
 
 
 def _rotate_one(core: AccessorCore, item: Item, dry_run: bool) -> str:
@@ -74,6 +96,8 @@ def _rotate_one(core: AccessorCore, item: Item, dry_run: bool) -> str:
         now = core.clock()
         if item.entry.is_expired(now):
             return "expired"
+        if item.doubled:
+            return _move_doubled(core, item, dry_run)
         if item.current:
             return "current"
         if dry_run:
@@ -88,24 +112,56 @@ def _rotate_one(core: AccessorCore, item: Item, dry_run: bool) -> str:
     return "contended"
 
 
+def _move_doubled(core: AccessorCore, item: Item, dry_run: bool) -> str:
+    """Move a readable doubled-prefix entry into the single layout, sealed anew."""
+    assert item.entry is not None and item.raw is not None
+    if dry_run:
+        return "moved"
+    now = core.clock()
+    fresh = core.codec.encode(item.entry, item.parsed.namespace, item.key)
+    ttl_ms = core.ttl_ms(item.entry.expires_at, now)
+    if not core.store.set(item.key, fresh, ttl_ms=ttl_ms, only_if_absent=True):
+        return "shadowed"  # the single-layout twin appeared meanwhile: it wins, as on read
+    # Verified before the old copy goes: the single-layout entry is there and decodes
+    # (an application may already have updated it: any readable value will do).
+    check = decode_item(core.codec, item.key, item.parsed, core.store.get(item.key))
+    if check.entry is None:
+        return "contended"
+    core.store.delete(item.stored_at)
+    return "moved"
+
+
 def rotate(
     core: AccessorCore,
     *,
     dry_run: bool = False,
     progress_stream: TextIO | None = None,
 ) -> RotateResult:
-    """Re-encrypt every entry under the prefix that is not sealed by the primary secret."""
+    """Re-encrypt every entry under the prefix that is not sealed by the primary secret.
+
+    Walks every layout the plugin reads (``core.read_doubled_prefix``); see the module.
+    """
     result = RotateResult(dry_run=dry_run)
-    keys = list_keys(core.store, core.prefix)
+    prefix = core.prefix
+    keys = list_keys(core.store, prefix)
+    if not core.read_doubled_prefix:
+        result.doubled_unread = sum(1 for k in keys if classify(prefix, k)[0] == "doubled")
     for item in read_items(
-        core.store, core.codec, keys, label="rotate", progress_stream=progress_stream
+        core.store, core.codec, keys, label="rotate", progress_stream=progress_stream,
+        read_doubled_prefix=core.read_doubled_prefix,
     ):
+        if item.shadowed:
+            result.shadowed += 1
+            continue
         result.examined += 1
         outcome = _rotate_one(core, item, dry_run)
-        if outcome == "unreadable":
+        if outcome == "moved":
+            result.moved += 1
+            result.rotated += 1
+        elif outcome == "unreadable":
             result.unreadable += 1
             if len(result.unreadable_keys) < MAX_LISTED:
-                result.unreadable_keys.append(item.key)
+                result.unreadable_keys.append(item.stored_at)
         elif outcome == "contended":
             result.contended += 1
             if len(result.contended_keys) < MAX_LISTED:

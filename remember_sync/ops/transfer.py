@@ -41,7 +41,7 @@ from ..progress import Progress
 from ..types import SCOPES, Namespace, RememberEntry
 from .context import json_line
 from .inspect import MAX_LISTED
-from .walk import list_keys, read_items
+from .walk import classify, list_keys, read_items
 
 __all__ = [
     "ExportResult",
@@ -61,6 +61,8 @@ class ExportResult:
     expired: int = 0
     unreadable: int = 0
     unreadable_keys: list[str] = field(default_factory=list)
+    #: Doubled-prefix keys not read because ``read_doubled_prefix`` is off.
+    doubled_unread: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,19 +98,28 @@ def export_entries(
     decrypted: bool = False,
     progress_stream: TextIO | None = None,
 ) -> ExportResult:
-    """Write every readable, unexpired entry under the prefix to *out* as JSON Lines."""
+    """Write every readable, unexpired entry under the prefix to *out* as JSON Lines.
+
+    Every layout the plugin reads is exported (``core.read_doubled_prefix``): a
+    doubled-prefix entry is written under the storage key the application reads
+    it as, so an import puts it in the single layout.  Without that option,
+    doubled-prefix keys are not read and are counted in ``doubled_unread``.
+    """
     result = ExportResult()
     prefix = core.prefix
     keys = list_keys(core.store, prefix)
+    if not core.read_doubled_prefix:
+        result.doubled_unread = sum(1 for k in keys if classify(prefix, k)[0] == "doubled")
     for item in read_items(
-        core.store, core.codec, keys, label="export", progress_stream=progress_stream
+        core.store, core.codec, keys, label="export", progress_stream=progress_stream,
+        read_doubled_prefix=core.read_doubled_prefix,
     ):
-        if item.raw is None:
-            continue
+        if item.shadowed or item.raw is None:
+            continue  # shadowed: the application reads (and we export) its twin
         if item.entry is None:
             result.unreadable += 1
             if len(result.unreadable_keys) < MAX_LISTED:
-                result.unreadable_keys.append(item.key)
+                result.unreadable_keys.append(item.stored_at)
             continue
         now = core.clock()
         entry = item.entry

@@ -4,6 +4,12 @@
 lists keys with one ``SCAN`` of ``glob_escape(prefix) + "*"`` (the list is held
 in memory so the progress bar knows the total), then reads values
 ``batch`` at a time with ``get_many``.
+
+Every layout the plugin reads is walked: with ``read_doubled_prefix`` the
+keys 1.8.0's Redis and Vercel KV stores wrote (``P + P + "v2:..."``) are read
+and decoded as the entry of their single-layout key, exactly as the accessor
+reads them.  A doubled-prefix key whose single-layout twin also exists is
+*shadowed*: the application reads the twin, never it.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
-from ..codec import EntryCodec
+from ..codec import UNBOUND_REFUSED, EntryCodec
 from ..errors import RememberDecryptionError
 from ..keys import ParsedKey, glob_escape, layout_marker_key, parse_storage_key
 from ..progress import Progress
@@ -25,9 +31,10 @@ __all__ = ["BATCH", "Item", "KeyKind", "classify", "decode_item", "list_keys", "
 #: Values per ``get_many`` round trip.
 BATCH = 500
 
-#: ``entry``: a ``v2``/``global`` storage key; ``legacy``: a pre-``v2`` key the purge
-#: deletes; ``marker``: the layout marker; ``other``: anything else under the prefix.
-KeyKind = Literal["entry", "legacy", "marker", "other"]
+#: ``entry``: a ``v2``/``global`` storage key; ``doubled``: one in 1.8.0's doubled-prefix
+#: layout (``P + P + ...``); ``legacy``: a pre-``v2`` key the purge deletes; ``marker``:
+#: the layout marker; ``other``: anything else under the prefix.
+KeyKind = Literal["entry", "doubled", "legacy", "marker", "other"]
 
 
 def list_keys(store: Store, prefix: str) -> list[str]:
@@ -49,6 +56,13 @@ def classify(prefix: str, key: str) -> tuple[KeyKind, ParsedKey | None]:
         parsed = None  # percent-encoding that is not UTF-8: not written by us
     if parsed is not None:
         return "entry", parsed
+    if prefix and key.startswith(prefix + prefix):
+        try:
+            parsed = parse_storage_key(prefix, key[len(prefix) :])
+        except UnicodeDecodeError:
+            parsed = None
+        if parsed is not None:
+            return "doubled", parsed
     rest = key[len(prefix) :]
     if prefix and any(rest.startswith(f"{scope}:") for scope in LEGACY_SCOPES):
         return "legacy", None
@@ -59,12 +73,18 @@ def classify(prefix: str, key: str) -> tuple[KeyKind, ParsedKey | None]:
 class Item:
     """One entry key as read during a walk.
 
-    :attr key: the full storage key.
+    :attr key: the full storage key (single layout; for a doubled-prefix entry,
+        the key the application reads it as).
     :attr parsed: its namespace and bare key.
     :attr raw: the stored string (``None``: it vanished since the listing).
     :attr entry: the decoded entry (``None`` when vanished or unreadable).
     :attr current: sealed by the primary secret in the configured envelope form.
     :attr error: why it is unreadable.
+    :attr stored_at: the key the value was read from (``key`` unless doubled).
+    :attr bound: whether the envelope binds its storage key (``None`` when not
+        known: vanished, unreadable for another reason, or no encryption).
+    :attr shadowed: a doubled-prefix key whose single-layout twin exists (not
+        decoded: the application never reads it).
     """
 
     key: str
@@ -73,10 +93,18 @@ class Item:
     entry: RememberEntry | None
     current: bool
     error: str | None
+    stored_at: str = ""
+    bound: bool | None = None
+    shadowed: bool = False
 
     @property
     def unreadable(self) -> bool:
         return self.error is not None
+
+    @property
+    def doubled(self) -> bool:
+        """Read from 1.8.0's doubled-prefix layout."""
+        return bool(self.stored_at) and self.stored_at != self.key
 
 
 def read_items(
@@ -86,35 +114,50 @@ def read_items(
     *,
     label: str,
     progress_stream: TextIO | None = None,
+    read_doubled_prefix: bool = False,
 ) -> Iterator[Item]:
     """Read and decode every entry key in *keys*, ``BATCH`` per round trip.
 
-    Legacy, marker and other keys are skipped (and still advance the bar).
-    Unreadable entries are yielded with ``error`` set; nothing is logged.
+    Legacy, marker and other keys are skipped (and still advance the bar), and
+    doubled-prefix keys unless *read_doubled_prefix*.  Unreadable entries are
+    yielded with ``error`` set; nothing is logged.
     """
     prefix = codec.prefix
+    singles = set(keys) if read_doubled_prefix else set()
     with Progress(len(keys), label, stream=progress_stream) as bar:
         for start in range(0, len(keys), BATCH):
             chunk = keys[start : start + BATCH]
-            wanted: list[tuple[str, ParsedKey]] = []
+            wanted: list[tuple[str, ParsedKey, str]] = []
             for key in chunk:
                 kind, parsed = classify(prefix, key)
-                if kind == "entry":
+                if kind == "entry" or (kind == "doubled" and read_doubled_prefix):
                     assert parsed is not None
-                    wanted.append((key, parsed))
-            values = store.get_many([k for k, _ in wanted]) if wanted else []
-            for (key, parsed), raw in zip(wanted, values, strict=True):
-                yield decode_item(codec, key, parsed, raw)
+                    single = key if kind == "entry" else key[len(prefix) :]
+                    if kind == "doubled" and single in singles:
+                        yield Item(single, parsed, None, None, False, None, key, None, True)
+                        continue
+                    wanted.append((single, parsed, key))
+            values = store.get_many([k for _, _, k in wanted]) if wanted else []
+            for (single, parsed, key), raw in zip(wanted, values, strict=True):
+                yield decode_item(codec, single, parsed, raw, stored_at=key)
             bar.advance(len(chunk))
 
 
-def decode_item(codec: EntryCodec, key: str, parsed: ParsedKey, raw: str | None) -> Item:
-    """Decode one stored value into an :class:`Item`."""
+def decode_item(
+    codec: EntryCodec, key: str, parsed: ParsedKey, raw: str | None, *, stored_at: str = ""
+) -> Item:
+    """Decode one stored value (read from *stored_at*, by default *key*) into an :class:`Item`."""
+    at = stored_at or key
     if raw is None:
-        return Item(key, parsed, None, None, False, None)
+        return Item(key, parsed, None, None, False, None, at)
     try:
-        entry, current = codec.decode_detail(raw, parsed.namespace, key)
+        fields, index, bound = codec.open_fields(raw, parsed.namespace, key)
     except RememberDecryptionError as exc:
-        return Item(key, parsed, raw, None, False, exc.message)
-    return Item(key, parsed, raw, entry, current, None)
-
+        refused = exc.message == UNBOUND_REFUSED
+        return Item(key, parsed, raw, None, False, exc.message, at, False if refused else None)
+    current = index == 0 and bound == codec.bind_key
+    encrypted = codec.keyring is not None
+    return Item(
+        key, parsed, raw, RememberEntry.from_fields(fields), current, None, at,
+        bound if encrypted else None,
+    )

@@ -58,6 +58,22 @@ TOKEN_VARIABLE = "KV_REST_API_TOKEN"  # noqa: S105 - the variable's name, not a 
 
 _MAX_BACKOFF = 2.0
 
+#: Sessions a forked child inherited from its parent (see ``VercelKVStore._http``).
+#: Kept referenced and never touched: closing or collecting one would take urllib3
+#: pool locks that a parent thread may have held at the fork.
+_INHERITED: list[requests.Session] = []
+
+
+def _new_session(pool_size: int) -> requests.Session:
+    """A session of the store's own: one pool of *pool_size* connections, no driver retries."""
+    session = requests.Session()
+    adapter = requests.adapters.HTTPAdapter(
+        pool_connections=1, pool_maxsize=pool_size, max_retries=0
+    )
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return session
+
 
 class _BearerAuth(requests.auth.AuthBase):
     """Sets the bearer header at send time.
@@ -167,8 +183,17 @@ class VercelKVStore:
     :param environ: where to read the two variables (default ``os.environ``;
         read here, once, never later).
     :param session: a ``requests.Session`` to use (not closed by :meth:`close`);
-        by default the store creates and owns one pooled session.
+        by default the store creates and owns one pooled session.  A given
+        session belongs to the process that built the store: used in a forked
+        child it raises :class:`~remember_sync.errors.RememberConfigurationError`
+        (its pooled connections are the parent's).
     :param pool_size: connections kept open per host by the store's own session.
+
+    Fork safety: the store's own session is per process.  Each call checks the
+    process id; a forked child (gunicorn ``--preload``, ``multiprocessing``
+    with ``fork``) builds a session of its own on first use and never sends
+    on, reads from or closes a connection it inherited, so two processes never
+    share a keep-alive connection (and never read each other's replies).
     :raises RememberConfigurationError: when the URL or token is missing or invalid.
     """
 
@@ -235,14 +260,12 @@ class VercelKVStore:
         self._retries = retries
         self._backoff = float(backoff)
         self._owns_session = session is None
-        if session is None:
-            session = requests.Session()
-            adapter = requests.adapters.HTTPAdapter(
-                pool_connections=1, pool_maxsize=pool_size, max_retries=0
-            )
-            session.mount("https://", adapter)
-            session.mount("http://", adapter)
-        self._session = session
+        self._pool_size = pool_size
+        # (process id, session): one tuple, replaced in one assignment, so a
+        # thread never pairs one process's id with another's session.
+        self._process_session = (
+            os.getpid(), session if session is not None else _new_session(pool_size)
+        )
         self._closed = False
         # Until the server refuses the scan script once (see scan_pages).
         self._items_by_script = True
@@ -410,8 +433,10 @@ class VercelKVStore:
         if self._closed:
             return
         self._closed = True
-        if self._owns_session:
-            self._session.close()
+        pid, session = self._process_session
+        # A forked child never closes the parent's session (see _http).
+        if self._owns_session and pid == os.getpid():
+            session.close()
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
@@ -436,6 +461,36 @@ class VercelKVStore:
         if isinstance(result, list):
             return f"an array of {len(result)}"
         return f"a {type(result).__name__}"
+
+    def _http(self) -> requests.Session:
+        """This process's session: the store's own one, made anew in a forked child.
+
+        Why a new one: a child that went on using the inherited pool would send
+        on the parent's keep-alive connection, and whichever process reads next
+        takes the other's reply -- another caller's data.  The inherited
+        session is parked in :data:`_INHERITED`, never closed: its sockets are
+        the parent's too (closing the child's descriptors would send nothing,
+        but closing the pool takes urllib3 locks a parent thread may have held
+        at the fork, which would hang the child).  Two threads of a child racing
+        here may each build a session; one is kept, the other serves its one
+        request and is collected in this process -- harmless.
+        """
+        pid, session = self._process_session
+        current = os.getpid()
+        if pid == current:
+            return session
+        if not self._owns_session:
+            raise RememberConfigurationError(
+                f"Vercel KV: the requests.Session passed as session= belongs to process {pid} "
+                f"and cannot be used in forked process {current} (its pooled connections are "
+                "shared with the parent); create the store after forking (e.g. in a gunicorn "
+                "post_fork hook or a multiprocessing initializer), or leave session= unset so "
+                "that the store keeps one session per process"
+            )
+        _INHERITED.append(session)
+        session = _new_session(self._pool_size)
+        self._process_session = (current, session)
+        return session
 
     def _command(self, command: list[str], *, idempotent: bool) -> Any:
         """Run one command; return its decoded ``result`` or raise a Remember error."""
@@ -487,7 +542,7 @@ class VercelKVStore:
         """One POST: the ``result``, or :class:`_AttemptFailed` / a final Remember error."""
         # The one place where requests' exceptions are translated.
         try:
-            response = self._session.post(
+            response = self._http().post(
                 self._url,
                 data=body,
                 headers=self._headers,

@@ -138,14 +138,42 @@ def _check_number(
         raise RememberConfigurationError(f"Vercel KV: {name} must be {what} {bound}; got {value!r}")
 
 
-def _decode(value: Any) -> Any:
-    """Undo ``Upstash-Encoding: base64``: every string but the status ``OK``, recursively."""
+#: How deep arrays may nest in a result.  The store's commands answer at most two
+#: deep (the scan script's ``[cursor, [keys], [values]]``); deeper is not the REST
+#: API talking, and the bound keeps :func:`_decode`'s recursion a few frames deep.
+_MAX_RESULT_DEPTH = 4
+
+
+def _parse_reply(content: bytes) -> Any:
+    """The JSON of a reply body: the one place where a body is decoded.
+
+    :raises ValueError: for anything that is not JSON -- including nesting
+        deeper than the interpreter's recursion limit, which ``json`` reports as
+        :class:`RecursionError` (mapped here so it never escapes a store call).
+    """
+    try:
+        return json.loads(content)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _decode(value: Any, depth: int = 0) -> Any:
+    """Undo ``Upstash-Encoding: base64``: every string but the status ``OK``, recursively.
+
+    Arrays nested deeper than :data:`_MAX_RESULT_DEPTH` are refused, so the
+    recursion is bounded whatever the server sends.
+    """
     if type(value) is str:
         return value if value == "OK" else _text(value)
     if type(value) is list:
+        if depth >= _MAX_RESULT_DEPTH:
+            raise RememberStoreError(
+                f"Vercel KV sent a result with arrays nested more than {_MAX_RESULT_DEPTH} deep"
+            )
         # Arrays of strings (MGET, SCAN pages) are the bulk of the work: no call per item.
         return [
-            _text(item) if type(item) is str and item != "OK" else _decode(item) for item in value
+            _text(item) if type(item) is str and item != "OK" else _decode(item, depth + 1)
+            for item in value
         ]
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
@@ -577,10 +605,10 @@ class VercelKVStore:
                 f"{URL_VARIABLE} to the database's REST URL itself"
             )
         try:
-            payload = json.loads(response.content)
+            payload = _parse_reply(response.content)
         except ValueError as exc:
             snippet = response.content[:120].decode("utf-8", "replace")
-            message = f"HTTP {status} with a body that is not JSON: {snippet!r}"
+            message = f"HTTP {status} with a body that is not JSON ({exc}): {snippet!r}"
             if status == 200 or status >= 500:
                 # A broken reply or a failing proxy: the command may or may not have run.
                 raise self._failed(message, retryable=idempotent) from exc
@@ -589,6 +617,9 @@ class VercelKVStore:
                 self._scrub(f"Vercel KV {name} at {self._host}: {message}; check {URL_VARIABLE}")
             ) from None
         error = payload.get("error") if isinstance(payload, dict) else None
+        if error is not None and not isinstance(error, str):
+            # Never formatted: a deeply nested one would not even render.
+            error = f"(an error that is not text but {self._shape(error)})"
         if status >= 500:
             raise self._failed(
                 f"HTTP {status}: {error or 'server error'}", retryable=idempotent

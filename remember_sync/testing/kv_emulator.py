@@ -299,7 +299,7 @@ class Fault:
     malformed: bool = False
     error: str = "ERR injected fault"
     remaining: int | None = 1  # None: every request until clear_faults()
-    body: bytes | None = None  # answer 200 with exactly these bytes
+    body: bytes | None = None  # answer with exactly these bytes (HTTP status, or 200)
 
 
     def describe(self) -> str:
@@ -455,10 +455,10 @@ class _Handler(BaseHTTPRequestHandler):
                 emulator._wait(fault.delay)
             if fault.close_connection:
                 return None, None
+            if fault.body is not None:
+                return fault.status or 200, fault.body
             if fault.status is not None:
                 return fault.status, self._json({"error": fault.error})
-            if fault.body is not None:
-                return 200, fault.body
             if fault.malformed:
                 return 200, b'{"result": "trunc'
         self._authorized = emulator._authorized(self.headers.get("Authorization"), query)
@@ -649,8 +649,8 @@ class KVEmulator:
         ``delay``: wait this many seconds, then answer (the command still runs);
         ``close_connection``: drop the connection without an answer;
         ``malformed``: answer 200 with a truncated JSON body;
-        ``body``: answer 200 with exactly these bytes (a hostile or broken
-        reply: deep nesting, wrong types, bad base64).  Faults queue: a second
+        ``body``: answer with exactly these bytes (a hostile or broken reply:
+        deep nesting, wrong types, bad base64), with HTTP ``status`` or 200.  Faults queue: a second
         :meth:`inject` applies after the first is used up.
         """
         if times is not None and times < 1:

@@ -137,7 +137,7 @@ def kv_store(kv_emulator: KVEmulator, kv_redis: redis.Redis) -> Iterator[VercelK
 def test_vercel_kv_forked_workers_never_read_each_others_replies(
     kv_store: VercelKVStore, kv_emulator: KVEmulator, kv_redis: redis.Redis, tmp_path: Path
 ) -> None:
-    """6 forked workers x 150 set/get on a store the parent used: every reply is the worker's own."""
+    """6 forked workers x 150 set/get on a used store: every reply a worker gets is its own."""
     kv_store.set("parent:key", "parent value")
     connections_before = kv_emulator.connections_accepted
     reports = run_forked(tmp_path, WORKERS, lambda i: hammer(kv_store, i))

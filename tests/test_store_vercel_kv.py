@@ -259,7 +259,10 @@ def test_answers_that_are_not_the_rest_api_fail_once_naming_the_url(
         thread.join()
 
 
-def _nested(depth: int, inner: bytes = b"", *, opening: bytes = b"[", closing: bytes = b"]") -> bytes:
+def _nested(
+    depth: int, inner: bytes = b"", *, opening: bytes = b"[", closing: bytes = b"]"
+) -> bytes:
+    """*inner* wrapped in *depth* levels of *opening* ... *closing*."""
     return opening * depth + inner + closing * depth
 
 

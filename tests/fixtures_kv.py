@@ -42,11 +42,15 @@ def kv_emulator(kv_redis_server: RedisServer) -> Iterator[KVEmulator]:
 def kv_redis(kv_redis_server: RedisServer, kv_emulator: KVEmulator) -> Iterator[redis.Redis]:
     """A plain redis-py client on the emulator's flushed backing database."""
     kv_emulator.clear_faults()
+    # A request a previous test gave up on (injected delay) still runs: let it
+    # finish before flushing and resetting, or it lands in this test's data/log.
+    assert kv_emulator.wait_idle(), "a KV emulator request is still running after 5 s"
     client = kv_redis_server.client()
     client.flushdb()
     kv_emulator.reset_log()
     yield client
     kv_emulator.clear_faults()
+    assert kv_emulator.wait_idle(), "a KV emulator request is still running after 5 s"
     client.close()
 
 

@@ -265,6 +265,86 @@ def test_request_log_keeps_json_types(
     assert second.commands == (("GET", "a"), ("GET", "b"))
 
 
+def test_a_request_is_recorded_before_its_answer_leaves(
+    http: requests.Session,
+    kv_emulator: KVEmulator,
+    kv_redis: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """However slow the record, a client holding its reply finds its request in the log."""
+    reply_read = threading.Event()
+    record = kv_emulator._record
+
+    def slow_record(request: Any) -> None:
+        # Recording after the answer would let the client look first: the
+        # client signals once it has looked, so a late record is seen missing.
+        reply_read.wait(0.3)
+        record(request)
+
+    # A reply larger than the handler's 64 KiB write buffer leaves before the
+    # handler returns (smaller ones are flushed only after it).
+    kv_redis.set("big", "x" * 200_000)
+    monkeypatch.setattr(kv_emulator, "_record", slow_record)
+    kv_emulator.reset_log()
+    assert post(http, kv_emulator.url, ["GET", "big"]).status_code == 200
+    seen = kv_emulator.requests
+    reply_read.set()
+    assert [r.commands for r in seen] == [(("GET", "big"),)]
+    for fault in ({"status": 503}, {"malformed": True}, {"body": b"[]"}):
+        kv_emulator.inject(**fault)  # type: ignore[arg-type]
+        post(http, kv_emulator.url, ["PING"])
+        assert kv_emulator.requests[-1].fault is not None
+    kv_emulator.inject(close_connection=True)
+    with pytest.raises(requests.ConnectionError):
+        post(http, kv_emulator.url, ["PING"])
+    assert kv_emulator.requests[-1].status is None
+
+
+def test_request_log_is_complete_after_every_reply_under_load(
+    kv_emulator: KVEmulator, kv_redis: redis.Redis
+) -> None:
+    """8 threads x 100 large reads: after each reply the log already holds that request."""
+    kv_emulator.reset_log()
+    missing: list[str] = []
+    big = "y" * 70_000
+
+    def client(n: int) -> None:
+        with requests.Session() as session:
+            for i in range(100):
+                key = f"t{n}:{i}"
+                # A value whose reply outgrows the 64 KiB write buffer (see above).
+                assert post(session, kv_emulator.url, ["SET", key, big]).status_code == 200
+                assert post(session, kv_emulator.url, ["GET", key]).status_code == 200
+                if not any(r.commands == (("GET", key),) for r in kv_emulator.requests[-64:]):
+                    missing.append(key)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert missing == []
+    assert len(kv_emulator.requests) == 8 * 100 * 2
+
+
+def test_wait_idle_waits_for_a_request_its_client_gave_up_on(
+    kv_emulator: KVEmulator, kv_redis: redis.Redis
+) -> None:
+    """A delayed request whose client timed out is recorded (and run) before wait_idle returns."""
+    kv_emulator.reset_log()
+    kv_emulator.inject(delay=30)
+    with requests.Session() as session, pytest.raises(requests.Timeout):
+        session.post(kv_emulator.url, json=["SET", "late", "v"], headers=B64, timeout=0.2)
+    deadline = time.monotonic() + 5
+    while not kv_emulator._busy and time.monotonic() < deadline:
+        time.sleep(0.01)  # poll: the request is read on the server thread
+    assert kv_emulator.wait_idle(0.05) is False  # still inside its delay
+    kv_emulator.clear_faults()
+    assert kv_emulator.wait_idle() is True
+    assert [r.commands for r in kv_emulator.requests] == [(("SET", "late", "v"),)]
+    assert kv_redis.get("late") == b"v"
+
+
 # -- fault injection ----------------------------------------------------------------------
 
 

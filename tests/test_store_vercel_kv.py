@@ -259,6 +259,74 @@ def test_answers_that_are_not_the_rest_api_fail_once_naming_the_url(
         thread.join()
 
 
+def _nested(
+    depth: int, inner: bytes = b"", *, opening: bytes = b"[", closing: bytes = b"]"
+) -> bytes:
+    """*inner* wrapped in *depth* levels of *opening* ... *closing*."""
+    return opening * depth + inner + closing * depth
+
+
+_DEEP = 100_000
+_HOSTILE_REPLIES: dict[str, tuple[str, int, bytes]] = {
+    # name: (operation, HTTP status, body)
+    "deep_result_arrays": ("get", 200, b'{"result":' + _nested(_DEEP) + b"}"),
+    "deep_result_objects": (
+        "get", 200, b'{"result":' + _nested(_DEEP, b"1", opening=b'{"a":', closing=b"}") + b"}"
+    ),
+    "deep_reply_itself": ("get", 200, _nested(_DEEP)),
+    "deep_error": ("get", 400, b'{"error":' + _nested(_DEEP) + b"}"),
+    "deep_error_5xx": ("get", 503, b'{"error":' + _nested(_DEEP) + b"}"),
+    "error_not_text": ("set", 400, b'{"error":' + _nested(300, b'"x"') + b"}"),
+    "result_arrays_deeper_than_any_command": ("scan", 200, b'{"result":' + _nested(50) + b"}"),
+    "not_json": ("get", 200, b"<html>gateway</html>"),
+    "not_utf8": ("get", 200, b'{"result":"\xff\xfe"}'),
+    "huge_integer": ("delete", 200, b'{"result":' + b"9" * 5000 + b"}"),
+    "infinite_float": ("delete", 200, b'{"result":1e999}'),
+    "result_true": ("get", 200, b'{"result":true}'),
+    "result_object": ("get", 200, b'{"result":{"a":"YQ=="}}'),
+    "result_float": ("get", 200, b'{"result":1.5}'),
+    "no_result_no_error": ("get", 200, b"{}"),
+    "reply_is_an_array": ("get", 200, b"[]"),
+    "reply_is_null": ("get", 200, b"null"),
+    "reply_is_a_string": ("get", 200, b'"YQ=="'),
+    "not_base64": ("get", 200, b'{"result":"not base64!"}'),
+    "mget_too_short": ("get_many", 200, b'{"result":["YQ=="]}'),
+    "mget_nested_value": ("get_many", 200, b'{"result":[["YQ=="],null]}'),
+    "scan_cursor_only": ("scan", 200, b'{"result":["MA=="]}'),
+    "scan_cursor_number": ("scan", 200, b'{"result":[0,[]]}'),
+    "scan_script_lengths_differ": ("scan_pages", 200, b'{"result":["MA==",["YQ=="],[]]}'),
+    "scan_script_key_not_text": ("scan_pages", 200, b'{"result":["MA==",[1],["YQ=="]]}'),
+    "set_answered_with_a_number": ("set", 200, b'{"result":1}'),
+    "unlink_answered_with_text": ("delete", 200, b'{"result":"MQ=="}'),
+    "cas_answered_with_two": ("cas", 200, b'{"result":2}'),
+}  # fmt: skip
+_HOSTILE_OPERATIONS = {
+    "get": lambda s: s.get("k"),
+    "get_many": lambda s: s.get_many(["k", "l"]),
+    "scan": lambda s: list(s.scan("*")),
+    "scan_pages": lambda s: list(s.scan_pages("*")),
+    "set": lambda s: s.set("k", "v"),
+    "delete": lambda s: s.delete("k"),
+    "cas": lambda s: s.compare_and_set("k", "v", "w"),
+}
+
+
+@pytest.mark.parametrize("reply", list(_HOSTILE_REPLIES))
+def test_every_malformed_or_hostile_reply_is_a_store_error(
+    make_store: type[VercelKVStore], kv_emulator: KVEmulator, reply: str
+) -> None:
+    """Deep nesting, wrong types and shapes, bad base64: RememberStoreError, never another error."""
+    operation, status, body = _HOSTILE_REPLIES[reply]
+    store = make_store(retries=0)
+    kv_emulator.inject(body=body, status=status, times=None)
+    with pytest.raises(RememberStoreError) as err:
+        _HOSTILE_OPERATIONS[operation](store)
+    assert len(str(err.value)) < 1000  # a hostile body is never echoed at length
+    assert KV_TEST_TOKEN not in str(err.value)
+    kv_emulator.clear_faults()
+    assert store.set("k", "v") is True and store.get("k") == "v"  # the store still works
+
+
 # -- retries and timeouts -----------------------------------------------------------------------
 
 

@@ -58,6 +58,22 @@ TOKEN_VARIABLE = "KV_REST_API_TOKEN"  # noqa: S105 - the variable's name, not a 
 
 _MAX_BACKOFF = 2.0
 
+#: Sessions a forked child inherited from its parent (see ``VercelKVStore._http``).
+#: Kept referenced and never touched: closing or collecting one would take urllib3
+#: pool locks that a parent thread may have held at the fork.
+_INHERITED: list[requests.Session] = []
+
+
+def _new_session(pool_size: int) -> requests.Session:
+    """A session of the store's own: one pool of *pool_size* connections, no driver retries."""
+    session = requests.Session()
+    adapter = requests.adapters.HTTPAdapter(
+        pool_connections=1, pool_maxsize=pool_size, max_retries=0
+    )
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return session
+
 
 class _BearerAuth(requests.auth.AuthBase):
     """Sets the bearer header at send time.
@@ -122,14 +138,42 @@ def _check_number(
         raise RememberConfigurationError(f"Vercel KV: {name} must be {what} {bound}; got {value!r}")
 
 
-def _decode(value: Any) -> Any:
-    """Undo ``Upstash-Encoding: base64``: every string but the status ``OK``, recursively."""
+#: How deep arrays may nest in a result.  The store's commands answer at most two
+#: deep (the scan script's ``[cursor, [keys], [values]]``); deeper is not the REST
+#: API talking, and the bound keeps :func:`_decode`'s recursion a few frames deep.
+_MAX_RESULT_DEPTH = 4
+
+
+def _parse_reply(content: bytes) -> Any:
+    """The JSON of a reply body: the one place where a body is decoded.
+
+    :raises ValueError: for anything that is not JSON -- including nesting
+        deeper than the interpreter's recursion limit, which ``json`` reports as
+        :class:`RecursionError` (mapped here so it never escapes a store call).
+    """
+    try:
+        return json.loads(content)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _decode(value: Any, depth: int = 0) -> Any:
+    """Undo ``Upstash-Encoding: base64``: every string but the status ``OK``, recursively.
+
+    Arrays nested deeper than :data:`_MAX_RESULT_DEPTH` are refused, so the
+    recursion is bounded whatever the server sends.
+    """
     if type(value) is str:
         return value if value == "OK" else _text(value)
     if type(value) is list:
+        if depth >= _MAX_RESULT_DEPTH:
+            raise RememberStoreError(
+                f"Vercel KV sent a result with arrays nested more than {_MAX_RESULT_DEPTH} deep"
+            )
         # Arrays of strings (MGET, SCAN pages) are the bulk of the work: no call per item.
         return [
-            _text(item) if type(item) is str and item != "OK" else _decode(item) for item in value
+            _text(item) if type(item) is str and item != "OK" else _decode(item, depth + 1)
+            for item in value
         ]
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
@@ -167,8 +211,17 @@ class VercelKVStore:
     :param environ: where to read the two variables (default ``os.environ``;
         read here, once, never later).
     :param session: a ``requests.Session`` to use (not closed by :meth:`close`);
-        by default the store creates and owns one pooled session.
+        by default the store creates and owns one pooled session.  A given
+        session belongs to the process that built the store: used in a forked
+        child it raises :class:`~remember_sync.errors.RememberConfigurationError`
+        (its pooled connections are the parent's).
     :param pool_size: connections kept open per host by the store's own session.
+
+    Fork safety: the store's own session is per process.  Each call checks the
+    process id; a forked child (gunicorn ``--preload``, ``multiprocessing``
+    with ``fork``) builds a session of its own on first use and never sends
+    on, reads from or closes a connection it inherited, so two processes never
+    share a keep-alive connection (and never read each other's replies).
     :raises RememberConfigurationError: when the URL or token is missing or invalid.
     """
 
@@ -235,14 +288,12 @@ class VercelKVStore:
         self._retries = retries
         self._backoff = float(backoff)
         self._owns_session = session is None
-        if session is None:
-            session = requests.Session()
-            adapter = requests.adapters.HTTPAdapter(
-                pool_connections=1, pool_maxsize=pool_size, max_retries=0
-            )
-            session.mount("https://", adapter)
-            session.mount("http://", adapter)
-        self._session = session
+        self._pool_size = pool_size
+        # (process id, session): one tuple, replaced in one assignment, so a
+        # thread never pairs one process's id with another's session.
+        self._process_session = (
+            os.getpid(), session if session is not None else _new_session(pool_size)
+        )
         self._closed = False
         # Until the server refuses the scan script once (see scan_pages).
         self._items_by_script = True
@@ -410,8 +461,10 @@ class VercelKVStore:
         if self._closed:
             return
         self._closed = True
-        if self._owns_session:
-            self._session.close()
+        pid, session = self._process_session
+        # A forked child never closes the parent's session (see _http).
+        if self._owns_session and pid == os.getpid():
+            session.close()
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
@@ -436,6 +489,36 @@ class VercelKVStore:
         if isinstance(result, list):
             return f"an array of {len(result)}"
         return f"a {type(result).__name__}"
+
+    def _http(self) -> requests.Session:
+        """This process's session: the store's own one, made anew in a forked child.
+
+        Why a new one: a child that went on using the inherited pool would send
+        on the parent's keep-alive connection, and whichever process reads next
+        takes the other's reply -- another caller's data.  The inherited
+        session is parked in :data:`_INHERITED`, never closed: its sockets are
+        the parent's too (closing the child's descriptors would send nothing,
+        but closing the pool takes urllib3 locks a parent thread may have held
+        at the fork, which would hang the child).  Two threads of a child racing
+        here may each build a session; one is kept, the other serves its one
+        request and is collected in this process -- harmless.
+        """
+        pid, session = self._process_session
+        current = os.getpid()
+        if pid == current:
+            return session
+        if not self._owns_session:
+            raise RememberConfigurationError(
+                f"Vercel KV: the requests.Session passed as session= belongs to process {pid} "
+                f"and cannot be used in forked process {current} (its pooled connections are "
+                "shared with the parent); create the store after forking (e.g. in a gunicorn "
+                "post_fork hook or a multiprocessing initializer), or leave session= unset so "
+                "that the store keeps one session per process"
+            )
+        _INHERITED.append(session)
+        session = _new_session(self._pool_size)
+        self._process_session = (current, session)
+        return session
 
     def _command(self, command: list[str], *, idempotent: bool) -> Any:
         """Run one command; return its decoded ``result`` or raise a Remember error."""
@@ -487,7 +570,7 @@ class VercelKVStore:
         """One POST: the ``result``, or :class:`_AttemptFailed` / a final Remember error."""
         # The one place where requests' exceptions are translated.
         try:
-            response = self._session.post(
+            response = self._http().post(
                 self._url,
                 data=body,
                 headers=self._headers,
@@ -522,10 +605,10 @@ class VercelKVStore:
                 f"{URL_VARIABLE} to the database's REST URL itself"
             )
         try:
-            payload = json.loads(response.content)
+            payload = _parse_reply(response.content)
         except ValueError as exc:
             snippet = response.content[:120].decode("utf-8", "replace")
-            message = f"HTTP {status} with a body that is not JSON: {snippet!r}"
+            message = f"HTTP {status} with a body that is not JSON ({exc}): {snippet!r}"
             if status == 200 or status >= 500:
                 # A broken reply or a failing proxy: the command may or may not have run.
                 raise self._failed(message, retryable=idempotent) from exc
@@ -534,6 +617,9 @@ class VercelKVStore:
                 self._scrub(f"Vercel KV {name} at {self._host}: {message}; check {URL_VARIABLE}")
             ) from None
         error = payload.get("error") if isinstance(payload, dict) else None
+        if error is not None and not isinstance(error, str):
+            # Never formatted: a deeply nested one would not even render.
+            error = f"(an error that is not text but {self._shape(error)})"
         if status >= 500:
             raise self._failed(
                 f"HTTP {status}: {error or 'server error'}", retryable=idempotent

@@ -30,8 +30,10 @@ What it implements (and what the upstash-redis client relies on):
 
 Fault injection for reliability tests: :meth:`KVEmulator.inject` makes the next
 *n* requests answer with a status, answer late, drop the connection or send a
-malformed body.  Every request is recorded (:attr:`KVEmulator.requests`) so a
-test can count round trips.
+malformed (or any given) body.  Every request is recorded
+(:attr:`KVEmulator.requests`) so a test can count round trips; the record is
+made *before* the answer is sent, so a client holding its reply always finds
+its request in the log.
 
 The emulator talks RESP2 to Redis itself (a few dozen lines, below) rather
 than through redis-py, because redis-py hides two things the REST protocol
@@ -297,6 +299,8 @@ class Fault:
     malformed: bool = False
     error: str = "ERR injected fault"
     remaining: int | None = 1  # None: every request until clear_faults()
+    body: bytes | None = None  # answer with exactly these bytes (HTTP status, or 200)
+
 
     def describe(self) -> str:
         parts = []
@@ -308,6 +312,8 @@ class Fault:
             parts.append("close_connection")
         if self.malformed:
             parts.append("malformed")
+        if self.body is not None:
+            parts.append(f"body={len(self.body)}B")
         return ",".join(parts) or "none"
 
 
@@ -323,7 +329,7 @@ class RecordedRequest:
     method: str
     path: str
     commands: tuple[tuple[Any, ...], ...]
-    status: int | None  # None: the connection was dropped without an answer
+    status: int | None  # the answer's status, recorded before it is sent; None: dropped
     fault: str | None
     encoding: str | None = None  # the Upstash-Encoding header
     authorized: bool | None = None  # None: a fault answered before the token was checked
@@ -388,8 +394,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- responses --
 
-    def _send(self, status: int, payload: Any) -> None:
-        self._send_raw(status, json.dumps(payload, separators=(",", ":")).encode("utf-8"))
+    @staticmethod
+    def _json(payload: Any) -> bytes:
+        return json.dumps(payload, separators=(",", ":")).encode("utf-8")
 
     def _send_raw(self, status: int, body: bytes) -> None:
         self.send_response(status)
@@ -406,20 +413,20 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             self.close_connection = True
-            self._send(400, {"error": "ERR invalid Content-Length"})
+            self._send_raw(400, self._json({"error": "ERR invalid Content-Length"}))
             return
         body = self.rfile.read(length) if length > 0 else b""
         split = urlsplit(self.path)
         path = split.path.rstrip("/")
-        recorded: list[tuple[Any, ...]] = []
-        status: int | None = None
-        self._authorized: bool | None = None
-        fault = emulator._take_fault()
-        try:
-            status = self._respond(emulator, fault, split.query, path, body, recorded)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True  # the client gave up (e.g. timed out)
-        finally:
+        with emulator._in_flight():
+            recorded: list[tuple[Any, ...]] = []
+            self._record_commands(path, body, recorded)
+            self._authorized: bool | None = None
+            fault = emulator._take_fault()
+            status, answer = self._answer(emulator, fault, split.query, path, body)
+            # Recorded before a byte of the answer leaves: a client that has its
+            # reply always finds its request in the log (reading it after the
+            # reply raced with this thread when the record came last).
             emulator._record(
                 RecordedRequest(
                     method=self.command,
@@ -431,33 +438,32 @@ class _Handler(BaseHTTPRequestHandler):
                     authorized=self._authorized,
                 )
             )
+        if status is None or answer is None:
+            self.close_connection = True
+            return
+        try:
+            self._send_raw(status, answer)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client gave up (e.g. timed out)
 
-    def _respond(
-        self,
-        emulator: KVEmulator,
-        fault: Fault | None,
-        query: str,
-        path: str,
-        body: bytes,
-        recorded: list[tuple[Any, ...]],
-    ) -> int | None:
-        self._record_commands(path, body, recorded)
+    def _answer(
+        self, emulator: KVEmulator, fault: Fault | None, query: str, path: str, body: bytes
+    ) -> tuple[int | None, bytes | None]:
+        """The status and body to send (``None``: drop the connection); runs the command."""
         if fault is not None:
             if fault.delay:
                 emulator._wait(fault.delay)
             if fault.close_connection:
-                self.close_connection = True
-                return None
+                return None, None
+            if fault.body is not None:
+                return fault.status or 200, fault.body
             if fault.status is not None:
-                self._send(fault.status, {"error": fault.error})
-                return fault.status
+                return fault.status, self._json({"error": fault.error})
             if fault.malformed:
-                self._send_raw(200, b'{"result": "trunc')
-                return 200
+                return 200, b'{"result": "trunc'
         self._authorized = emulator._authorized(self.headers.get("Authorization"), query)
         if not self._authorized:
-            self._send(401, {"error": "Unauthorized"})
-            return 401
+            return 401, self._json({"error": "Unauthorized"})
         b64 = (self.headers.get("Upstash-Encoding") or "").lower() == "base64"
         try:
             status, payload = self._dispatch(emulator, path, body, b64)
@@ -469,8 +475,7 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception:  # noqa: BLE001 - a bug here must answer, not hang the client
             log.exception("kv-emulator: internal error")
             status, payload = 500, {"error": "ERR internal emulator error"}
-        self._send(status, payload)
-        return status
+        return status, self._json(payload)
 
     def _record_commands(self, path: str, body: bytes, recorded: list[tuple[Any, ...]]) -> None:
         """Keep what was asked, as JSON types, for the request log (best effort)."""
@@ -564,6 +569,8 @@ class KVEmulator:
         self._lock = threading.Lock()
         self._faults: deque[Fault] = deque()
         self._requests: list[RecordedRequest] = []
+        self._busy = 0  # requests read but not yet recorded (see wait_idle)
+        self._idle = threading.Condition(self._lock)
         self._wake = threading.Event()
         self.connections_accepted = 0
         self.nodelay_connections = 0
@@ -634,22 +641,25 @@ class KVEmulator:
         malformed: bool = False,
         times: int | None = 1,
         error: str = "ERR injected fault",
+        body: bytes | None = None,
     ) -> None:
         """Apply a fault to the next *times* requests (``None``: all, until :meth:`clear_faults`).
 
         ``status``: answer with this HTTP status and ``{"error": error}``;
         ``delay``: wait this many seconds, then answer (the command still runs);
         ``close_connection``: drop the connection without an answer;
-        ``malformed``: answer 200 with a truncated JSON body.  Faults queue:
-        a second :meth:`inject` applies after the first is used up.
+        ``malformed``: answer 200 with a truncated JSON body;
+        ``body``: answer with exactly these bytes (a hostile or broken reply:
+        deep nesting, wrong types, bad base64), with HTTP ``status`` or 200.  Faults queue: a second
+        :meth:`inject` applies after the first is used up.
         """
         if times is not None and times < 1:
             raise ValueError("times must be >= 1 or None")
-        if not (status is not None or delay or close_connection or malformed):
+        if not (status is not None or delay or close_connection or malformed or body is not None):
             raise ValueError("inject() needs at least one fault")
         with self._lock:
             self._faults.append(
-                Fault(status, float(delay), close_connection, malformed, error, times)
+                Fault(status, float(delay), close_connection, malformed, error, times, body)
             )
 
     def clear_faults(self) -> None:
@@ -689,6 +699,29 @@ class KVEmulator:
             self._requests.clear()
             self.connections_accepted = 0
             self.nodelay_connections = 0
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait until no request is between "read" and "recorded"; ``False`` on timeout.
+
+        A request whose client gave up (a timeout during an injected delay)
+        still runs and is recorded afterwards; a test that resets the log or
+        the database calls this first so that such a straggler cannot land in
+        the next test's log or data.
+        """
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout)
+
+    @contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        with self._lock:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                if self._busy == 0:
+                    self._idle.notify_all()
 
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:

@@ -50,7 +50,7 @@ _OPTIONS = frozenset(
     }
 )
 _ENCRYPTION_OPTIONS = frozenset(
-    {"enabled", "custom_key", "secrets", "frontmcp_compatible", "secret_file"}
+    {"enabled", "custom_key", "secrets", "frontmcp_compatible", "secret_file", "require_secret"}
 )
 _TOOLS_OPTIONS = frozenset({"enabled", "allowed_scopes", "prefix"})
 _REDIS_CONFIG = frozenset(
@@ -183,6 +183,9 @@ class RememberPlugin:
         compatible = _check_bool(
             encryption.get("frontmcp_compatible", False), "encryption.frontmcp_compatible"
         )
+        require_secret = _check_bool(
+            encryption.get("require_secret", False), "encryption.require_secret"
+        )
         custom_key = encryption.get("custom_key")
         if custom_key is not None and (not isinstance(custom_key, str) or not custom_key):
             raise _config_error("encryption.custom_key", "must be a non-empty string")
@@ -197,6 +200,7 @@ class RememberPlugin:
                     custom_key=custom_key,
                     environ=environ,
                     secret_file=encryption.get("secret_file"),
+                    require_secret=require_secret,
                 )
             codec = EntryCodec(keyring, prefix=prefix, bind_key=not compatible)
             core = AccessorCore(

@@ -39,6 +39,7 @@ __all__ = [
     "generate_secret",
     "is_production",
     "load_or_create_secret_file",
+    "read_secret_file",
     "require_secret_from_env",
     "resolve_keyring",
     "validate_secret_file",
@@ -134,16 +135,11 @@ def check_private_mode(info: os.stat_result, path: str | os.PathLike[str], what:
         )
 
 
-def _open_directory(directory: Path) -> int:
-    """A descriptor of the secret file's directory, created 0700 when missing.
-
-    Refuses a directory reached through a symlink, or one that group or others
-    may write to (they could swap the file) unless it is sticky like ``/tmp``.
-    """
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+def _make_directory(directory: Path) -> None:
+    """Create the secret file's directory 0700 (whatever the umask) when missing."""
     try:
         os.mkdir(directory, 0o700)
-        os.chmod(directory, 0o700)  # whatever the umask
+        os.chmod(directory, 0o700)
     except FileExistsError:
         pass
     except FileNotFoundError:
@@ -154,8 +150,21 @@ def _open_directory(directory: Path) -> int:
             f"could not create the directory {directory} for the development secret file: "
             f"{exc.strerror}; set REMEMBER_SECRET instead"
         ) from exc
+
+
+def _open_directory(directory: Path) -> int:
+    """A descriptor of the secret file's directory.
+
+    Refuses a directory reached through a symlink, or one that group or others
+    may write to (they could swap the file) unless it is sticky like ``/tmp``.
+
+    :raises FileNotFoundError: when the directory does not exist.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(directory, flags)
+    except FileNotFoundError:
+        raise
     except OSError as exc:
         if directory.is_symlink():
             raise RememberConfigurationError(
@@ -320,6 +329,7 @@ def load_or_create_secret_file(path: Path) -> str:
         is reached through a symlink, or is readable by others.
     """
     path = Path(os.path.abspath(path))
+    _make_directory(path.parent)
     dir_fd = _open_directory(path.parent)
     try:
         raw = _read_file(dir_fd, path)
@@ -342,6 +352,26 @@ def load_or_create_secret_file(path: Path) -> str:
                 if created is not None:
                     return created
         raise RememberConfigurationError(f"could not establish a valid secret file at {path}")
+    finally:
+        os.close(dir_fd)
+
+
+def read_secret_file(path: str | os.PathLike[str]) -> str | None:
+    """The text of an existing secret file, read with the same checks; never creates one.
+
+    For callers that must not create or repair a file (the CLI).  ``None``
+    when the file or its directory does not exist.
+
+    :raises RememberConfigurationError: the file or its directory is reached
+        through a symlink, may be accessed by group or others, or cannot be read.
+    """
+    file = Path(os.path.abspath(path))
+    try:
+        dir_fd = _open_directory(file.parent)
+    except FileNotFoundError:
+        return None
+    try:
+        return _read_file(dir_fd, file)
     finally:
         os.close(dir_fd)
 

@@ -731,6 +731,8 @@ def plugin_from_options(
 ) -> RememberPlugin:
     """A plugin with the memory tools enabled: memory store, or Redis, or Vercel KV.
 
+    With Redis or Vercel KV a configured secret is required
+    (``encryption={"require_secret": True}`` unless *encryption* says otherwise).
     Extra keyword arguments go to :meth:`RememberPlugin.init`.
     """
     if redis_url and vercel_kv:
@@ -756,6 +758,11 @@ def plugin_from_options(
         options.update(type="redis", config={"url": redis_url})
     elif vercel_kv:
         options["type"] = "vercel-kv"
+    if redis_url or vercel_kv:
+        # A real store outlives this process and is shared: never invent a secret for it
+        # (a development file in whatever directory the server started in).  The memory
+        # store dies with the process, so it keeps the library's fallbacks.
+        options["encryption"] = {"require_secret": True, **options.get("encryption", {})}
     return RememberPlugin.init(**options)
 
 

@@ -69,7 +69,7 @@ def test_command_on_a_real_store_without_a_secret_exits_1_and_writes_nothing(
     redis_client: redis.Redis,
     populated: dict[bytes, bytes | None],
 ) -> None:
-    """No secret anywhere: exit 1, one `remember-sync: error: no secret ...` line, store unchanged."""
+    """No secret anywhere: exit 1, one `remember-sync: error: no secret` line, store unchanged."""
     result = _cli(tmp_path, *argv, "--redis-url", redis_url)
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.startswith("remember-sync: error: no secret")

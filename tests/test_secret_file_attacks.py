@@ -92,7 +92,7 @@ SLOW_INVALID = '{"secret": "' + "x" * 5_000_000 + '", "createdAt": 1, "version":
 
 @pytest.mark.parametrize("content", [SLOW_INVALID, "not json"], ids=["slow-to-check", "not-json"])
 def test_processes_repairing_an_invalid_file_together_agree(tmp_path: Path, content: str) -> None:
-    """N processes released together on an invalid file: one secret, exactly one file moved aside."""
+    """N processes released together on an invalid file: one secret, one file moved aside."""
     for round_ in range(3):
         secrets, path = _race(tmp_path / f"round{round_}", 6, content)
         assert len(secrets) == 1, f"round {round_}: processes ended on {len(secrets)} secrets"
@@ -115,7 +115,7 @@ def test_processes_creating_the_file_together_agree(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
 def test_file_others_can_read_is_refused(tmp_path: Path, mode: int) -> None:
-    """A valid secret file with group/other permission bits is refused, naming `chmod 600 <path>`."""
+    """A valid secret file with group/other permission bits is refused, naming `chmod 600`."""
     path = tmp_path / "remember-secret.json"
     path.write_text(VALID)
     path.chmod(mode)

@@ -5,9 +5,10 @@ for a :class:`StoreChoice` to be opened and a plugin to be built over it.
 Two decisions differ from the library's own start-up, on purpose:
 
 * The CLI **never creates** a secret file and never falls back to a random
-  production secret (it builds every plugin with ``require_secret``).  An operator pointing ``rotate`` or ``set`` at a real
-  store with the wrong secret would otherwise write entries nobody can read;
-  instead the command stops with a message saying what to set.
+  production secret (every plugin it builds has ``require_secret``).  An
+  operator pointing ``rotate`` or ``set`` at a real store with the wrong
+  secret would otherwise write entries nobody can read; instead the command
+  stops with a message saying what to set.
 * The CLI never arms the background legacy purge (``skip_legacy_purge``), so
   no command but ``purge-legacy`` deletes, and none writes the layout marker.
 """

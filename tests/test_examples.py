@@ -282,6 +282,28 @@ def test_cron_summary_without_secret_refuses_and_writes_nothing(
         assert alice.get("summary", scope="user") == {"entries": 1, "by": "the application"}
 
 
+def test_flask_mcp_bridge_on_redis_without_secret_refuses_to_start(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """flask_mcp_bridge.py --redis-url with no REMEMBER_SECRET exits non-zero naming it."""
+    env = example_env()
+    del env["REMEMBER_SECRET"]
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "flask_mcp_bridge.py"), "--port", "0",
+         "--redis-url", redis_url],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert "RememberConfigurationError" in last and "REMEMBER_SECRET" in last
+    assert not (tmp_path / ".frontmcp").exists()
+    assert redis_client.dbsize() == 0
+
+
 # -- the notebook ----------------------------------------------------------------------------
 
 

@@ -20,8 +20,11 @@ the keys, and the newest update time.  It prints one line per user, e.g.::
     bob: 0 entries -> summary written
     done: 2 users summarised
 
-and exits 0.  A configuration or store error (bad URL, Redis down) prints one
-line on stderr and exits 1.  ``--key-prefix`` must match the application's
+and exits 0.  A configuration or store error (no ``REMEMBER_SECRET``, bad
+URL, Redis down) prints one line on stderr and exits 1 without writing
+anything: the job never invents a secret of its own (it sets
+``encryption={"require_secret": True}``), since entries it wrote with one
+would be unreadable to the application.  ``--key-prefix`` must match the application's
 ``key_prefix`` (default ``remember:``); ``--ttl`` gives the summary a lifetime
 in seconds so a stopped job leaves no stale summaries.
 """
@@ -81,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             type="redis",
             config={"url": args.redis_url},
             key_prefix=args.key_prefix,
+            # Without the application's secret this job would read nothing and overwrite
+            # every summary with one the application cannot read: refuse to start instead.
+            encryption={"require_secret": True},
             # The application's processes handle the one-time legacy purge, not a cron job.
             skip_legacy_purge=True,
         ) as plugin:

@@ -6,6 +6,10 @@ Run it (``pip install 'remember-sync[flask]'`` first)::
     python examples/flask_mcp_bridge.py                  # in-memory store, port 5000
     python examples/flask_mcp_bridge.py --port 8000 --redis-url redis://127.0.0.1:6379/0
 
+With ``--redis-url`` it refuses to start without ``REMEMBER_SECRET``
+(``encryption={"require_secret": True}``); on the in-memory store a
+development secret file is created when none is set.
+
 It prints ``MCP endpoint: http://127.0.0.1:5000/mcp`` and serves (Flask's
 development server, loopback only; under gunicorn use
 ``gunicorn 'flask_mcp_bridge:create_app()'``):
@@ -71,6 +75,8 @@ def create_app(redis_url: str | None = None, auth_tokens: str | None = None) -> 
         REMEMBER_REDIS_URL=redis_url,
         REMEMBER_DEFAULT_TTL=7 * 86_400,
         REMEMBER_TOOLS={"enabled": True},
+        # Redis outlives this process: never fall back to a development secret file for it.
+        REMEMBER_ENCRYPTION={"require_secret": bool(redis_url)},
         REMEMBER_TOKEN_VERIFIER=verifier,
     )
     RememberSync(app)

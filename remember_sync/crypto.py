@@ -27,7 +27,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -194,45 +193,19 @@ def parse_envelope(stored: str) -> Envelope:
 
 # -- IVs -------------------------------------------------------------------------------
 
-#: Bytes of os.urandom output each thread draws at once (341 IVs).
-_IV_BLOCK = 341 * IV_BYTES
-_iv_local = threading.local()
-#: Bumped in a forked child, so no block drawn before the fork is ever used after it.
-_iv_generation = 0
-
-
-def _iv_after_fork() -> None:  # pragma: no cover - runs in forked children
-    global _iv_generation
-    _iv_generation += 1
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_iv_after_fork)
-
 
 def random_iv() -> bytes:
-    """A fresh random 12-byte IV from the operating system's CSPRNG.
+    """A fresh random 12-byte IV: one :func:`os.urandom` call, nothing else.
 
-    IVs are cut from blocks of :func:`os.urandom` output rather than drawn one
-    system call at a time: ``os.urandom`` releases the GIL, so one call per
-    write hands the interpreter to another thread on every write, and with a
-    few busy threads that convoy costs more than the encryption.  Each thread
-    cuts from its own block (no lock, no byte handed out twice), and a block is
-    discarded in a forked child (fork hook and process id both checked), so
-    two processes never share an IV.
+    Unique under threads, forks and re-entrancy by construction: no state is
+    kept between calls, so there is nothing a thread, a forked child or a
+    signal handler running in the middle of a call could read twice.  (An
+    earlier design cut IVs from a per-thread block of random bytes; a signal
+    handler sealing between its read and its update of the offset was handed
+    the same IV -- issue 18, item 3.)  The cost, a system call that releases
+    the GIL, is measured by benchmark rows 2 and 6.
     """
-    try:
-        state: list[Any] = _iv_local.state  # [block, next offset, generation, pid]
-    except AttributeError:
-        state = _iv_local.state = [b"", _IV_BLOCK, -1, -1]
-    pos: int = state[1]
-    pid = os.getpid()
-    if pos >= _IV_BLOCK or state[2] != _iv_generation or state[3] != pid:
-        state[0], state[2], state[3] = os.urandom(_IV_BLOCK), _iv_generation, pid
-        pos = 0
-    state[1] = pos + IV_BYTES
-    block: bytes = state[0]
-    return block[pos : pos + IV_BYTES]
+    return os.urandom(IV_BYTES)
 
 
 def seal(

@@ -53,7 +53,15 @@ _OPTIONS = frozenset(
     }
 )
 _ENCRYPTION_OPTIONS = frozenset(
-    {"enabled", "custom_key", "secrets", "frontmcp_compatible", "secret_file", "accept_unbound"}
+    {
+        "enabled",
+        "custom_key",
+        "secrets",
+        "frontmcp_compatible",
+        "secret_file",
+        "accept_unbound",
+        "require_secret",
+    }
 )
 _TOOLS_OPTIONS = frozenset({"enabled", "allowed_scopes", "prefix"})
 _REDIS_CONFIG = frozenset(
@@ -196,6 +204,9 @@ class RememberPlugin:
                 "encryption.accept_unbound",
                 "cannot be False with frontmcp_compatible=True, which writes unbound envelopes",
             )
+        require_secret = _check_bool(
+            encryption.get("require_secret", False), "encryption.require_secret"
+        )
         custom_key = encryption.get("custom_key")
         if custom_key is not None and (not isinstance(custom_key, str) or not custom_key):
             raise _config_error("encryption.custom_key", "must be a non-empty string")
@@ -210,6 +221,7 @@ class RememberPlugin:
                     custom_key=custom_key,
                     environ=environ,
                     secret_file=encryption.get("secret_file"),
+                    require_secret=require_secret,
                 )
             codec = EntryCodec(
                 keyring, prefix=prefix, bind_key=not compatible, accept_unbound=accept_unbound

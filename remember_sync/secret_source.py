@@ -4,11 +4,14 @@
 2. The first non-empty of ``REMEMBER_SECRET``, ``MCP_MEMORY_SECRET``,
    ``MCP_SESSION_SECRET`` (plus ``REMEMBER_PREVIOUS_SECRETS``, comma-separated,
    for rotation).
-3. Development: ``.frontmcp/remember-secret.json`` under the working directory,
-   created atomically (directory 0700, file 0600); an invalid file is renamed
-   aside with a warning, never overwritten.
+3. With ``encryption={"require_secret": True}`` or ``REMEMBER_REQUIRE_SECRET=1``:
+   nothing more -- no configured secret is a :class:`RememberConfigurationError`.
 4. Production (``REMEMBER_ENV=production`` or ``NODE_ENV=production``): a random
    secret kept in this process's memory, with one warning per process.
+5. Development: ``.frontmcp/remember-secret.json`` under the working directory,
+   created atomically (directory 0700, file 0600, a warning naming it); an
+   invalid file is moved aside with a warning under a lock, never overwritten;
+   a file others may read, or one reached through a symlink, is refused.
 
 The environment is read once, when the plugin is built.
 """
@@ -19,6 +22,7 @@ import json
 import logging
 import os
 import secrets as _random
+import stat
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -30,9 +34,13 @@ from .errors import RememberConfigurationError
 __all__ = [
     "DEFAULT_SECRET_FILE",
     "ENV_SECRET_NAMES",
+    "REQUIRE_SECRET_ENV",
+    "check_private_mode",
     "generate_secret",
     "is_production",
     "load_or_create_secret_file",
+    "read_secret_file",
+    "require_secret_from_env",
     "resolve_keyring",
     "validate_secret_file",
 ]
@@ -42,6 +50,10 @@ log = logging.getLogger("remember_sync")
 ENV_SECRET_NAMES = ("REMEMBER_SECRET", "MCP_MEMORY_SECRET", "MCP_SESSION_SECRET")
 DEFAULT_SECRET_FILE = Path(".frontmcp") / "remember-secret.json"
 MIN_FILE_SECRET_CHARS = 32
+#: Environment switch equivalent to ``encryption={"require_secret": True}``.
+REQUIRE_SECRET_ENV = "REMEMBER_REQUIRE_SECRET"  # noqa: S105 - a variable name
+_TRUTHY = ("1", "true", "yes", "on")
+_FALSY = ("", "0", "false", "no", "off")
 
 _production_lock = threading.Lock()
 _production_secret: str | None = None
@@ -57,6 +69,26 @@ def is_production(environ: Mapping[str, str]) -> bool:
     return (
         environ.get("REMEMBER_ENV", "").strip().lower() == "production"
         or environ.get("NODE_ENV", "").strip().lower() == "production"
+    )
+
+
+def require_secret_from_env(environ: Mapping[str, str]) -> bool:
+    """Whether ``REMEMBER_REQUIRE_SECRET`` asks for a configured secret.
+
+    ``1``, ``true``, ``yes``, ``on`` (any case) turn it on; ``0``, ``false``,
+    ``no``, ``off`` or empty leave it off.
+
+    :raises RememberConfigurationError: for any other value (a typo must not
+        silently leave the protection off).
+    """
+    value = environ.get(REQUIRE_SECRET_ENV, "").strip().lower()
+    if value in _TRUTHY:
+        return True
+    if value in _FALSY:
+        return False
+    raise RememberConfigurationError(
+        f"{REQUIRE_SECRET_ENV} must be one of {', '.join(_TRUTHY)} (on) or "
+        f"{', '.join(v for v in _FALSY if v)} (off); got {value!r}"
     )
 
 
@@ -85,73 +117,263 @@ def validate_secret_file(raw: str, now_ms: int) -> str:
     return secret
 
 
-def _create_exclusive(path: Path, now_ms: int) -> bool:
-    """Write a new secret file atomically; ``False`` when another process won the race."""
-    created_dir = not path.parent.exists()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if created_dir:
-        os.chmod(path.parent, 0o700)
-    body = json.dumps(
-        {"secret": generate_secret(), "createdAt": now_ms, "version": 1}, indent=2
-    ).encode("utf-8")
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{_random.token_hex(6)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+def check_private_mode(info: os.stat_result, path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a credentials file that group or others may access.
+
+    The one permission rule for every file holding a secret or a token (the
+    development secret file, ``serve``'s token files).
+
+    :param info: the file's ``stat`` result (of the open file, where possible).
+    :param what: what the file is, for the message ("secret file", ...).
+    :raises RememberConfigurationError: naming the file, its mode and ``chmod 600``.
+    """
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise RememberConfigurationError(
+            f"the {what} {path} is accessible by group or others (mode {mode:04o}); "
+            f"it holds credentials, so restrict it with `chmod 600 {path}`"
+        )
+
+
+def _make_directory(directory: Path) -> None:
+    """Create the secret file's directory 0700 (whatever the umask) when missing."""
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
+        os.mkdir(directory, 0o700)
+        os.chmod(directory, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+    except OSError as exc:
+        raise RememberConfigurationError(
+            f"could not create the directory {directory} for the development secret file: "
+            f"{exc.strerror}; set REMEMBER_SECRET instead"
+        ) from exc
+
+
+def _open_directory(directory: Path) -> int:
+    """A descriptor of the secret file's directory.
+
+    Refuses a directory reached through a symlink, or one that group or others
+    may write to (they could swap the file) unless it is sticky like ``/tmp``.
+
+    :raises FileNotFoundError: when the directory does not exist.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(directory, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if directory.is_symlink():
+            raise RememberConfigurationError(
+                f"the secret file directory {directory} is a symlink; the secret file must be "
+                f"reached directly: replace the link with a real directory "
+                f"(`mkdir -m 700 {directory}`) or set REMEMBER_SECRET"
+            ) from exc
+        raise RememberConfigurationError(
+            f"could not open the secret file directory {directory}: {exc.strerror}"
+        ) from exc
+    info = os.fstat(fd)
+    if stat.S_IMODE(info.st_mode) & 0o022 and not info.st_mode & stat.S_ISVTX:
+        os.close(fd)
+        raise RememberConfigurationError(
+            f"the secret file directory {directory} is writable by group or others (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}), who could replace the secret; restrict it "
+            f"with `chmod 700 {directory}`"
+        )
+    return fd
+
+
+def _read_file(dir_fd: int, path: Path) -> str | None:
+    """The text of the secret file opened without following a symlink; ``None`` when missing.
+
+    The mode is checked on the open file (``fstat``), so what is checked is what is read.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path.name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise RememberConfigurationError(
+                f"the secret file {path} is a symlink; refusing to follow it (another user "
+                f"could point it anywhere). Replace it with the file itself (mode 600) or set "
+                f"REMEMBER_SECRET"
+            ) from exc
+        raise RememberConfigurationError(
+            f"could not read the secret file {path}: {exc.strerror}"
+        ) from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RememberConfigurationError(
+                f"could not read the secret file {path}: not a regular file"
+            )
+        check_private_mode(info, path, "secret file")
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError as exc:
+        raise RememberConfigurationError(
+            f"could not read the secret file {path}: {exc.strerror}"
+        ) from exc
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        return ""  # invalid (validate_secret_file says why: not JSON)
+
+
+def _create_exclusive(dir_fd: int, path: Path, now_ms: int) -> str | None:
+    """Write a new secret file atomically (complete or absent); return its secret.
+
+    ``None`` when a file appeared meanwhile (a process not taking the lock): read it.
+    """
+    secret = generate_secret()
+    body = json.dumps({"secret": secret, "createdAt": now_ms, "version": 1}, indent=2).encode(
+        "utf-8"
+    )
+    tmp = f"{path.name}.tmp.{os.getpid()}.{_random.token_hex(6)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dir_fd)
         try:
-            # link() fails if the target exists: an exclusive create of a complete file.
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        return True
+            os.write(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # link() fails if the target exists: an exclusive create of a complete file.
+        os.link(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except FileExistsError:
+        return None
+    except OSError as exc:
+        raise RememberConfigurationError(
+            f"could not create the development secret file {path}: {exc.strerror}; "
+            "set REMEMBER_SECRET instead"
+        ) from exc
     finally:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         except FileNotFoundError:
             pass
+    log.warning(
+        "remember: created the development secret file %s (no REMEMBER_SECRET is set). "
+        "Entries written now can only be read with this file; set REMEMBER_SECRET in "
+        "production, or encryption={'require_secret': True} to refuse to start without one.",
+        path,
+    )
+    return secret
+
+
+def _move_aside(dir_fd: int, path: Path, now_ms: int, why: str) -> None:
+    """Rename the invalid file to ``<name>.invalid-<ms>`` (never replacing an earlier one)."""
+    for n in range(100):
+        aside = path.with_name(f"{path.name}.invalid-{now_ms}" + (f".{n}" if n else ""))
+        try:
+            # link + unlink rather than rename: rename would replace an existing aside file.
+            os.link(
+                path.name, aside.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False
+            )
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise RememberConfigurationError(
+                f"could not move the invalid secret file {path} aside: {exc.strerror}"
+            ) from exc
+        os.unlink(path.name, dir_fd=dir_fd)
+        log.warning(
+            "remember: the secret file %s is invalid (%s); moved it aside to %s and "
+            "creating a new one. Entries encrypted under the old secret are unreadable.",
+            path,
+            why,
+            aside,
+        )
+        return
+    raise RememberConfigurationError(f"could not move the invalid secret file {path} aside")
+
+
+class _DirectoryLock:
+    """``flock`` on the directory's descriptor: one process at a time creates or repairs."""
+
+    def __init__(self, dir_fd: int) -> None:
+        self._fd = dir_fd
+
+    def __enter__(self) -> None:
+        try:
+            import fcntl  # noqa: PLC0415 - POSIX only; elsewhere creation stays exclusive
+        except ImportError:  # pragma: no cover - Windows
+            return
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            import fcntl  # noqa: PLC0415
+        except ImportError:  # pragma: no cover - Windows
+            return
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
 
 
 def load_or_create_secret_file(path: Path) -> str:
     """Read the development secret file, creating it (race-free) when missing.
 
-    :raises RememberConfigurationError: when the file cannot be read or written.
+    The file is opened without following symlinks and refused when group or
+    others may access it.  Creating it, and moving an invalid one aside, happen
+    under an exclusive lock on its directory, after reading the file again: a
+    process never moves aside a valid file that another has just created, so
+    processes starting together end on one secret.
+
+    :raises RememberConfigurationError: when the file cannot be read or written,
+        is reached through a symlink, or is readable by others.
     """
-    for _ in range(5):
-        now = _now_ms()
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+    path = Path(os.path.abspath(path))
+    _make_directory(path.parent)
+    dir_fd = _open_directory(path.parent)
+    try:
+        raw = _read_file(dir_fd, path)
+        if raw is not None:
             try:
-                _create_exclusive(path, now)
-            except OSError as exc:
-                raise RememberConfigurationError(
-                    f"could not create the development secret file {path}: {exc.strerror}; "
-                    "set REMEMBER_SECRET instead"
-                ) from exc
-            continue  # read back what won (ours or a concurrent process's)
-        except OSError as exc:
-            raise RememberConfigurationError(
-                f"could not read the secret file {path}: {exc.strerror}"
-            ) from exc
-        try:
-            return validate_secret_file(raw, now)
-        except ValueError as exc:
-            aside = path.with_name(f"{path.name}.invalid-{now}")
-            log.warning(
-                "remember: the secret file %s is invalid (%s); moved it aside to %s and "
-                "creating a new one. Entries encrypted under the old secret are unreadable.",
-                path,
-                exc,
-                aside,
-            )
-            try:
-                os.replace(path, aside)
-            except FileNotFoundError:
-                pass  # another process moved it first
-    raise RememberConfigurationError(f"could not establish a valid secret file at {path}")
+                return validate_secret_file(raw, _now_ms())
+            except ValueError:
+                pass  # repaired below, under the lock
+        with _DirectoryLock(dir_fd):
+            for _ in range(5):
+                # Read again under the lock: another process may have created or repaired it.
+                raw = _read_file(dir_fd, path)
+                now = _now_ms()
+                if raw is not None:
+                    try:
+                        return validate_secret_file(raw, now)
+                    except ValueError as exc:
+                        _move_aside(dir_fd, path, now, str(exc))
+                created = _create_exclusive(dir_fd, path, now)
+                if created is not None:
+                    return created
+        raise RememberConfigurationError(f"could not establish a valid secret file at {path}")
+    finally:
+        os.close(dir_fd)
+
+
+def read_secret_file(path: str | os.PathLike[str]) -> str | None:
+    """The text of an existing secret file, read with the same checks; never creates one.
+
+    For callers that must not create or repair a file (the CLI).  ``None``
+    when the file or its directory does not exist.
+
+    :raises RememberConfigurationError: the file or its directory is reached
+        through a symlink, may be accessed by group or others, or cannot be read.
+    """
+    file = Path(os.path.abspath(path))
+    try:
+        dir_fd = _open_directory(file.parent)
+    except FileNotFoundError:
+        return None
+    try:
+        return _read_file(dir_fd, file)
+    finally:
+        os.close(dir_fd)
 
 
 def _production_fallback() -> str:
@@ -173,8 +395,16 @@ def resolve_keyring(
     custom_key: str | None = None,
     environ: Mapping[str, str] | None = None,
     secret_file: str | os.PathLike[str] | None = None,
+    require_secret: bool = False,
 ) -> Keyring:
-    """Build the :class:`Keyring` from options, environment, file or fallback, in that order."""
+    """Build the :class:`Keyring` from options, environment, file or fallback, in that order.
+
+    :param require_secret: refuse to fall back to the development file or the
+        production in-memory secret; ``REMEMBER_REQUIRE_SECRET`` (see
+        :func:`require_secret_from_env`) turns it on too.
+    :raises RememberConfigurationError: bad secret options, or no configured
+        secret while one is required.
+    """
     env = os.environ if environ is None else environ
     if custom_key is not None and secrets is not None:
         raise RememberConfigurationError(
@@ -196,6 +426,14 @@ def resolve_keyring(
         if value:
             previous = [s.strip() for s in env.get("REMEMBER_PREVIOUS_SECRETS", "").split(",")]
             return Keyring([value, *[s for s in previous if s]], source=f"env:{name}")
+    if require_secret or require_secret_from_env(env):
+        raise RememberConfigurationError(
+            "no secret configured, and one is required (encryption.require_secret or "
+            f"{REQUIRE_SECRET_ENV}): set REMEMBER_SECRET (or MCP_MEMORY_SECRET / "
+            "MCP_SESSION_SECRET) to the application's secret, or pass "
+            "encryption={'secrets': [...]}; `remember-sync secret generate` makes a new one. "
+            "The development secret file is neither created nor read"
+        )
     if is_production(env):
         return Keyring([_production_fallback()], source="ephemeral")
     path = Path(secret_file) if secret_file is not None else Path.cwd() / DEFAULT_SECRET_FILE

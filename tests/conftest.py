@@ -68,6 +68,7 @@ def _isolated_secret_env(
         "MCP_MEMORY_SECRET",
         "MCP_SESSION_SECRET",
         "REMEMBER_PREVIOUS_SECRETS",
+        "REMEMBER_REQUIRE_SECRET",
         "REMEMBER_ENV",
         "NODE_ENV",
     ):

@@ -746,12 +746,14 @@ def test_secret_file_option_reads_an_existing_file(
     secret_file = tmp_path / "remember-secret.json"
     body = json.dumps({"secret": SECRET_B, "createdAt": 1700000000000, "version": 1})
     secret_file.write_text(body, encoding="utf-8")
+    secret_file.chmod(0o600)  # a group/world-readable secret file is refused
     result = cli("set", "k", '"v"', "--scope", "global", "--redis-url", url,
                  "--secret-file", str(secret_file), secret=SECRET_A)
     assert result.returncode == 0, result.stderr
     assert open_plugin(SECRET_B).accessor(Identity()).get("k", scope="global") == "v"
     broken = tmp_path / "broken.json"
     broken.write_text("{not json", encoding="utf-8")
+    broken.chmod(0o600)
     bad = cli("get", "k", "--scope", "global", "--redis-url", url, "--secret-file", str(broken))
     assert bad.returncode == 1 and "invalid" in bad.stderr
     assert broken.read_text(encoding="utf-8") == "{not json"

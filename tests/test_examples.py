@@ -241,6 +241,69 @@ def test_cron_summary_fails_cleanly(tmp_path: Path) -> None:
     assert usage.returncode == 2 and "REDIS_URL" in usage.stderr
 
 
+def test_cron_summary_without_secret_refuses_and_writes_nothing(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Issue 17 path 3: run from another directory without REMEMBER_SECRET, the job exits 1
+    naming what to set, creates no secret file and leaves the application's summary alone."""
+    with RememberPlugin.init(
+        type="redis",
+        config={"url": redis_url},
+        encryption={"secrets": [TEST_SECRET]},
+        skip_legacy_purge=True,
+    ) as plugin:
+        alice = plugin.accessor(Identity(user_id="alice"))
+        alice.set("theme", "dark", scope="user", brand="preference")
+        alice.set("summary", {"entries": 1, "by": "the application"}, scope="user")
+        raw_before = redis_client.get("remember:v2:user:alice:summary")
+        keys_before = sorted(redis_client.keys("*"))
+
+        elsewhere = tmp_path / "some" / "other" / "dir"
+        elsewhere.mkdir(parents=True)
+        env = example_env(REDIS_URL=redis_url)
+        del env["REMEMBER_SECRET"]
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLES / "cron_summary.py"), "alice"],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 1, result.stdout
+        assert result.stdout == ""
+        assert result.stderr.startswith("cron_summary: REMEMBER_CONFIGURATION_ERROR:")
+        assert "REMEMBER_SECRET" in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert not (elsewhere / ".frontmcp").exists()
+        assert list(elsewhere.iterdir()) == []
+        assert redis_client.get("remember:v2:user:alice:summary") == raw_before
+        assert sorted(redis_client.keys("*")) == keys_before
+        assert alice.get("summary", scope="user") == {"entries": 1, "by": "the application"}
+
+
+def test_flask_mcp_bridge_on_redis_without_secret_refuses_to_start(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """flask_mcp_bridge.py --redis-url with no REMEMBER_SECRET exits non-zero naming it."""
+    env = example_env()
+    del env["REMEMBER_SECRET"]
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "flask_mcp_bridge.py"), "--port", "0",
+         "--redis-url", redis_url],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert "RememberConfigurationError" in last and "REMEMBER_SECRET" in last
+    assert not (tmp_path / ".frontmcp").exists()
+    assert redis_client.dbsize() == 0
+
+
 # -- the notebook ----------------------------------------------------------------------------
 
 

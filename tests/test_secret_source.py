@@ -88,13 +88,130 @@ def test_dev_file_created_with_modes_and_format(tmp_path: Path) -> None:
     assert list(path.parent.iterdir()) == [path]  # no temporary files left behind
 
 
-def test_plugin_uses_dev_file_in_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without env secrets, a development plugin uses ./.frontmcp/remember-secret.json."""
+def test_plugin_uses_dev_file_in_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without env secrets, a development plugin creates ./.frontmcp/remember-secret.json and
+    says so in one WARNING naming the file's absolute path; reusing it logs nothing."""
     monkeypatch.chdir(tmp_path)
-    plugin = RememberPlugin.init(skip_legacy_purge=True)
+    with caplog.at_level(logging.WARNING, logger="remember_sync"):
+        plugin = RememberPlugin.init(skip_legacy_purge=True)
     path = tmp_path / ".frontmcp" / "remember-secret.json"
     assert plugin.keyring is not None and plugin.keyring.source == f"file:{path}"
     assert path.exists()
+    created = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(created) == 1 and str(path) in created[0].getMessage()
+    assert "created the development secret file" in created[0].getMessage()
+    plugin.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="remember_sync"):
+        RememberPlugin.init(skip_legacy_purge=True).close()
+    assert caplog.records == []
+
+
+def test_relative_secret_file_is_named_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A relative encryption.secret_file is created, and named in the warning, by absolute path."""
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="remember_sync"):
+        load_or_create_secret_file(Path("sub/secret.json"))
+    assert str(tmp_path / "sub" / "secret.json") in caplog.records[0].getMessage()
+
+
+def _no_secret_init(tmp_path: Path, **options: object) -> None:
+    RememberPlugin.init(
+        skip_legacy_purge=True,
+        encryption={"secret_file": str(tmp_path / ".frontmcp" / "remember-secret.json"), **options},  # type: ignore[dict-item]
+    ).close()
+
+
+def test_require_secret_refuses_without_a_secret(tmp_path: Path) -> None:
+    """encryption.require_secret and no configured secret: a configuration error naming
+    REMEMBER_SECRET, and the development file is neither created nor read."""
+    with pytest.raises(RememberConfigurationError) as caught:
+        _no_secret_init(tmp_path, require_secret=True)
+    assert "REMEMBER_SECRET" in caught.value.message
+    assert "require_secret" in caught.value.message
+    assert not (tmp_path / ".frontmcp").exists()
+    # An existing, valid development file is not read either.
+    secret = load_or_create_secret_file(tmp_path / ".frontmcp" / "remember-secret.json")
+    assert secret
+    with pytest.raises(RememberConfigurationError):
+        _no_secret_init(tmp_path, require_secret=True)
+
+
+@pytest.mark.parametrize("value", ["1", "true", "TRUE", "yes", "on", " On "])
+def test_require_secret_env_truthy_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """REMEMBER_REQUIRE_SECRET=1/true/yes/on (any case) refuses to start without a secret."""
+    monkeypatch.setenv("REMEMBER_REQUIRE_SECRET", value)
+    with pytest.raises(RememberConfigurationError, match="REMEMBER_REQUIRE_SECRET"):
+        _no_secret_init(tmp_path)
+    assert not (tmp_path / ".frontmcp").exists()
+
+
+@pytest.mark.parametrize("value", ["", "0", "false", "No", "off"])
+def test_require_secret_env_falsy_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """REMEMBER_REQUIRE_SECRET=0/false/no/off/empty keeps the development file."""
+    monkeypatch.setenv("REMEMBER_REQUIRE_SECRET", value)
+    _no_secret_init(tmp_path)
+    assert (tmp_path / ".frontmcp" / "remember-secret.json").is_file()
+
+
+def test_require_secret_env_typo_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unrecognised REMEMBER_REQUIRE_SECRET value is refused, not read as off."""
+    monkeypatch.setenv("REMEMBER_REQUIRE_SECRET", "ture")
+    with pytest.raises(RememberConfigurationError, match="'ture'"):
+        _no_secret_init(tmp_path)
+    assert not (tmp_path / ".frontmcp").exists()
+
+
+def test_require_secret_beats_the_production_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In production, require_secret refuses instead of inventing an in-memory secret."""
+    monkeypatch.setenv("REMEMBER_ENV", "production")
+    with pytest.raises(RememberConfigurationError, match="REMEMBER_SECRET"):
+        RememberPlugin.init(skip_legacy_purge=True, encryption={"require_secret": True})
+
+
+@pytest.mark.parametrize(
+    ("encryption", "env", "source"),
+    [
+        ({"require_secret": True}, {"REMEMBER_SECRET": "s" * 32}, "env:REMEMBER_SECRET"),
+        ({"require_secret": True, "secrets": ["s" * 32]}, {}, "explicit:secrets"),
+        ({"require_secret": True, "custom_key": "s" * 32}, {}, "explicit:custom_key"),
+        ({"require_secret": True, "enabled": False}, {}, None),
+        (
+            {},
+            {"REMEMBER_REQUIRE_SECRET": "1", "MCP_SESSION_SECRET": "s" * 32},
+            "env:MCP_SESSION_SECRET",
+        ),
+    ],
+)
+def test_require_secret_accepts_a_configured_secret(
+    encryption: dict[str, object],
+    env: dict[str, str],
+    source: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """require_secret is satisfied by options or any secret variable (and moot unencrypted)."""
+    monkeypatch.chdir(tmp_path)
+    plugin = RememberPlugin.init(skip_legacy_purge=True, encryption=encryption, environ=env)
+    assert (plugin.keyring.source if plugin.keyring else None) == source
+    plugin.close()
+    assert not (tmp_path / ".frontmcp").exists()
+
+
+def test_require_secret_must_be_a_bool() -> None:
+    """encryption.require_secret takes True or False only."""
+    with pytest.raises(RememberConfigurationError, match="require_secret"):
+        RememberPlugin.init(skip_legacy_purge=True, encryption={"require_secret": "yes"})
 
 
 def test_reads_reference_dev_file(tmp_path: Path) -> None:
@@ -104,6 +221,7 @@ def test_reads_reference_dev_file(tmp_path: Path) -> None:
     vector = next(v for v in VECTORS if v["name"] == "secret-dev-file")
     path = tmp_path / "remember-secret.json"
     path.write_text(vector["secretFileContents"])
+    path.chmod(0o600)
     assert load_or_create_secret_file(path) == vector["secret"]
 
 
@@ -123,6 +241,7 @@ def test_invalid_file_renamed_aside_with_warning(
     """An invalid file is moved to .invalid-<ms> with a warning, never overwritten silently."""
     path = tmp_path / "remember-secret.json"
     path.write_text(content)
+    path.chmod(0o600)
     with caplog.at_level(logging.WARNING, logger="remember_sync"):
         secret = load_or_create_secret_file(path)
     aside = list(tmp_path.glob("remember-secret.json.invalid-*"))

@@ -8,6 +8,9 @@ Run it (``pip install 'remember-sync[django]'`` first)::
     python manage.py runserver 127.0.0.1:8000          # in-memory store
     REDIS_URL=redis://127.0.0.1:6379/0 python manage.py runserver 127.0.0.1:8000
 
+With ``REDIS_URL`` the plugin refuses to start without ``REMEMBER_SECRET``
+(``encryption={"require_secret": True}`` in ``bridge/settings.py``).
+
 Then, as alice and bob (the demo bearer tokens in ``bridge/settings.py``)::
 
     curl -s -X PUT http://127.0.0.1:8000/notes/todo \\

@@ -21,12 +21,12 @@ import hashlib
 import hmac
 import json
 import os
-import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ..errors import RememberConfigurationError
 from ..identity import is_anonymous
+from ..secret_source import check_private_mode
 
 __all__ = ["StaticTokenVerifier", "TokenVerifier", "load_token_file"]
 
@@ -107,12 +107,7 @@ def load_token_file(path: str | os.PathLike[str]) -> dict[str, str]:
         raise RememberConfigurationError(
             f"cannot read the auth tokens file {file}: {exc.strerror}"
         ) from exc
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
-        raise RememberConfigurationError(
-            f"the auth tokens file {file} is accessible by group or others (mode {mode:04o}); "
-            f"it holds credentials, so restrict it with `chmod 600 {file}`"
-        )
+    check_private_mode(info, file, "auth tokens file")
     stripped = text.strip()
     if stripped.startswith("{"):
         try:

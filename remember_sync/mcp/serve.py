@@ -185,8 +185,9 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
         help="run an MCP server giving models encrypted memory (Streamable HTTP)",
         description="Run an MCP server (Streamable HTTP, JSON responses) hosting the memory "
         "tools remember_this, recall, forget and list_memories. Point any MCP client at "
-        "http://HOST:PORT/mcp. Secrets come from REMEMBER_SECRET, else the development file "
-        ".frontmcp/remember-secret.json in the working directory.",
+        "http://HOST:PORT/mcp. Secrets come from REMEMBER_SECRET; with --redis-url or "
+        "--vercel-kv it is required, while the in-memory store falls back to the development "
+        "file .frontmcp/remember-secret.json in the working directory.",
     )
     return _configure(parser)
 

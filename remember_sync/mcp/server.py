@@ -801,6 +801,8 @@ def plugin_from_options(
     environment (``extra["environ"]`` or :data:`os.environ`), else
     :data:`DEFAULT_MAX_BYTES` and :data:`DEFAULT_MAX_ENTRIES`.  A bound given
     with Redis or Vercel KV is refused (it only applies to the memory store).
+    With Redis or Vercel KV a configured secret is required
+    (``encryption={"require_secret": True}`` unless *encryption* says otherwise).
     Extra keyword arguments go to :meth:`RememberPlugin.init`.
     """
     if redis_url and vercel_kv:
@@ -836,6 +838,11 @@ def plugin_from_options(
         options.update(type="redis", config={"url": redis_url})
     elif vercel_kv:
         options["type"] = "vercel-kv"
+    if redis_url or vercel_kv:
+        # A real store outlives this process and is shared: never invent a secret for it
+        # (a development file in whatever directory the server started in).  The memory
+        # store dies with the process, so it keeps the library's fallbacks.
+        options["encryption"] = {"require_secret": True, **options.get("encryption", {})}
     return RememberPlugin.init(**options)
 
 

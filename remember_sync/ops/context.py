@@ -5,9 +5,10 @@ for a :class:`StoreChoice` to be opened and a plugin to be built over it.
 Two decisions differ from the library's own start-up, on purpose:
 
 * The CLI **never creates** a secret file and never falls back to a random
-  production secret.  An operator pointing ``rotate`` or ``set`` at a real
-  store with the wrong secret would otherwise write entries nobody can read;
-  instead the command stops with a message saying what to set.
+  production secret (every plugin it builds has ``require_secret``).  An
+  operator pointing ``rotate`` or ``set`` at a real store with the wrong
+  secret would otherwise write entries nobody can read; instead the command
+  stops with a message saying what to set.
 * The CLI never arms the background legacy purge (``skip_legacy_purge``), so
   no command but ``purge-legacy`` deletes, and none writes the layout marker.
 """
@@ -138,21 +139,16 @@ def _read_secret_file(path: Path) -> str:
     """The secret in *path*; refuse a missing or invalid file rather than replace it."""
     # The library renames an invalid file aside and creates a new one; an operator's
     # command must never do that to a file an application depends on, so the file is
-    # read and checked here with the library's own rules.
-    from ..secret_source import validate_secret_file
+    # read (no symlink, owner-only) and checked here with the library's own rules.
+    from ..secret_source import read_secret_file, validate_secret_file
 
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    raw = read_secret_file(path)
+    if raw is None:
         raise RememberConfigurationError(
             f"no secret: {path} does not exist, and no REMEMBER_SECRET (or MCP_MEMORY_SECRET "
             "/ MCP_SESSION_SECRET) is set. Set REMEMBER_SECRET to the application's secret "
             "(the CLI never creates one)"
-        ) from None
-    except OSError as exc:
-        raise RememberConfigurationError(
-            f"could not read the secret file {path}: {exc.strerror}"
-        ) from exc
+        )
     try:
         return validate_secret_file(raw, time.time_ns() // 1_000_000)
     except (ValueError, TypeError) as exc:
@@ -208,6 +204,8 @@ def build_plugin(
     encryption: dict[str, object] = {
         "enabled": secrets.encryption,
         "frontmcp_compatible": secrets.frontmcp_compatible,
+        # Never the library's fallbacks (development file, production in-memory secret).
+        "require_secret": True,
     }
     source = "disabled"
     if secrets.encryption:

@@ -35,5 +35,7 @@ REMEMBER = {
     "type": "redis" if _redis_url else "memory",
     **({"config": {"url": _redis_url}} if _redis_url else {}),
     "default_ttl": 30 * 86_400,
+    # Redis outlives the process: require REMEMBER_SECRET rather than a development file.
+    "encryption": {"require_secret": bool(_redis_url)},
     "token_verifier": "bridge.auth.verify_token",
 }

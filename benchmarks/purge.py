@@ -12,8 +12,12 @@ deleting the legacy ones, each on a freshly filled keyspace in the same run:
 * **baseline** -- what 1.8.0 does: ``SCAN ... COUNT 100`` per scope to list the
   keys, then one ``DEL`` per key, one round trip each;
 * **sweep_legacy** -- :func:`remember_sync.purge.sweep_legacy` over a
-  :class:`~remember_sync.stores.redis.RedisStore`: ``SCAN ... COUNT 1000`` and
-  one ``UNLINK`` per batch.
+  :class:`~remember_sync.stores.redis.RedisStore`: ``SCAN ... COUNT 1000``, then
+  per batch one ``MGET`` (only values that are legacy entries are deleted) and
+  one ``UNLINK``.
+
+Every legacy key holds a real legacy entry (the reference's envelope of a
+small entry), so the sweep's value check does its full work.
 
 Both runs are checked (every legacy key gone, every survivor kept) and the
 table shows the time, the rate, the commands the server counted
@@ -30,6 +34,7 @@ from typing import Any
 
 import redis
 
+from remember_sync.crypto import seal
 from remember_sync.purge import sweep_legacy
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisServer
@@ -52,7 +57,8 @@ def _fill(client: redis.Redis, keys: int) -> list[str]:
     survivors = [f"{PREFIX}v2:session:s{i}:k" for i in range(SURVIVORS // 2)]
     survivors += [f"{PREFIX}global:k{i}" for i in range(SURVIVORS - len(survivors))]
     survivors.append(f"{PREFIX}__layout__")
-    value = b'{"alg":"A256GCM","iv":"x","tag":"y","data":"z"}'
+    # The reference's envelope (no kid, no aad): what a pre-v2 plugin left behind.
+    value = seal(b'{"value":"dark","createdAt":1,"updatedAt":1}', bytes(32)).encode()
     pipe = client.pipeline(transaction=False)
     for i in range(keys):
         pipe.set(_legacy_key(i), value)
@@ -66,7 +72,7 @@ def _fill(client: redis.Redis, keys: int) -> list[str]:
 
 def _commands(client: redis.Redis) -> int:
     stats: dict[str, Any] = client.info("commandstats")
-    names = ("scan", "del", "unlink")
+    names = ("scan", "mget", "del", "unlink")
     return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names)
 
 
@@ -110,7 +116,7 @@ def run(keys: int = 100_000, *, batch: int = 500) -> list[dict[str, Any]]:
                 else:
                     result = sweep_legacy(store, PREFIX, batch=batch)
                     deleted = result.deleted
-                    label = f"sweep_legacy: SCAN COUNT 1000 + UNLINK x{batch}"
+                    label = f"sweep_legacy: SCAN 1000 + MGET/UNLINK x{batch}"
                 seconds = time.perf_counter() - started
                 commands = _commands(client)
                 _check(client, survivors)

@@ -358,8 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("purge-legacy", _cmd_purge_legacy, "delete pre-v2 keys now (the SPEC section 7 sweep)",
             [store, as_json], needs_store=True,
-            description="Delete the pre-v2 keys (P+'session:*', P+'tool:*', P+'user:*') now, "
-            "ignoring the purge window. Asks for confirmation on a terminal; --yes for cron.")
+            description="Delete the pre-v2 entries (P+'session:*', P+'tool:*', P+'user:*') now, "
+            "ignoring the purge window. Only keys whose value is a legacy entry of this plugin "
+            "go; hashes, sets, lists, other strings and keys of a nested deployment are kept "
+            "(and counted). A prefix inside another deployment's layout (a segment v2, global, "
+            "session, tool or user) is refused. Asks for confirmation on a terminal; --yes for "
+            "cron.")
     p.add_argument("--dry-run", action="store_true", help="only count, delete nothing")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
@@ -834,7 +838,7 @@ def _cmd_purge_legacy(args: argparse.Namespace) -> int:
             result = counted
         else:
             if not args.yes and not _confirm(
-                f"Delete {counted.found} legacy (pre-v2) keys under prefix {args.prefix!r} "
+                f"Delete {counted.found} legacy (pre-v2) entries under prefix {args.prefix!r} "
                 f"from {args.store_choice.describe()}?"
             ):
                 _stderr("aborted: nothing deleted")
@@ -847,15 +851,22 @@ def _cmd_purge_legacy(args: argparse.Namespace) -> int:
             {
                 "found": result.found,
                 "deleted": result.deleted,
+                "kept": result.kept,
                 "dry_run": result.dry_run,
                 "failed_batches": result.failed_batches,
                 "failed_listings": result.failed_listings,
             }
         )
     elif result.dry_run:
-        sys.stdout.write(f"found {result.found} legacy (pre-v2) keys (dry run: nothing deleted)\n")
+        sys.stdout.write(
+            f"found {result.found} legacy (pre-v2) entries (dry run: nothing deleted); "
+            f"{result.kept} other keys under the legacy patterns are kept\n"
+        )
     else:
-        sys.stdout.write(f"deleted {result.deleted} of {result.found} legacy (pre-v2) keys\n")
+        sys.stdout.write(
+            f"deleted {result.deleted} of {result.found} legacy (pre-v2) entries; "
+            f"{result.kept} other keys under the legacy patterns are kept\n"
+        )
     if not result.ok:
         _stderr(
             f"{PROG}: the store refused {result.failed_batches} delete batches and "
@@ -885,8 +896,13 @@ def _validate(args: argparse.Namespace) -> None:
     if args.command == "import":
         args.records = _read_records(args.input, sub)
     if args.command == "purge-legacy":
+        from .purge import nested_prefix, nested_prefix_message
+
         if not args.prefix:
             sub.error("argument --prefix: the legacy purge is disabled for an empty prefix")
+        segment = nested_prefix(args.prefix)
+        if segment is not None:
+            sub.error(f"argument --prefix: {nested_prefix_message(args.prefix, segment)}")
         if not (args.dry_run or args.yes or sys.stdin.isatty()):
             sub.error("argument --yes: needed when standard input is not a terminal (cron)")
 

@@ -43,6 +43,7 @@ __all__ = [
     "b64url_decode",
     "b64url_encode",
     "derive_key",
+    "envelope_binding",
     "hkdf_inputs",
     "key_id",
     "open_envelope",
@@ -181,6 +182,24 @@ def _envelope_fields_json(stored: str) -> tuple[bytes, bytes, bytes, str | None,
     if len(raw_iv) != IV_BYTES or len(raw_tag) != TAG_BYTES:
         raise RememberDecryptionError("envelope iv or tag has the wrong length")
     return raw_iv, raw_tag, raw_data, kid, aad == "key"
+
+
+def envelope_binding(stored: str) -> tuple[str | None, bool]:
+    """The ``(kid, aad)`` of a well-formed envelope, without decoding its bytes.
+
+    The same checks as :func:`parse_envelope` (the canonical form by one
+    regular expression, anything else through the JSON path); for callers that
+    only need to know which form an envelope is, e.g. the legacy purge.
+
+    :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
+    """
+    found = _CANONICAL(stored) if isinstance(stored, str) else None
+    if found is not None:
+        kid, bound, data = found.group(1, 2, 5)
+        if len(data) % 4 != 1:
+            return kid, bound is not None
+    kid, aad = _envelope_fields_json(stored)[3:]
+    return kid, aad
 
 
 def parse_envelope(stored: str) -> Envelope:

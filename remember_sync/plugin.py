@@ -133,6 +133,7 @@ class RememberPlugin:
         self.purge_options: dict[str, Any] = dict(purge_options)
         self._closed = False
         self._purge: Any = None
+        self._key_check: Any = None
         self._start_purge()
 
     # -- construction -------------------------------------------------------------------
@@ -306,17 +307,26 @@ class RememberPlugin:
     def _start_purge(self) -> None:
         """Arm the legacy purge (SPEC section 7); implemented by :mod:`remember_sync.purge`.
 
-        Only schedules a daemon timer: no store I/O happens on this thread.
+        Only schedules a daemon timer: no store I/O happens on this thread.  The
+        purge's first step also checks the secret against the key id the store
+        records; with ``skip_legacy_purge`` a read-only one-shot check does that.
         """
-        from .purge import LegacyPurge
+        from .purge import KeyIdCheck, LegacyPurge
 
+        keyring = self.keyring
+        kids = keyring.kids if keyring is not None else None
         if self.purge_options.get("skip") or not self._core.prefix:
+            if kids is not None and self._core.prefix:
+                self._key_check = KeyIdCheck(
+                    self._core.store, self._core.prefix, kids, clock=self._core.clock
+                ).start()
             return
         self._purge = LegacyPurge(
             self._core.store,
             self._core.prefix,
             delay_ms=self.purge_options["delay_ms"],
             clock=self._core.clock,
+            kids=kids,
         ).start()
 
     def close(self) -> None:
@@ -326,6 +336,8 @@ class RememberPlugin:
         self._closed = True
         if self._purge is not None:
             self._purge.stop()
+        if self._key_check is not None:
+            self._key_check.stop()
         if self._owns_store:
             self._core.store.close()
 

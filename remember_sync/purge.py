@@ -14,6 +14,23 @@ A marker that cannot be trusted -- not JSON, no numeric ``firstSeenAt``, gone
 right after a lost race, or any store error -- makes the purge stand down:
 a missing clock is never licence to delete.
 
+What the sweep deletes is decided by name **and value** (:func:`is_legacy_value`):
+a key under ``P+"session:"``, ``P+"tool:"`` or ``P+"user:"`` goes only when it
+holds a string that is a legacy entry of this plugin -- the reference's envelope
+``{"alg":"A256GCM","iv":…,"tag":…,"data":…}`` (no ``kid``, no ``aad``) or a
+plaintext entry ``{"value":…,"createdAt":…,"updatedAt":…}``.  Hashes, sets,
+lists, streams and sorted sets (which ``get_many`` reports as absent), strings
+of any other shape, our own ``kid``-bearing envelopes (which only a current
+deployment writes) and keys shaped like another deployment's current layout
+nested under ours (:func:`nested_key`) are kept and counted in
+:attr:`PurgeResult.kept`.  A ``key_prefix`` that lies inside another
+deployment's layout (:func:`nested_prefix`) makes the purge stand down.
+
+The same worker guards against a wrong secret: ``P + "__keyid__"`` records the
+key id (:func:`~remember_sync.crypto.key_id`, never the secret) of the first
+instance that ran the purge, and a plugin whose secrets do not include it logs
+one ERROR (:func:`check_key_id`, :class:`KeyIdCheck`).
+
 Three layers, usable separately:
 
 * :func:`read_marker` / :func:`ensure_marker` -- the clock;
@@ -34,11 +51,18 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import RememberConfigurationError, RememberError, RememberStoreError
+from .codec import entry_fields
+from .crypto import envelope_binding
+from .errors import (
+    RememberConfigurationError,
+    RememberDecryptionError,
+    RememberError,
+    RememberStoreError,
+)
 from .keys import layout_marker_key, legacy_patterns
 from .stores.base import Store
 
@@ -47,12 +71,24 @@ __all__ = [
     "LEGACY_SCOPES",
     "MARKER_VERSION",
     "MAX_WAIT_MS",
+    "NESTED_SEGMENTS",
+    "KeyIdCheck",
+    "KeyIdRecord",
+    "KeyIdStatus",
     "LayoutMarkerError",
     "LegacyPurge",
     "Marker",
     "PurgeResult",
+    "check_key_id",
     "ensure_marker",
+    "is_legacy_value",
+    "key_id_key",
+    "mismatch_message",
+    "nested_key",
+    "nested_prefix",
+    "nested_prefix_message",
     "purged_message",
+    "read_key_id",
     "read_marker",
     "sweep_legacy",
 ]
@@ -71,6 +107,15 @@ MAX_WAIT_MS = 6 * 3_600_000
 LEGACY_SCOPES = ("session", "tool", "user")
 #: Keys examined per SCAN round trip (SPEC section 6.2).
 SCAN_COUNT = 1000
+#: Prefix segments that belong to a deployment's own layout: ``v2`` (current
+#: session/tool/user keys), ``global`` and the legacy scopes.  A ``key_prefix`` with
+#: one of them as a whole segment (``remember:v2:``, ``remember:user:``,
+#: ``app:global:``) lies inside another deployment's keys: its legacy patterns would
+#: match that deployment's entries (``remember:v2:`` + ``session:*`` is the default
+#: deployment's current session entries).
+NESTED_SEGMENTS = ("v2", "global", *LEGACY_SCOPES)
+#: Last segments of another deployment's bookkeeping keys (never legacy entries).
+_BOOKKEEPING = ("__layout__", "__keyid__")
 
 
 class LayoutMarkerError(RememberError):
@@ -116,8 +161,13 @@ class Marker:
 class PurgeResult:
     """What one :func:`sweep_legacy` pass did.
 
-    :attr found: legacy keys listed.
+    :attr found: legacy entries found: keys under the legacy patterns holding a
+        legacy value (:func:`is_legacy_value`); on a dry run, what would go.
     :attr deleted: keys the store reported deleted (``0`` on a dry run).
+    :attr kept: keys under the legacy patterns left alone because they are not
+        legacy entries of this plugin: another type (hash, set, list...), a string
+        of another shape, one of our ``kid`` envelopes, a key shaped like a nested
+        deployment's (:func:`nested_key`), or gone since the listing.
     :attr failed_batches: delete batches the store refused (their keys remain).
     :attr failed_listings: patterns whose SCAN failed part-way (the rest of the
         pattern was not swept; the next pattern still was).
@@ -127,6 +177,7 @@ class PurgeResult:
 
     found: int = 0
     deleted: int = 0
+    kept: int = 0
     failed_batches: int = 0
     failed_listings: int = 0
     stopped: bool = False
@@ -216,6 +267,300 @@ def ensure_marker(store: Store, prefix: str, now_ms: int) -> Marker:
     return winner
 
 
+# -- the key id record --------------------------------------------------------------------
+
+
+def key_id_key(prefix: str) -> str:
+    """``P + "__keyid__"``: the key id of the secret the fleet's data is written with."""
+    return f"{prefix}__keyid__"
+
+
+@dataclass(frozen=True)
+class KeyIdRecord:
+    """What ``P + "__keyid__"`` holds: ``{"version":1,"kid":…,"recordedAt":<ms>}``.
+
+    :attr kid: :func:`~remember_sync.crypto.key_id` of the first recording
+        instance's primary secret (a truncated hash: never the secret).
+    :attr recorded_at: epoch milliseconds of the recording.
+    """
+
+    kid: str
+    recorded_at: int
+
+    def to_json(self) -> str:
+        """The stored form (compact, this key order)."""
+        return json.dumps(
+            {"version": 1, "kid": self.kid, "recordedAt": self.recorded_at}, separators=(",", ":")
+        )
+
+
+@dataclass(frozen=True)
+class KeyIdStatus:
+    """The outcome of :func:`check_key_id`.
+
+    :attr key: the record's storage key.
+    :attr recorded: the recorded key id (``None``: nothing recorded yet).
+    :attr kids: this plugin's key ids, primary first.
+    :attr wrote: this call recorded ``kids[0]``.
+    """
+
+    key: str
+    recorded: str | None
+    kids: tuple[str, ...]
+    wrote: bool = False
+
+    @property
+    def matches(self) -> bool:
+        """Nothing is recorded, or one of our secrets is the recorded one."""
+        return self.recorded is None or self.recorded in self.kids
+
+
+def read_key_id(store: Store, prefix: str) -> KeyIdRecord | None:
+    """Read ``prefix + "__keyid__"``.
+
+    :returns: the record, or ``None`` when there is none.
+    :raises LayoutMarkerError: (``reason="unreadable"``) when a value is there
+        but is not ``{"kid": <non-empty str>, ...}``.
+    :raises RememberStoreError: when the store fails.
+    """
+    key = key_id_key(prefix)
+    raw = store.get(key)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
+    except ValueError:
+        data = None
+    kid = data.get("kid") if isinstance(data, dict) else None
+    if not isinstance(kid, str) or not kid:
+        raise LayoutMarkerError(
+            f"key id record {key!r} is not {{\"kid\": <key id>, ...}}", key=key,
+            reason="unreadable", raw=raw,
+        )
+    at = data.get("recordedAt") if isinstance(data, dict) else None
+    recorded_at = at if isinstance(at, int) and not isinstance(at, bool) else 0
+    return KeyIdRecord(kid=kid, recorded_at=recorded_at)
+
+
+def check_key_id(
+    store: Store, prefix: str, kids: Sequence[str], *, record: bool, now_ms: int
+) -> KeyIdStatus:
+    """Compare *kids* with the key id recorded under *prefix*; record ``kids[0]`` if asked.
+
+    With *record*, a missing record is written with only-if-absent and no TTL
+    (like the marker: never overwritten; a lost race adopts the winner's).
+    Without it nothing is written.
+
+    :raises LayoutMarkerError: the record is unreadable.
+    :raises RememberStoreError: when the store fails.
+    """
+    if not kids:
+        raise RememberConfigurationError("check_key_id needs at least one key id")
+    key = key_id_key(prefix)
+    ours = tuple(kids)
+    found = read_key_id(store, prefix)
+    if found is None and record:
+        mine = KeyIdRecord(kid=ours[0], recorded_at=int(now_ms))
+        if store.set(key, mine.to_json(), ttl_ms=None, only_if_absent=True):
+            return KeyIdStatus(key, mine.kid, ours, wrote=True)
+        found = read_key_id(store, prefix)
+    return KeyIdStatus(key, None if found is None else found.kid, ours)
+
+
+def mismatch_message(status: KeyIdStatus) -> str:
+    """The ERROR (and doctor text) for a secret that does not match the store's record."""
+    previous = list(status.kids[1:])
+    return (
+        "remember: the configured secret does not match the one this store's data was "
+        f"written with: {status.key!r} records key id {status.recorded!r}, this plugin's secret "
+        f"has key id {status.kids[0]!r} (previous secrets: {previous}). Entries it writes cannot "
+        "be read by the instances using the recorded secret, and theirs are unreadable here. "
+        "Set REMEMBER_SECRET (or encryption secrets) to the fleet's secret, or add it to "
+        "REMEMBER_PREVIOUS_SECRETS while rotating; once every entry has been rotated to this "
+        f"secret, delete {status.key!r} and the next instance records the new key id."
+    )
+
+
+def _verify_key_id(
+    store: Store,
+    prefix: str,
+    kids: Sequence[str],
+    *,
+    record: bool,
+    clock: Callable[[], int],
+    logger: logging.Logger,
+) -> KeyIdStatus | None:
+    """:func:`check_key_id` for a background worker: ERROR on a mismatch, debug on failure."""
+    try:
+        status = check_key_id(store, prefix, kids, record=record, now_ms=clock())
+    except RememberError as exc:
+        # LayoutMarkerError is a RememberError too.  Not being able to check is no
+        # evidence of a mismatch; doctor reports an unreadable record.
+        logger.debug(
+            "remember: could not check the key id record, skipped (key=%r, error=%s)",
+            key_id_key(prefix),
+            exc,
+        )
+        return None
+    if not status.matches:
+        logger.error(mismatch_message(status))
+    return status
+
+
+class KeyIdCheck:
+    """A one-shot background :func:`check_key_id`, for plugins that do not run the purge.
+
+    :meth:`start` schedules the check on a daemon timer (no I/O on the
+    caller's thread).  It never writes unless *record* is true; a mismatch is
+    logged once, at ERROR.  :attr:`status` holds the outcome (``None`` until it
+    ran, or when the store failed).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        prefix: str,
+        kids: Sequence[str],
+        *,
+        clock: Callable[[], int],
+        record: bool = False,
+        logger: logging.Logger | None = None,
+        timer_factory: TimerFactory = threading.Timer,
+    ) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.kids = tuple(kids)
+        self.record = record
+        self._clock = clock
+        self._log = logger or log
+        self._timer_factory = timer_factory
+        self._timer: TimerLike | None = None
+        self._done = threading.Event()
+        self._stopped = False
+        self.status: KeyIdStatus | None = None
+        """The outcome, once the check ran (``None`` if the store failed)."""
+
+    def start(self) -> KeyIdCheck:
+        """Schedule the check now on a daemon timer; returns ``self``."""
+        timer = self._timer_factory(0, self._run)
+        timer.daemon = True
+        if isinstance(timer, threading.Thread):
+            timer.name = "remember-key-id-check"
+        self._timer = timer
+        timer.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            if not self._stopped:
+                self.status = _verify_key_id(
+                    self.store, self.prefix, self.kids, record=self.record, clock=self._clock,
+                    logger=self._log,
+                )
+        except Exception:  # noqa: BLE001 - a background thread must never die silently
+            self._log.warning("remember: key id check failed unexpectedly", exc_info=True)
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the check has run; ``False`` on timeout."""
+        return self._done.wait(timeout)
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Cancel the check if it has not run; wait for it if it is running."""
+        self._stopped = True
+        timer = self._timer
+        if timer is None:
+            return
+        timer.cancel()
+        if isinstance(timer, threading.Thread) and timer.ident is not None:
+            if timer is not threading.current_thread():
+                timer.join(timeout)
+
+
+# -- what the sweep may delete ----------------------------------------------------------------
+
+
+def nested_prefix(prefix: str) -> str | None:
+    """The segment that puts *prefix* inside another deployment's key layout, or ``None``.
+
+    Only whole segments count (``"remember:v2:"`` has ``v2``; ``"remember:v2"``
+    and ``"myappv2:"`` do not): a prefix with ``v2``, ``global``, ``session``,
+    ``tool`` or ``user`` as a segment is where a deployment with a shorter prefix
+    keeps entries, so this one's legacy patterns would sweep them.  Storage is
+    not refused: such a prefix shares another deployment's key space but, for
+    ``P+"v2:"`` or ``P+"user:"``, never one of its keys (``docs/purge.rst``).
+    """
+    for segment in prefix.split(":")[:-1]:
+        if segment in NESTED_SEGMENTS:
+            return segment
+    return None
+
+
+def nested_key(rest: str) -> bool:
+    """Whether a key under ``P + scope + ":"`` is shaped like a *nested* deployment's key.
+
+    *rest* is the key after ``P + scope + ":"``.  A deployment whose prefix is
+    ``P + "session:"`` (or deeper) keeps its current entries at ``… v2:…`` and
+    ``… global:…`` and its bookkeeping at ``…__layout__`` / ``…__keyid__``; such
+    keys are never swept, even when they hold an entry.  A true legacy entry of
+    that shape (a session named ``v2``) is kept too: keeping garbage is safe,
+    deleting another deployment's data is not.
+    """
+    if "v2" not in rest and "global" not in rest and "__" not in rest:
+        return False  # the usual legacy key, decided by three substring tests
+    segments = rest.split(":")
+    if segments[-1] in _BOOKKEEPING:
+        return True
+    return any(segment in ("v2", "global") for segment in segments[:-1])
+
+
+def is_legacy_value(raw: str) -> bool:
+    """Whether *raw* is a value this plugin's legacy layout wrote (SPEC section 4).
+
+    True for the reference's envelope ``{"alg":"A256GCM","iv","tag","data"}``
+    (checked by :func:`~remember_sync.crypto.envelope_binding`, the envelope
+    parser without the byte decoding) without ``kid`` or
+    ``aad`` -- those two mark our current envelopes, which no legacy version
+    wrote -- and for a plaintext entry (:func:`~remember_sync.codec.entry_fields`:
+    an object with ``value`` and numeric ``createdAt``/``updatedAt``).
+    Anything else is someone else's data.
+    """
+    try:
+        kid, aad = envelope_binding(raw)
+    except RememberDecryptionError:
+        pass
+    else:
+        return kid is None and not aad
+    try:
+        entry_fields(raw)
+    except RememberDecryptionError:
+        return False
+    return True
+
+
+def _refuse_prefix(prefix: str) -> None:
+    """The prefixes :func:`sweep_legacy` refuses, with the reason."""
+    if not prefix:
+        raise RememberConfigurationError(
+            "the legacy purge is disabled for an empty key_prefix: 'session:*' would match "
+            "keys that are not ours"
+        )
+    segment = nested_prefix(prefix)
+    if segment is not None:
+        raise RememberConfigurationError(nested_prefix_message(prefix, segment))
+
+
+def nested_prefix_message(prefix: str, segment: str) -> str:
+    """Why the purge refuses *prefix*: it lies inside another deployment's layout."""
+    return (
+        f"the legacy purge is disabled for key_prefix {prefix!r}: its segment {segment + ':'!r} "
+        "lies inside another deployment's key layout, so its legacy patterns "
+        f"({prefix}session:*, {prefix}tool:*, {prefix}user:*) would match that deployment's "
+        "entries; set skip_legacy_purge=True and remove this prefix's legacy keys yourself"
+    )
+
+
 # -- the sweep -----------------------------------------------------------------------------
 
 
@@ -231,45 +576,72 @@ def sweep_legacy(
     batch: int = 500,
     should_stop: Callable[[], bool] | None = None,
 ) -> PurgeResult:
-    """Delete every pre-``v2`` key under *prefix*: one SCAN pass per scope, batched deletes.
+    """Delete every pre-``v2`` entry under *prefix*: one SCAN pass per scope, batched.
 
     Scans ``P+"session:*"``, ``P+"tool:*"`` and ``P+"user:*"`` (the prefix
     glob-escaped, and every key checked again against the literal prefix, so
     ``v2:`` keys, ``global:`` keys, the marker and keys under any other prefix
-    are never touched).  Keys are deleted ``batch`` at a time with one
-    ``store.delete(*keys)`` call each (one ``UNLINK`` on Redis, one request on
-    Vercel KV).  A batch the store refuses is logged and counted and the sweep
-    goes on; a SCAN that fails is logged and counted and the next scope is
+    are never touched; keys shaped like a nested deployment's are skipped too,
+    :func:`nested_key`).  Per ``batch`` keys: one ``store.get_many`` (one
+    ``MGET``), then one ``store.delete`` (one ``UNLINK``) of the keys whose
+    value is a legacy entry (:func:`is_legacy_value`).  A hash, set, list,
+    stream or sorted set reads as ``None`` through ``get_many`` (Redis ``MGET``
+    answers nil for another type) and is never deleted.
+
+    The value is not re-checked atomically with the delete: current versions
+    never write these keys, keys a nested deployment writes are excluded by
+    name, and our own envelopes by their ``kid``; a foreign writer would have to
+    replace a legacy-shaped value in the one round trip between ``MGET`` and
+    ``UNLINK`` (see ``docs/purge.rst``).
+
+    A batch the store refuses (read or delete) is logged and counted and the
+    sweep goes on; a SCAN that fails is logged and counted and the next scope is
     swept.  Nothing is logged at warning level here: :class:`LegacyPurge` (and
     the CLI) report the count.
 
-    :param dry_run: only count what would be deleted.
-    :param batch: keys per delete call.
+    :param dry_run: only count what would be deleted (values are still read).
+    :param batch: keys per read and delete call.
     :param should_stop: polled between keys; once true the sweep finishes the
         batch in flight and returns with ``stopped=True``.
     :raises RememberConfigurationError: for an empty *prefix*, whose patterns
-        would match keys that are not ours.
+        would match keys that are not ours, and for a prefix inside another
+        deployment's layout (:func:`nested_prefix`).
     """
-    if not prefix:
-        raise RememberConfigurationError(
-            "the legacy purge is disabled for an empty key_prefix: 'session:*' would match "
-            "keys that are not ours"
-        )
+    _refuse_prefix(prefix)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise RememberConfigurationError(f"batch must be a positive int; got {batch!r}")
     stop = should_stop or _never
-    found = deleted = failed_batches = failed_listings = 0
+    found = deleted = kept = failed_batches = failed_listings = 0
     stopped = False
 
     def flush(keys: list[str]) -> None:
-        nonlocal deleted, failed_batches
+        nonlocal found, deleted, kept, failed_batches
         try:
-            deleted += store.delete(*keys)
+            values = store.get_many(keys)
+        except RememberStoreError as exc:
+            failed_batches += 1
+            log.debug(
+                "remember: legacy purge could not read a batch of %d keys, continuing (%s)",
+                len(keys),
+                exc,
+            )
+            return
+        doomed = [
+            key
+            for key, raw in zip(keys, values, strict=True)
+            if raw is not None and is_legacy_value(raw)
+        ]
+        found += len(doomed)
+        kept += len(keys) - len(doomed)
+        if dry_run or not doomed:
+            return
+        try:
+            deleted += store.delete(*doomed)
         except RememberStoreError as exc:
             failed_batches += 1
             log.debug(
                 "remember: legacy purge could not delete a batch of %d keys, continuing (%s)",
-                len(keys),
+                len(doomed),
                 exc,
             )
 
@@ -297,8 +669,8 @@ def sweep_legacy(
             # hand us a v2:, global:, marker or foreign key.
             if not key.startswith(head):
                 continue
-            found += 1
-            if dry_run:
+            if nested_key(key[len(head) :]):
+                kept += 1
                 continue
             pending.append(key)
             if len(pending) >= batch:
@@ -312,6 +684,7 @@ def sweep_legacy(
     return PurgeResult(
         found=found,
         deleted=deleted,
+        kept=kept,
         failed_batches=failed_batches,
         failed_listings=failed_listings,
         stopped=stopped,
@@ -392,6 +765,15 @@ class LegacyPurge:
     :param timer_factory: ``(seconds, function) -> timer``; tests inject one
         they can fire by hand.
     :param batch: keys per delete call during the sweep.
+    :param kids: the plugin's key ids, primary first (``None``: encryption is
+        disabled, no key id check).  The first step records ``kids[0]`` under
+        ``P + "__keyid__"`` if nothing is recorded and logs one ERROR when the
+        recorded id is not among *kids* (:func:`check_key_id`).  A worker that
+        will not run (``"duplicate"``, or ``"stood-down"`` for a nested prefix)
+        runs a read-only :class:`KeyIdCheck` instead.
+
+    A prefix inside another deployment's layout (:func:`nested_prefix`) makes
+    :meth:`start` stand down at once with one WARNING naming it.
 
     States (:attr:`state`): ``"idle"`` (not started), ``"pending"`` (a step is
     due now or running), ``"armed"`` (waiting for the window), ``"swept"``,
@@ -408,6 +790,7 @@ class LegacyPurge:
         logger: logging.Logger | None = None,
         timer_factory: TimerFactory = threading.Timer,
         batch: int = 500,
+        kids: Sequence[str] | None = None,
     ) -> None:
         if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
             raise RememberConfigurationError(
@@ -422,6 +805,12 @@ class LegacyPurge:
         self._log = logger or log
         self._timer_factory = timer_factory
         self._batch = batch
+        self.kids = None if not kids else tuple(kids)
+        self._kid_checked = False
+        self.key_check: KeyIdCheck | None = None
+        """The read-only check a worker that does not run starts instead."""
+        self.key_status: KeyIdStatus | None = None
+        """What the first step's key id check found (``None`` before it, or on failure)."""
         self._lock = threading.Lock()
         self._settled = threading.Event()
         self._settled.set()
@@ -461,14 +850,29 @@ class LegacyPurge:
                 self._state = "disabled"
                 self._log.debug("remember: legacy purge disabled for an empty key_prefix")
                 return self
+            segment = nested_prefix(self.prefix)
+            if segment is not None:
+                self._state = "stood-down"
+                self._log.warning("remember: %s", nested_prefix_message(self.prefix, segment))
+                self._start_key_check()
+                return self
             if not _claim(self.store):
                 self._state = "duplicate"
                 self._log.debug("remember: legacy purge already armed for this store")
+                self._start_key_check()
                 return self
             self._owns_claim = True
             _workers.add(self)
             self._schedule_locked(0)
         return self
+
+    def _start_key_check(self) -> None:
+        """A read-only key id check for a worker that will not run its own steps."""
+        if self.kids is not None:
+            self.key_check = KeyIdCheck(
+                self.store, self.prefix, self.kids, clock=self._clock, logger=self._log,
+                timer_factory=self._timer_factory,
+            ).start()
 
     def stop(self, timeout: float | None = 5.0) -> None:
         """Cancel the timer; a running sweep finishes its batch and stops.
@@ -476,6 +880,8 @@ class LegacyPurge:
         Waits up to *timeout* seconds for the worker thread to end (never when
         called from that thread), so a closed plugin leaves no thread behind.
         """
+        if self.key_check is not None:
+            self.key_check.stop(timeout)
         with self._lock:
             if self._state in ("stopped", "idle", "disabled", "duplicate"):
                 if self._state == "idle":
@@ -567,6 +973,13 @@ class LegacyPurge:
                 self.next_wake_ms = None
 
     def _run(self) -> None:
+        if self.kids is not None and not self._kid_checked:
+            # Once per worker, so a mismatch is one ERROR, not one per re-armed wake.
+            self._kid_checked = True
+            self.key_status = _verify_key_id(
+                self.store, self.prefix, self.kids, record=True, clock=self._clock,
+                logger=self._log,
+            )
         key = layout_marker_key(self.prefix)
         try:
             marker = ensure_marker(self.store, self.prefix, self._clock())

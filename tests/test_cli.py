@@ -414,14 +414,15 @@ def test_doctor_flags_legacy_keys_after_the_window(
     cli: Run, url: str, redis_client: redis.Redis
 ) -> None:
     """Legacy keys after the purge window need attention; inside it they are only noted."""
-    redis_client.set("remember:tool:old:x", "legacy")
+    redis_client.set("remember:tool:old:x", LEGACY_ENTRY)
+    redis_client.set("remember:tool:old:foreign", "not an entry")  # never counted as legacy
     now = int(time.time() * 1000)
     redis_client.set("remember:__layout__", json.dumps({"version": 2, "firstSeenAt": now}))
     inside = cli("doctor", "--redis-url", url)
     assert inside.returncode == 0 and "[note]      legacy" in inside.stdout
     after = cli("doctor", "--redis-url", url, "--legacy-purge-delay-ms", "0")
     assert after.returncode == 1 and "[attention] legacy" in after.stdout
-    assert "purge-legacy" in after.stdout
+    assert "1 legacy (pre-v2) keys remain" in after.stdout and "purge-legacy" in after.stdout
 
 
 # -- export / import ---------------------------------------------------------------------
@@ -590,6 +591,9 @@ def test_rotate_dry_run_writes_nothing(
 
 # -- purge-legacy ------------------------------------------------------------------------
 
+#: A legacy entry (a pre-v2 plaintext entry): the purge deletes only values like this.
+LEGACY_ENTRY = '{"value":"old","createdAt":1,"updatedAt":1}'
+
 
 def test_purge_legacy_dry_run_counts_and_deletes_nothing(
     cli: Run, url: str, redis_client: redis.Redis, open_plugin: Callable[..., RememberPlugin]
@@ -597,14 +601,15 @@ def test_purge_legacy_dry_run_counts_and_deletes_nothing(
     """--dry-run counts exactly the legacy keys; --yes then deletes them and nothing else."""
     seed(open_plugin(SECRET_A))
     for key in ("remember:session:a:x", "remember:tool:t:a:y", "remember:user:u:z"):
-        redis_client.set(key, "legacy")
+        redis_client.set(key, LEGACY_ENTRY)
     redis_client.set("remember:__layout__", '{"version":2,"firstSeenAt":1}')
     redis_client.set("other:session:a:x", "not ours")
     total = redis_client.dbsize()
     dry = cli("purge-legacy", "--redis-url", url, "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout) == {
-        "found": 3, "deleted": 0, "dry_run": True, "failed_batches": 0, "failed_listings": 0,
+        "found": 3, "deleted": 0, "kept": 0, "dry_run": True, "failed_batches": 0,
+        "failed_listings": 0,
     }
     assert redis_client.dbsize() == total
     refused = cli("purge-legacy", "--redis-url", url)  # no TTY, no --yes
@@ -651,9 +656,9 @@ def test_purge_legacy_asks_on_a_terminal(
     url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """On a terminal purge-legacy asks first: "n" deletes nothing, "y" deletes."""
-    redis_client.set("remember:user:u:k", "legacy")
+    redis_client.set("remember:user:u:k", LEGACY_ENTRY)
     code, text = _run_on_terminal(["purge-legacy", "--redis-url", url], tmp_path, b"n\n")
-    assert code == 1 and "Delete 1 legacy (pre-v2) keys" in text
+    assert code == 1 and "Delete 1 legacy (pre-v2) entries" in text
     assert redis_client.exists("remember:user:u:k")
     code, text = _run_on_terminal(["purge-legacy", "--redis-url", url], tmp_path, b"y\n")
     assert code == 0 and "deleted 1 of 1" in text

@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from remember_sync import RememberPlugin
+from remember_sync.crypto import seal
 from remember_sync.errors import RememberConfigurationError, RememberStoreError
 from remember_sync.identity import identity
 from remember_sync.keys import layout_marker_key
@@ -176,9 +177,15 @@ class ProxyStore:
         self._record("close")
 
 
-def populate(store: Store, keys: Sequence[str]) -> None:
+#: A legacy entry as the reference wrote it: its envelope, no kid, no aad.
+LEGACY_VALUE = seal(b'{"value":"old","createdAt":1,"updatedAt":1}', bytes(32))
+#: A legacy entry of a deployment with encryption disabled.
+LEGACY_PLAIN = '{"value":{"x":1},"createdAt":1796217901332,"updatedAt":1796217901332}'
+
+
+def populate(store: Store, keys: Sequence[str], value: str = LEGACY_VALUE) -> None:
     for key in keys:
-        store.set(key, json.dumps({"k": key}))
+        store.set(key, value)
 
 
 def present(store: Store, keys: Sequence[str]) -> list[str]:
@@ -656,7 +663,8 @@ def test_once_per_store_object_per_process(
     second = purge_plugin(store=proxy)
     assert first._purge.wait(10) and first._purge.state == "armed"
     assert second._purge.state == "duplicate"
-    assert proxy.count("set") == 1
+    marker_sets = [c for c in proxy.calls if c[0] == "set" and c[2][0].endswith("__layout__")]
+    assert len(marker_sets) == 1
     first.close()  # closed before its window passed: releases the store
     third = purge_plugin(store=proxy)
     assert third._purge.wait(10) and third._purge.state == "armed"
@@ -667,13 +675,18 @@ def test_once_per_store_object_per_process(
 def test_skip_legacy_purge_and_empty_prefix_arm_nothing(
     store: Store, purge_plugin: Callable[..., RememberPlugin]
 ) -> None:
-    """skip_legacy_purge=True or key_prefix='' build no worker and never touch the store."""
+    """skip_legacy_purge=True or key_prefix='' build no worker and write nothing.
+
+    (skip_legacy_purge still reads the key id record once, read-only.)
+    """
     proxy = ProxyStore(store)
     populate(store, ["session:s:k", *LEGACY])
-    assert purge_plugin(store=proxy, skip_legacy_purge=True, legacy_purge_delay_ms=0)._purge is None
+    skipped = purge_plugin(store=proxy, skip_legacy_purge=True, legacy_purge_delay_ms=0)
+    assert skipped._purge is None
     assert purge_plugin(store=proxy, key_prefix="", legacy_purge_delay_ms=0)._purge is None
+    assert skipped._key_check.wait(10)
     time.sleep(0.05)
-    assert proxy.calls == []
+    assert [(c[0], c[2]) for c in proxy.calls] == [("get", (f"{P}__keyid__",))]
     assert present(store, ["session:s:k", *LEGACY]) == ["session:s:k", *LEGACY]
 
 
@@ -840,7 +853,7 @@ def test_real_redis_marker_has_no_ttl_and_sweep_uses_batched_unlink(
     pipe = redis_client.pipeline(transaction=False)
     legacy = [f"{P}session:s{i}:k" for i in range(1200)]
     for key in legacy + SURVIVORS:
-        pipe.set(key, "x")
+        pipe.set(key, LEGACY_VALUE)
     pipe.execute()
     redis_client.config_resetstat()
     plugin = RememberPlugin.init(

@@ -13,7 +13,19 @@ from typing import Any, Literal, TextIO
 from ..codec import EntryCodec
 from ..errors import RememberError
 from ..keys import layout_marker_key
-from ..purge import DEFAULT_DELAY_MS, LayoutMarkerError, Marker, read_marker
+from ..purge import (
+    DEFAULT_DELAY_MS,
+    KeyIdStatus,
+    LayoutMarkerError,
+    Marker,
+    key_id_key,
+    mismatch_message,
+    nested_prefix,
+    nested_prefix_message,
+    read_key_id,
+    read_marker,
+    sweep_legacy,
+)
 from ..stores.base import Store
 from ..types import BRANDS, SCOPES
 from .walk import classify, list_keys, read_items
@@ -264,9 +276,76 @@ def _marker_check(
     )
 
 
-def _legacy_check(legacy: int, marker: Marker | None, delay_ms: int, now: int) -> Check:
-    if legacy == 0:
+def _key_id_check(store: Store, prefix: str, codec: EntryCodec | None) -> Check:
+    """Do the configured secrets include the one the store's data was written with?
+
+    Read-only: compares the key id recorded under ``P + "__keyid__"`` (by the
+    first instance that ran the legacy purge) with the loaded secrets' ids.
+    """
+    key = key_id_key(prefix)
+    if codec is None:
+        return Check("key-id", "note", "not checked: no usable secret")
+    if codec.keyring is None:
+        return Check("key-id", "note", "encryption disabled: there is no key id to compare")
+    kids = codec.keyring.kids
+    try:
+        record = read_key_id(store, prefix)
+    except LayoutMarkerError as exc:
+        return Check(
+            "key-id",
+            "attention",
+            f"key id record {key!r} is unreadable ({exc.message}): delete it and the next "
+            "instance that runs the legacy purge records its key id",
+        )
+    if record is None:
+        return Check(
+            "key-id",
+            "note",
+            f"no key id recorded at {key!r} yet (the first instance that runs the legacy purge "
+            f"records its own); this secret's key id is {kids[0]}",
+        )
+    status = KeyIdStatus(key, record.kid, kids)
+    detail = {"recorded_kid": record.kid, "kids": list(kids)}
+    if not status.matches:
+        text = mismatch_message(status).removeprefix("remember: ")
+        return Check("key-id", "attention", text, detail)
+    which = "this secret" if record.kid == kids[0] else "a previous secret (rotation in progress)"
+    return Check(
+        "key-id",
+        "ok",
+        f"the store's data was written with key id {record.kid}: {which}",
+        detail,
+    )
+
+
+def _legacy_check(
+    store: Store, prefix: str, named: int, marker: Marker | None, delay_ms: int, now: int
+) -> Check:
+    """Legacy entries the purge would delete (*named*: keys under its patterns, by name).
+
+    Only when keys match by name are their values read (a dry-run sweep), so the
+    count is what the purge would really delete, not hashes or foreign strings.
+    """
+    if named == 0:
         return Check("legacy", "ok", "no legacy (pre-v2) keys", {"legacy": 0})
+    segment = nested_prefix(prefix)
+    if segment is not None:
+        return Check(
+            "legacy",
+            "note",
+            f"{named} keys under the legacy patterns; {nested_prefix_message(prefix, segment)}",
+            {"legacy": named},
+        )
+    counted = sweep_legacy(store, prefix, dry_run=True)
+    legacy = counted.found
+    if legacy == 0:
+        return Check(
+            "legacy",
+            "ok",
+            f"no legacy (pre-v2) entries; {counted.kept} other keys under the legacy patterns "
+            "are not this plugin's and are never purged",
+            {"legacy": 0, "kept": counted.kept},
+        )
     if marker is not None and marker.first_seen_at + delay_ms > now:
         due = format_ms(marker.first_seen_at + delay_ms)
         return Check(
@@ -358,7 +437,7 @@ def run_doctor(
     progress_stream: TextIO | None = None,
     read_doubled_prefix: bool = False,
 ) -> list[Check]:
-    """Every check, in order: secret, store, marker, legacy keys, entries, unbound envelopes.
+    """Every check, in order: secret, store, marker, key id, legacy keys, entries, unbound.
 
     *secret* is the caller's verdict on the secret source (it loaded them);
     ``codec`` is ``None`` when no secret could be loaded.  When the store
@@ -382,14 +461,17 @@ def run_doctor(
     try:
         marker_check, marker = _marker_check(store, prefix, delay_ms, now)
         checks.append(marker_check)
+        if prefix:
+            checks.append(_key_id_check(store, prefix, codec))
         stats = collect_stats(
             store, prefix, codec, now=now, progress_stream=progress_stream,
             read_doubled_prefix=read_doubled_prefix,
         )
+        legacy_check = _legacy_check(store, prefix, stats.legacy, marker, delay_ms, now)
     except RememberError as exc:
         checks.append(Check("store", "attention", f"store failed during the walk: {exc.message}"))
         return checks
-    checks.append(_legacy_check(stats.legacy, marker, delay_ms, now))
+    checks.append(legacy_check)
     checks.append(_entries_check(stats, codec is not None))
     if codec is not None and codec.keyring is not None:
         checks.append(_unbound_check(stats))

@@ -90,6 +90,7 @@ __all__ = [
     "purged_message",
     "read_key_id",
     "read_marker",
+    "record_rotated_key_id",
     "sweep_legacy",
 ]
 
@@ -325,8 +326,10 @@ def read_key_id(store: Store, prefix: str) -> KeyIdRecord | None:
     """
     key = key_id_key(prefix)
     raw = store.get(key)
-    if raw is None:
-        return None
+    return None if raw is None else _parse_key_id(key, raw)
+
+
+def _parse_key_id(key: str, raw: str) -> KeyIdRecord:
     try:
         data = json.loads(raw, parse_constant=_reject_constant)
     except ValueError:
@@ -367,6 +370,31 @@ def check_key_id(
     return KeyIdStatus(key, None if found is None else found.kid, ours)
 
 
+def record_rotated_key_id(store: Store, prefix: str, kid: str, *, now_ms: int) -> bool:
+    """After a complete ``rotate``: make the record say *kid* (the new primary secret's).
+
+    The record is otherwise never overwritten; a rotation that re-sealed every
+    entry under *kid* is the one event that changes whose data the store holds.
+    The replacement is a compare-and-set against the record just read, so a
+    concurrent rotation or repair is never clobbered.  An unreadable record is
+    left for the operator (``doctor`` reports it).
+
+    :returns: whether the record now holds *kid*.
+    :raises RememberStoreError: when the store fails.
+    """
+    key = key_id_key(prefix)
+    fresh = KeyIdRecord(kid=kid, recorded_at=int(now_ms)).to_json()
+    raw = store.get(key)
+    if raw is None:
+        return store.set(key, fresh, ttl_ms=None, only_if_absent=True)
+    try:
+        if _parse_key_id(key, raw).kid == kid:
+            return True
+    except LayoutMarkerError:
+        return False
+    return store.compare_and_set(key, raw, fresh)
+
+
 def mismatch_message(status: KeyIdStatus) -> str:
     """The ERROR (and doctor text) for a secret that does not match the store's record."""
     previous = list(status.kids[1:])
@@ -376,8 +404,8 @@ def mismatch_message(status: KeyIdStatus) -> str:
         f"has key id {status.kids[0]!r} (previous secrets: {previous}). Entries it writes cannot "
         "be read by the instances using the recorded secret, and theirs are unreadable here. "
         "Set REMEMBER_SECRET (or encryption secrets) to the fleet's secret, or add it to "
-        "REMEMBER_PREVIOUS_SECRETS while rotating; once every entry has been rotated to this "
-        f"secret, delete {status.key!r} and the next instance records the new key id."
+        "REMEMBER_PREVIOUS_SECRETS while rotating; a complete `remember-sync rotate` then "
+        "records the new key id."
     )
 
 

@@ -433,6 +433,35 @@ def test_the_old_secret_in_the_rotation_list_is_no_mismatch(
     assert checks["key-id"]["recorded_kid"] == key_id(SECRET_A)
 
 
+def test_a_complete_rotate_records_the_new_key_id_so_the_old_secret_can_go(
+    redis_client: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """rotate (B, A) re-records B; then B alone logs no mismatch; dry or incomplete runs do not."""
+    _instance(redis_url, [SECRET_A])
+    rotating = {"REMEMBER_SECRET": SECRET_B, "REMEMBER_PREVIOUS_SECRETS": SECRET_A}
+    dry = _cli(tmp_path, "rotate", "--redis-url", redis_url, "--dry-run", **rotating)
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(redis_client.get(key_id_key(P)) or b"null")["kid"] == key_id(SECRET_A)
+
+    # An entry no secret of ours opens makes the run incomplete: the record stays.
+    redis_client.set(f"{P}v2:user:carol:x", seal(b'{"value":1,"createdAt":1,"updatedAt":1}',
+                                                 b"\x00" * 32))
+    blocked = _cli(tmp_path, "rotate", "--redis-url", redis_url, **rotating)
+    assert blocked.returncode == 1, blocked.stdout + blocked.stderr
+    assert json.loads(redis_client.get(key_id_key(P)) or b"null")["kid"] == key_id(SECRET_A)
+
+    redis_client.delete(f"{P}v2:user:carol:x")
+    done = _cli(tmp_path, "rotate", "--redis-url", redis_url, "--json", **rotating)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["key_id_recorded"] is True
+    assert json.loads(redis_client.get(key_id_key(P)) or b"null")["kid"] == key_id(SECRET_B)
+    assert redis_client.pttl(key_id_key(P)) == -1
+    for skip in (False, True):
+        assert _errors(_instance(redis_url, [SECRET_B], skip=skip)) == []
+    # The old secret alone is now the mismatch.
+    assert len(_errors(_instance(redis_url, [SECRET_A], skip=True))) == 1
+
+
 def test_doctor_flags_an_unreadable_key_id_record(
     redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:

@@ -40,6 +40,7 @@ from typing import Any, TextIO
 
 from ..accessor import AccessorCore
 from ..keys import ParsedKey
+from ..purge import record_rotated_key_id
 from .inspect import MAX_LISTED
 from .walk import Item, classify, decode_item, list_keys, read_items
 
@@ -74,6 +75,8 @@ class RotateResult:
     shadowed: int = 0
     #: Doubled-prefix keys not read because ``read_doubled_prefix`` is off.
     doubled_unread: int = 0
+    #: A complete run recorded the primary secret's key id under ``P + "__keyid__"``.
+    key_id_recorded: bool = False
     dry_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,4 +171,11 @@ def rotate(
                 result.contended_keys.append(item.key)
         else:
             setattr(result, outcome, getattr(result, outcome) + 1)
+    keyring = core.codec.keyring
+    if not dry_run and result.complete and keyring is not None and prefix:
+        # Every live entry is now the primary secret's: the fleet's record says so,
+        # or instances that dropped the old secret would be told they do not match.
+        result.key_id_recorded = record_rotated_key_id(
+            core.store, prefix, keyring.primary_kid, now_ms=core.clock()
+        )
     return result

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote, unquote
 
+from ._glob import GlobMatcher, glob_matcher
 from .errors import RememberInputError
-from .stores.glob import GlobMatcher, glob_matcher
 from .types import Namespace, Scope
 
 __all__ = [
@@ -216,7 +216,7 @@ def _user_matcher(pattern: str) -> GlobMatcher:
 def match_user_pattern(pattern: str, bare_key: str) -> bool:
     """Whether *bare_key* matches *pattern* where only ``*`` and ``?`` are wildcards.
 
-    Linear-time (see :mod:`remember_sync.stores.glob`): no pattern within the
+    Linear-time (see :mod:`remember_sync._glob`): no pattern within the
     :func:`check_pattern` limits can make one call slow.
     """
     return _user_matcher(pattern)(bare_key)

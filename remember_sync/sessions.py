@@ -109,15 +109,17 @@ class SessionSigner:
         # caller's own text is compared with its canonical form: nothing secret leaks.
         if not hmac.compare_digest(b64url_encode(mac), mac_text):
             return False
-        if not self._keyring.verify_hmac(
-            self._message(nonce, issued, principal), mac, legacy=version == _LEGACY_VERSION
-        ):
-            return False
+        # The issue time is public: an expired id (an ``rs1`` one above all, whose MAC
+        # is keyed by the raw master secret) is refused before any MAC is computed.
         lifetime = self._lifetime_ms(version)
         now = now_ms if now_ms is not None else _now_ms()
         if issued_ms > now + _FUTURE_SKEW_MS:
             return False
-        return lifetime is None or now - issued_ms <= lifetime
+        if lifetime is not None and now - issued_ms > lifetime:
+            return False
+        return self._keyring.verify_hmac(
+            self._message(nonce, issued, principal), mac, legacy=version == _LEGACY_VERSION
+        )
 
     def deadline_ms(self, session_id: str) -> int | None:
         """The epoch millisecond after which *session_id* no longer verifies (``None``: never).

@@ -86,6 +86,25 @@ def test_old_style_ids_never_live_forever() -> None:
     assert signer.deadline_ms(new) is None and signer.deadline_ms(old) == later
 
 
+def test_an_expired_old_style_id_never_computes_the_raw_secret_mac(monkeypatch) -> None:
+    """The issue time is checked first: an expired rs1 id costs no MAC keyed by the secret."""
+    keyring = _keyring()
+    signer = SessionSigner(keyring, max_age_ms=2 * DAY)
+    calls: list[bool] = []
+    real = Keyring.verify_hmac
+
+    def counting(self: Keyring, message: bytes, mac: bytes, *, legacy: bool = False) -> bool:
+        calls.append(legacy)
+        return real(self, message, mac, legacy=legacy)
+
+    monkeypatch.setattr(Keyring, "verify_hmac", counting)
+    old = _old_style(TEST_SECRET, "alice", NOW)
+    assert not signer.verify(old, "alice", now_ms=NOW + 30 * DAY)
+    assert not signer.verify(old, "alice", now_ms=NOW - DAY)  # issued in the future
+    assert calls == []
+    assert signer.verify(old, "alice", now_ms=NOW + DAY) and calls == [True]
+
+
 def test_a_rotated_secret_still_verifies_both_forms() -> None:
     """After a rotation (new secret first), ids of the previous secret verify in both forms."""
     before = SessionSigner(_keyring("previous-secret-0123456789abcdef"))

@@ -117,6 +117,8 @@ SCAN_COUNT = 1000
 NESTED_SEGMENTS = ("v2", "global", *LEGACY_SCOPES)
 #: Last segments of another deployment's bookkeeping keys (never legacy entries).
 _BOOKKEEPING = ("__layout__", "__keyid__")
+#: Substrings of a key that only a (possibly nested) current deployment writes.
+_NESTED_MARKERS = ("v2:session:", "v2:user:", "v2:tool:", "global:", *_BOOKKEEPING, "__revoked__:")
 
 
 class LayoutMarkerError(RememberError):
@@ -526,21 +528,19 @@ def nested_prefix(prefix: str) -> str | None:
 
 
 def nested_key(rest: str) -> bool:
-    """Whether a key under ``P + scope + ":"`` is shaped like a *nested* deployment's key.
+    """Whether a key under ``P + scope + ":"`` may be a *nested* deployment's key.
 
-    *rest* is the key after ``P + scope + ":"``.  A deployment whose prefix is
-    ``P + "session:"`` (or deeper) keeps its current entries at ``… v2:…`` and
-    ``… global:…`` and its bookkeeping at ``…__layout__`` / ``…__keyid__``; such
-    keys are never swept, even when they hold an entry.  A true legacy entry of
-    that shape (a session named ``v2``) is kept too: keeping garbage is safe,
-    deleting another deployment's data is not.
+    *rest* is the key after ``P + scope + ":"``.  A deployment whose prefix lies
+    under ``P + "session:"`` (``remember:session:``, or ``remember:session:app``
+    with no trailing colon) keeps its current entries at ``…v2:<scope>:…`` and
+    ``…global:…`` and its bookkeeping at ``…__layout__``, ``…__keyid__`` and
+    ``…__revoked__:…``.  Any key holding one of those markers *anywhere* is never
+    swept, even when its value is an entry: a nested prefix need not end at a
+    segment boundary.  A true legacy entry that happens to contain one (a user key
+    ``a:global:b``) is kept too: keeping garbage is safe, deleting another
+    deployment's data is not.
     """
-    if "v2" not in rest and "global" not in rest and "__" not in rest:
-        return False  # the usual legacy key, decided by three substring tests
-    segments = rest.split(":")
-    if segments[-1] in _BOOKKEEPING:
-        return True
-    return any(segment in ("v2", "global") for segment in segments[:-1])
+    return any(marker in rest for marker in _NESTED_MARKERS)
 
 
 def is_legacy_value(raw: str) -> bool:

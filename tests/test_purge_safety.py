@@ -41,6 +41,7 @@ from remember_sync.purge import (
 )
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
+from remember_sync.types import Identity
 from tests.conftest import FakeClock
 
 P = "remember:"
@@ -178,13 +179,35 @@ def test_nested_prefix_names_the_segment_inside_another_layout(
 def test_nested_key_recognises_a_nested_deployments_keys() -> None:
     """Keys of a deployment nested at P+'session:' are not legacy; legacy shapes are."""
     for rest in ["v2:user:alice:k", "v2:session:s:k", "global:flag", "__layout__",
-                 "__keyid__", "app:v2:tool:t:s:k", "app:__layout__"]:
+                 "__keyid__", "app:v2:tool:t:s:k", "app:__layout__",
+                 # a nested prefix without a trailing colon: remember:session:compat
+                 "compatv2:user:bob:profile", "compatv2:session:s1:k", "compatglobal:g",
+                 "compat__layout__", "compat__keyid__", "compat__revoked__:abc"]:
         assert nested_key(rest), rest
     for rest in ["s1:theme", "search:s1:cache", "alice:pref", "a:b/c d?:x", "x"]:
         assert not nested_key(rest), rest
 
 
 # -- the sweep on real servers --------------------------------------------------------------
+
+
+def test_a_nested_prefix_without_a_trailing_colon_keeps_its_unbound_and_plain_entries() -> None:
+    """remember:session:compat (1.8.0 envelopes) and :plain (no encryption) survive the sweep."""
+    store = MemoryStore()
+    for name, encryption in (
+        ("compat", {"secrets": ["b" * 32], "frontmcp_compatible": True}),
+        ("plain", {"enabled": False}),
+    ):
+        nested = RememberPlugin.init(store=store, key_prefix=f"remember:session:{name}",
+                                     encryption=encryption, skip_legacy_purge=True)
+        nested.accessor(Identity(session_id="s1", user_id="bob")).set("p", "bob", scope="user")
+        nested.accessor(Identity(session_id="s1")).set("g", "shared", scope="global")
+        nested.close()
+    before = sorted(store.scan("*"))
+    assert len(before) == 4
+    result = sweep_legacy(store, "remember:")
+    assert result.deleted == 0
+    assert sorted(store.scan("*")) == before
 
 
 def test_default_purge_keeps_nested_deployments_foreign_types_and_strings(

@@ -808,8 +808,8 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
         if result.moved or result.shadowed:
             sys.stdout.write(
                 f"{'would move' if args.dry_run else 'moved'} {result.moved} doubled-prefix "
-                f"(1.8.0) entries into the single layout; {result.shadowed} left alone, "
-                "shadowed by their single-layout twin\n"
+                f"(1.8.0) entries into the single layout; {result.shadowed} shadowed by "
+                "their single-layout twin (re-sealed in place, never deleted)\n"
             )
         if result.doubled_unread:
             sys.stdout.write(

@@ -325,6 +325,39 @@ def test_rotate_leaves_a_shadowed_doubled_entry_and_an_unreadable_one(
     store.close()
 
 
+def test_rotate_reseals_a_shadowed_doubled_copy_so_the_old_secret_can_go(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """A doubled copy shadowed by its twin is re-sealed in place: after the twin goes and the
+    old secret is dropped, the application still reads it (never an unreadable entry)."""
+    ident = Identity(user_id="alice")
+    ns = resolve_namespace(ident, "user")
+    single = storage_key("remember:", ns, "theme")
+    old = entry_json("dark", None, 1, 1, None, None).encode()
+    redis_client.set("remember:" + single, seal(old, derive_key(OLD_SECRET, ns)))
+    store = RedisStore.from_url(redis_url)
+    app = RememberPlugin.init(store=store, encryption={"secrets": [SECRET_NEW, OLD_SECRET]},
+                              read_doubled_prefix=True, skip_legacy_purge=True)
+    app.accessor(ident).set("theme", "light", scope="user")  # the twin; the copy stays
+    done = _cli("rotate", "--redis-url", redis_url, "--read-doubled-prefix", "--json",
+                cwd=tmp_path, REMEMBER_SECRET=SECRET_NEW, REMEMBER_PREVIOUS_SECRETS=OLD_SECRET)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["shadowed"] == 1 and report["unreadable"] == 0
+    app.close()
+    # The old secret is dropped; then the twin is forgotten: the copy is what is read.
+    app = RememberPlugin.init(store=store, encryption={"secrets": [SECRET_NEW]},
+                              read_doubled_prefix=True, skip_legacy_purge=True,
+                              on_decrypt_error="raise")
+    memory = app.accessor(ident)
+    assert memory.get("theme", scope="user") == "light"
+    redis_client.delete(single)
+    assert memory.get("theme", scope="user") == "dark"  # readable, not lost
+    assert app.stats()["unreadable"] == 0
+    app.close()
+    store.close()
+
+
 def test_stats_export_doctor_walk_the_doubled_prefix_layout(
     redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:

@@ -25,8 +25,10 @@ unreadable, the old secret can be dropped.
   An application with ``read_doubled_prefix=True`` reads the single layout
   first, so it keeps reading the entry throughout, and the entry no longer
   depends on that option.  A doubled-prefix key whose single-layout twin
-  exists is *shadowed* (the application reads the twin): it is left alone
-  and counted.  Without ``read_doubled_prefix`` doubled-prefix keys are not
+  exists is *shadowed*: the application reads the twin, but reads the copy
+  again once the twin expires or is forgotten, so the copy is re-sealed in
+  place (never deleted) and an unreadable one is reported like any other.
+  Without ``read_doubled_prefix`` doubled-prefix keys are not
   read; they are counted as ``doubled_unread`` and the run is not complete,
   because the walk cannot know whether the application reads them.
   Run it once no 1.8.0 instance writes any more: a write such an instance
@@ -88,8 +90,12 @@ class RotateResult:
         return not (self.unreadable or self.contended or self.doubled_unread)
 
 
-def _rotate_one(core: AccessorCore, item: Item, dry_run: bool) -> str:
-    """Bring one entry to the primary secret; return what happened to it."""
+def _rotate_one(core: AccessorCore, item: Item, dry_run: bool, *, in_place: bool = False) -> str:
+    """Bring one entry to the primary secret; return what happened to it.
+
+    A doubled-prefix entry is moved into the single layout, unless *in_place*
+    (a shadowed copy: re-sealed where it is).
+    """
     parsed: ParsedKey = item.parsed
     for _attempt in range(CAS_ATTEMPTS):
         if item.raw is None:
@@ -99,7 +105,7 @@ def _rotate_one(core: AccessorCore, item: Item, dry_run: bool) -> str:
         now = core.clock()
         if item.entry.is_expired(now):
             return "expired"
-        if item.doubled:
+        if item.doubled and not in_place:
             return _move_doubled(core, item, dry_run)
         if item.current:
             return "current"
@@ -108,10 +114,12 @@ def _rotate_one(core: AccessorCore, item: Item, dry_run: bool) -> str:
         # Re-serialise the decoded entry: same fields, same key order, new envelope.
         fresh = core.codec.encode(item.entry, parsed.namespace, item.key)
         ttl_ms = core.ttl_ms(item.entry.expires_at, now)
-        if core.store.compare_and_set(item.key, item.raw, fresh, ttl_ms=ttl_ms):
+        if core.store.compare_and_set(item.stored_at, item.raw, fresh, ttl_ms=ttl_ms):
             return "rotated"
         # Someone wrote (or deleted) it since we read it: look again.
-        item = decode_item(core.codec, item.key, parsed, core.store.get(item.key))
+        item = decode_item(
+            core.codec, item.key, parsed, core.store.get(item.stored_at), stored_at=item.stored_at
+        )
     return "contended"
 
 
@@ -124,7 +132,9 @@ def _move_doubled(core: AccessorCore, item: Item, dry_run: bool) -> str:
     fresh = core.codec.encode(item.entry, item.parsed.namespace, item.key)
     ttl_ms = core.ttl_ms(item.entry.expires_at, now)
     if not core.store.set(item.key, fresh, ttl_ms=ttl_ms, only_if_absent=True):
-        return "shadowed"  # the single-layout twin appeared meanwhile: it wins, as on read
+        # The single-layout twin appeared meanwhile: it wins, as on read, and this
+        # copy is brought to the primary secret where it is.
+        return _rotate_one(core, item, dry_run, in_place=True)
     # Verified before the old copy goes: the single-layout entry is there and decodes
     # (an application may already have updated it: any readable value will do).
     check = decode_item(core.codec, item.key, item.parsed, core.store.get(item.key))
@@ -153,11 +163,18 @@ def rotate(
         core.store, core.codec, keys, label="rotate", progress_stream=progress_stream,
         read_doubled_prefix=core.read_doubled_prefix,
     ):
-        if item.shadowed:
+        in_place = item.shadowed
+        if in_place:
+            # The application reads the single-layout twin, but this copy is what it
+            # reads again once the twin expires or is forgotten: it is brought to the
+            # primary secret where it is (never deleted), or reported if unreadable.
             result.shadowed += 1
-            continue
+            item = decode_item(
+                core.codec, item.key, item.parsed, core.store.get(item.stored_at),
+                stored_at=item.stored_at,
+            )
         result.examined += 1
-        outcome = _rotate_one(core, item, dry_run)
+        outcome = _rotate_one(core, item, dry_run, in_place=in_place)
         if outcome == "moved":
             result.moved += 1
             result.rotated += 1

@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_SECRET_FILE",
     "ENV_SECRET_NAMES",
     "REQUIRE_SECRET_ENV",
+    "check_owner",
     "check_private_mode",
     "generate_secret",
     "is_production",
@@ -133,6 +134,25 @@ def check_private_mode(info: os.stat_result, path: str | os.PathLike[str], what:
             f"the {what} {path} is accessible by group or others (mode {mode:04o}); "
             f"it holds credentials, so restrict it with `chmod 600 {path}`"
         )
+    check_owner(info, path, what)
+
+
+def check_owner(info: os.stat_result, path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a credentials file or directory owned by another user (root excepted).
+
+    Whoever owns it can change it: a secret another account chose is a secret
+    that account knows.  As OpenSSH does, root's files are accepted (root can
+    change anything anyway).
+
+    :raises RememberConfigurationError: naming the path, its owner and ``chown``.
+    """
+    euid = os.geteuid() if hasattr(os, "geteuid") else None
+    if euid is not None and info.st_uid not in (euid, 0):
+        raise RememberConfigurationError(
+            f"the {what} {path} belongs to another user (uid {info.st_uid}, this process runs "
+            f"as uid {euid}), who could choose or read what it holds; make it yours "
+            f"(`chown {euid} {path}`) or set REMEMBER_SECRET"
+        )
 
 
 def _make_directory(directory: Path) -> None:
@@ -176,6 +196,11 @@ def _open_directory(directory: Path) -> int:
             f"could not open the secret file directory {directory}: {exc.strerror}"
         ) from exc
     info = os.fstat(fd)
+    try:
+        check_owner(info, directory, "secret file directory")
+    except RememberConfigurationError:
+        os.close(fd)
+        raise
     if stat.S_IMODE(info.st_mode) & 0o022 and not info.st_mode & stat.S_ISVTX:
         os.close(fd)
         raise RememberConfigurationError(

@@ -174,3 +174,35 @@ def test_directory_others_can_write_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RememberConfigurationError, match="chmod 700"):
         load_or_create_secret_file(directory / "remember-secret.json")
     assert list(directory.iterdir()) == []
+
+
+def _as_root() -> None:
+    from tests.conftest import require_component
+
+    require_component("root", os.geteuid() == 0, "only root can give a file to another user")
+
+
+def test_file_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    """A 0600 secret file another account owns (and so chose) is refused, naming `chown`."""
+    _as_root()
+    directory = tmp_path / ".frontmcp"
+    directory.mkdir(mode=0o700)
+    path = directory / "remember-secret.json"
+    path.write_text(VALID)
+    path.chmod(0o600)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(RememberConfigurationError, match="belongs to another user") as caught:
+        load_or_create_secret_file(path)
+    assert "chown" in caught.value.message and str(path) in caught.value.message
+    assert path.read_text() == VALID and list(directory.iterdir()) == [path]
+
+
+def test_directory_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    """A 0700 .frontmcp another account owns (it could swap the file at will) is refused."""
+    _as_root()
+    directory = tmp_path / ".frontmcp"
+    directory.mkdir(mode=0o700)
+    os.chown(directory, 65534, 65534)
+    with pytest.raises(RememberConfigurationError, match="belongs to another user"):
+        load_or_create_secret_file(directory / "remember-secret.json")
+    assert list(directory.iterdir()) == []

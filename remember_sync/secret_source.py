@@ -101,7 +101,10 @@ def validate_secret_file(raw: str, now_ms: int) -> str:
     """The secret in a secret file's text; ``ValueError`` saying why it is invalid.
 
     Valid: a JSON object with a ``secret`` of at least 32 characters, a positive
-    integer ``createdAt`` not in the future, and ``version`` 1 (as 1.8.0 checks).
+    integer ``createdAt`` and ``version`` 1.  1.8.0 also refuses a ``createdAt``
+    in the future; here that is only a warning: the clock moved back (or the file
+    came from a machine whose clock is ahead), the secret is as good as ever, and
+    moving the file aside would make every entry written with it unreadable.
     """
     data = json.loads(raw)
     if not isinstance(data, dict):
@@ -111,10 +114,14 @@ def validate_secret_file(raw: str, now_ms: int) -> str:
         raise ValueError(f"secret must be a string of at least {MIN_FILE_SECRET_CHARS} chars")
     if isinstance(created, bool) or not isinstance(created, int) or created <= 0:
         raise ValueError("createdAt must be a positive integer")
-    if created > now_ms + 60_000:
-        raise ValueError("createdAt is in the future")
     if version != 1:
         raise ValueError("version must be 1")
+    if created > now_ms + 60_000:
+        log.warning(
+            "remember: the development secret file was created in the future (createdAt %d, "
+            "now %d): the system clock moved back? The secret is used as it is.",
+            created, now_ms,
+        )
     return secret
 
 

@@ -206,3 +206,18 @@ def test_directory_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RememberConfigurationError, match="belongs to another user"):
         load_or_create_secret_file(directory / "remember-secret.json")
     assert list(directory.iterdir()) == []
+
+
+def test_file_created_in_the_future_keeps_its_secret(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A valid file whose createdAt is ahead of the clock (the clock moved back) is used, not
+    moved aside: every entry sealed with it stays readable; one warning says why."""
+    path = tmp_path / "remember-secret.json"
+    future = int(time.time() * 1000) + 30 * 86_400_000
+    secret = "f" * 43
+    path.write_text(json.dumps({"secret": secret, "createdAt": future, "version": 1}))
+    path.chmod(0o600)
+    assert load_or_create_secret_file(path) == secret
+    assert list(tmp_path.iterdir()) == [path]
+    assert any("in the future" in r.getMessage() for r in caplog.records)

@@ -625,7 +625,9 @@ def _cmd_set(args: argparse.Namespace) -> int:
         mem = opened.plugin.accessor(args.identity)
         # Read, then write at once: the window is one round trip (no compare-and-set
         # for a whole new entry in the store protocol).
-        found = _read_before_replacing(opened, args, twin=False, done="overwritten", does="overwrites")
+        found = _read_before_replacing(
+            opened, args, twin=False, done="overwritten", does="overwrites"
+        )
         if found is None:
             return EXIT_FAIL
         mem.set(args.key, args.value, scope=args.scope, ttl=args.ttl, brand=args.brand,

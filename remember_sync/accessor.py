@@ -766,6 +766,11 @@ class RememberAccessor:
     ) -> int:
         """Delete every readable entry matching *pattern* (and *brand*); return how many.
 
+        The count is of live entries only: an expired entry still held by the
+        store (a ``ttl`` that ran out by this plugin's clock, the placeholder
+        the memory tool ``forget`` leaves for a millisecond) is deleted too, as
+        cleanup, but not counted -- every reader already saw it as absent.
+
         Only what was read is deleted: an entry that does not decrypt (written
         with another secret, tampered, an unbound envelope refused by
         ``accept_unbound=False``) is **kept**, logged once per key and counted in
@@ -775,9 +780,9 @@ class RememberAccessor:
 
         :param include_unreadable: delete unreadable entries too (erasure: the
             caller wants everything under the pattern gone, readable or not).
-            They are included in the returned count and a WARNING says how many
-            of it were unreadable.  Not allowed with *brand*: an unreadable
-            entry's brand is unknown.
+            They are included in the returned count (their deadline is
+            unknown) and a WARNING says how many of it were unreadable.  Not
+            allowed with *brand*: an unreadable entry's brand is unknown.
         :raises RememberDecryptionError: unreadable entries, ``on_decrypt_error="raise"``
             and not *include_unreadable* (nothing was deleted).
         """
@@ -797,9 +802,11 @@ class RememberAccessor:
         core = self._core
         ns, head = core.namespace(ident, scope)
         cut_doubled = len(core.prefix + head)
-        doomed: builtins.list[str] = []
+        doomed: builtins.list[str] = []  # live or unreadable: counted
+        expired: builtins.list[str] = []  # deleted as cleanup, not counted
         unreadable = 0
         for batch in core.scan_pages(ns, pattern):
+            now = core.clock()
             # Storage keys: 1.8.0's doubled-prefix keys are decoded as ours (as entries() does).
             skeys = [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
             decoded = core.codec.decode_many([v for _, v in batch], ns, skeys)
@@ -816,7 +823,9 @@ class RememberAccessor:
                     if include_unreadable:
                         doomed.append(full)
                 elif brand is None or fields[1] == brand:
-                    doomed.append(full)  # expired ones too: they are ours and readable
+                    # Expired ones go too (they are ours and readable), uncounted.
+                    gone = fields[4] is not None and now >= fields[4]
+                    (expired if gone else doomed).append(full)
         if unreadable and not include_unreadable and core.on_decrypt_error == "raise":
             raise RememberDecryptionError(
                 f"forget_many found {unreadable} unreadable entries in {scope} scope and "
@@ -828,6 +837,8 @@ class RememberAccessor:
         deleted = sum(
             core.store.delete(*doomed[i : i + _BATCH]) for i in range(0, len(doomed), _BATCH)
         )
+        for i in range(0, len(expired), _BATCH):
+            core.store.delete(*expired[i : i + _BATCH])
         if unreadable:
             log.warning(
                 "remember: forget_many in %s scope %s %d unreadable entries%s",

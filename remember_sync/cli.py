@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .errors import RememberError
+from .errors import RememberDecryptionError, RememberError
 from .identity import is_anonymous
 from .keys import check_key, check_pattern
 from .types import BRANDS, SCOPES, Identity, RememberEntry
@@ -297,7 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key", metavar="KEY", type=_memory_key, help="the memory key")
 
     p = add("set", _cmd_set, "store one entry", [store, writes, ident, as_json],
-            needs_store=True)
+            needs_store=True, description="Store one entry, replacing the one under KEY. An "
+            "entry the configured secrets cannot read is not overwritten (exit code 1) unless "
+            "--include-unreadable is given.")
     p.add_argument("key", metavar="KEY", type=_memory_key, help="the memory key")
     p.add_argument("value", metavar="VALUE", type=_json_value,
                    help="the value as JSON (a string needs quotes: '\"dark\"')")
@@ -305,10 +307,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--brand", choices=BRANDS, help="what kind of memory this is")
     p.add_argument("--metadata", type=_json_object, metavar="JSON",
                    help="a JSON object stored with the entry")
+    p.add_argument("--include-unreadable", action="store_true",
+                   help="overwrite the entry even if the configured secrets cannot read it")
 
     p = add("forget", _cmd_forget, "delete one entry", [store, reads, ident, as_json],
-            needs_store=True)
+            needs_store=True, description="Delete one entry. An entry the configured secrets "
+            "cannot read is not deleted (exit code 1) unless --include-unreadable is given.")
     p.add_argument("key", metavar="KEY", type=_memory_key, help="the memory key")
+    p.add_argument("--include-unreadable", action="store_true",
+                   help="delete the entry even if the configured secrets cannot read it")
 
     add("stats", _cmd_stats, "count entries by scope and brand, bytes, expiry, problems",
         [store, reads, as_json], needs_store=True,
@@ -577,30 +584,87 @@ def _cmd_get(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_UNREAD = "it could not be read with the configured secret(s)"
+
+
+def _read_before_replacing(
+    opened: Opened, args: argparse.Namespace, *, twin: bool, done: str, does: str
+) -> tuple[bool, bool] | None:
+    """Read the entry ``set``/``forget`` is about to replace: (live, unreadable).
+
+    An entry the configured secrets cannot read is another secret's data, or
+    tampered with: without ``--include-unreadable`` it is reported and ``None``
+    returned, and the caller writes nothing.  *twin*: also read the 1.8.0
+    doubled-prefix key (``forget`` deletes it too).  The plugin must be opened
+    with ``on_decrypt_error="raise"``.
+    """
+    core = opened.plugin.core
+    ns, head = core.namespace(args.identity, args.scope)
+    skey = head + args.key
+    places = [skey, core.prefix + skey] if twin and core.read_doubled_prefix else [skey]
+    live = False
+    for where in places:
+        try:
+            fields = core.decode_fields(core.store.get(where), ns, skey, core.clock())
+            live |= fields is not None
+        except RememberDecryptionError as exc:
+            if not args.include_unreadable:
+                _stderr(
+                    f"{PROG}: error: {_redact(exc.message)}; {_UNREAD}, so it was not {done} "
+                    f"(nothing changed). --include-unreadable {does} it anyway"
+                )
+                return None
+            return live, True
+    return live, False
+
+
 def _cmd_set(args: argparse.Namespace) -> int:
     from .ops.inspect import format_ms
 
-    with _opened(args, writes=True) as opened:
+    with _opened(args, on_decrypt_error="raise", writes=True) as opened:
         mem = opened.plugin.accessor(args.identity)
+        # Read, then write at once: the window is one round trip (no compare-and-set
+        # for a whole new entry in the store protocol).
+        found = _read_before_replacing(
+            opened, args, twin=False, done="overwritten", does="overwrites"
+        )
+        if found is None:
+            return EXIT_FAIL
         mem.set(args.key, args.value, scope=args.scope, ttl=args.ttl, brand=args.brand,
                 metadata=args.metadata)
         entry = mem.get_entry(args.key, scope=args.scope)
+    unreadable = found[1]
     expires = entry.expires_at if entry is not None else None
     if args.json:
-        _print_json({"success": True, "key": args.key, "scope": args.scope, "expiresAt": expires})
+        _print_json({"success": True, "key": args.key, "scope": args.scope, "expiresAt": expires,
+                     "unreadable": unreadable})
     else:
         when = "never expires" if expires is None else f"expires {format_ms(expires)}"
         sys.stdout.write(f"stored {args.key!r} in {args.scope} scope ({when})\n")
+        if unreadable:
+            sys.stdout.write(f"  the entry it replaced: {_UNREAD}; overwritten because of "
+                             "--include-unreadable\n")
     return EXIT_OK
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:
-    with _opened(args) as opened:
-        existed = opened.plugin.accessor(args.identity).forget(args.key, scope=args.scope)
+    with _opened(args, on_decrypt_error="raise") as opened:
+        # Read, then delete at once: the window is one round trip (the store protocol
+        # has no compare-and-delete).
+        found = _read_before_replacing(opened, args, twin=True, done="forgotten", does="deletes")
+        if found is None:
+            return EXIT_FAIL
+        deleted = opened.plugin.accessor(args.identity).forget(args.key, scope=args.scope)
+    live, unreadable = found
+    # An expired entry still stored is deleted as cleanup, but was not there for any reader.
+    existed = deleted and (live or unreadable)
     if args.json:
-        _print_json({"key": args.key, "scope": args.scope, "existed": existed})
+        _print_json({"key": args.key, "scope": args.scope, "existed": existed,
+                     "unreadable": unreadable})
     elif existed:
         sys.stdout.write(f"forgot {args.key!r} in {args.scope} scope\n")
+        if unreadable:
+            sys.stdout.write(f"  {_UNREAD}; deleted because of --include-unreadable\n")
     else:
         sys.stdout.write(f"{args.key!r} was not in {args.scope} scope (nothing to forget)\n")
     return EXIT_OK

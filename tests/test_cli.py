@@ -274,6 +274,72 @@ def test_set_get_list_forget_round_trip_on_redis(
     assert cli("list", *who).stdout == "other\n"
 
 
+THEME_KEY = "remember:v2:user:alice:theme"
+ALICE_USER = ["--scope", "user", "--user", "alice"]
+
+
+def test_forget_refuses_an_entry_it_cannot_read(
+    cli: Run, url: str, redis_client: redis.Redis, open_plugin: Callable[..., RememberPlugin]
+) -> None:
+    """forget with the wrong secret exits 1 and leaves the bytes; --include-unreadable deletes."""
+    open_plugin(SECRET_C).accessor(ALICE).set("theme", "dark", scope="user")
+    stored = redis_client.get(THEME_KEY)
+    refused = cli("forget", "theme", *ALICE_USER, "--redis-url", url)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert refused.stdout == ""
+    assert "could not be read with the configured secret" in refused.stderr
+    assert "--include-unreadable" in refused.stderr and "not forgotten" in refused.stderr
+    assert redis_client.get(THEME_KEY) == stored
+    assert redis_client.pttl(THEME_KEY) == -1
+
+    forced = cli("forget", "theme", *ALICE_USER, "--redis-url", url, "--include-unreadable",
+                 "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout) == {
+        "key": "theme", "scope": "user", "existed": True, "unreadable": True
+    }
+    assert redis_client.exists(THEME_KEY) == 0
+
+
+def test_set_refuses_to_overwrite_an_entry_it_cannot_read(
+    cli: Run, url: str, redis_client: redis.Redis, open_plugin: Callable[..., RememberPlugin]
+) -> None:
+    """set over an unreadable entry exits 1 and writes nothing; --include-unreadable overwrites."""
+    other = open_plugin(SECRET_C).accessor(ALICE)
+    other.set("theme", "dark", scope="user")
+    stored = redis_client.get(THEME_KEY)
+    refused = cli("set", "theme", '"light"', *ALICE_USER, "--redis-url", url, "--ttl", "60")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert refused.stdout == ""
+    assert "could not be read with the configured secret" in refused.stderr
+    assert "--include-unreadable" in refused.stderr and "not overwritten" in refused.stderr
+    assert redis_client.get(THEME_KEY) == stored
+    assert redis_client.pttl(THEME_KEY) == -1
+    assert other.get("theme", scope="user") == "dark"
+
+    forced = cli("set", "theme", '"light"', *ALICE_USER, "--redis-url", url,
+                 "--include-unreadable")
+    assert forced.returncode == 0, forced.stderr
+    assert "could not be read" in forced.stdout and "--include-unreadable" in forced.stdout
+    assert open_plugin(SECRET_A).accessor(ALICE).get("theme", scope="user") == "light"
+
+
+def test_forget_and_set_of_readable_entries_need_no_flag(
+    cli: Run, url: str, redis_client: redis.Redis, open_plugin: Callable[..., RememberPlugin]
+) -> None:
+    """With the right secret set replaces and forget deletes as before, nothing unreadable."""
+    mine = open_plugin(SECRET_A).accessor(ALICE)
+    mine.set("theme", "dark", scope="user")
+    replaced = cli("set", "theme", '"light"', *ALICE_USER, "--redis-url", url, "--json")
+    assert replaced.returncode == 0, replaced.stderr
+    assert json.loads(replaced.stdout)["unreadable"] is False
+    assert mine.get("theme", scope="user") == "light"
+    forgot = cli("forget", "theme", *ALICE_USER, "--redis-url", url)
+    assert forgot.returncode == 0, forgot.stderr
+    assert forgot.stdout == "forgot 'theme' in user scope\n"
+    assert redis_client.exists(THEME_KEY) == 0
+
+
 def test_session_and_tool_scopes_address_the_library_namespaces(
     cli: Run, url: str, open_plugin: Callable[..., RememberPlugin]
 ) -> None:

@@ -38,6 +38,7 @@ from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
 from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
+from tests.conftest import FakeClock
 from tests.fixtures_kv import KV_TEST_TOKEN
 from tests.vectors import VECTORS, vector_identity, vector_tool_name
 
@@ -175,6 +176,26 @@ def test_forget_many_deletes_only_readable_entries_of_the_brand(
     assert theirs.list() == ["c"]
     assert mine.forget_many(pattern="*", include_unreadable=True) == 1
     assert theirs.list() == []
+
+
+def test_forget_many_counts_only_live_entries(
+    make_plugin: Callable[..., RememberPlugin], store: Store, clock: FakeClock
+) -> None:
+    """forget_many counts only live entries; an expired one still stored is deleted, not counted."""
+    ident = Identity(session_id="s-1")
+    mine = make_plugin().accessor(ident)
+    theirs = make_plugin(encryption={"secrets": [SECRET_OTHER]}).accessor(ident)
+    mine.set("d1", 1, ttl=60)  # expired below by the plugin's clock, still in the store
+    clock.advance(s=61)
+    mine.set("d2", 2)
+    theirs.set("d3", 3)
+    assert store.get("remember:v2:session:s-1:d1") is not None
+    assert mine.forget_many(pattern="d*") == 1  # d2; d3 is kept
+    assert store.get("remember:v2:session:s-1:d1") is None  # cleaned up all the same
+    mine.set("d4", 4, ttl=60)
+    clock.advance(s=61)
+    assert mine.forget_many(pattern="d*", include_unreadable=True) == 1  # d3, not d4
+    assert list(store.scan("remember:v2:session:s-1:*")) == []
 
 
 def test_forget_many_in_raise_mode_deletes_nothing(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._fork import after_fork_in_child
 from .codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
 from .errors import (
     RememberConflictError,
@@ -168,6 +169,15 @@ class AccessorCore:
         # Resolving the scope rules and percent-encoding the identity is pure, and
         # costs more than a dict lookup on every call.
         self._namespaces: dict[tuple[object, ...], tuple[Namespace, str]] = {}
+        after_fork_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # Another thread of the parent may have held the lock at the fork (see _fork).
+        # It guards counters and the set of keys already reported unreadable: at worst
+        # the child counts one event the parent's thread was counting, or reports a key
+        # once more.  The namespace cache is only a cache: the child starts empty.
+        self._lock = threading.Lock()
+        self._namespaces = {}
 
     def namespace(self, ident: Identity, scope: object) -> tuple[Namespace, str]:
         """The namespace of *scope* for *ident*, and its storage-key head (cached).

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from ._fork import after_fork_in_child
 from .errors import RememberConfigurationError, RememberDecryptionError
 from .types import Namespace
 
@@ -306,6 +307,7 @@ class Keyring:
         self._lock = threading.Lock()
         #: How many HKDF derivations ran (a test pins "one per namespace").
         self.derivations = 0
+        after_fork_in_child(self._after_fork_in_child)
 
     def __repr__(self) -> str:
         return (
@@ -342,6 +344,12 @@ class Keyring:
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return derived
+
+    def _after_fork_in_child(self) -> None:
+        # Another thread of the parent may have held the lock at the fork (see _fork);
+        # the cache it guarded is only a cache, so the child starts with an empty one.
+        self._lock = threading.Lock()
+        self._cache = OrderedDict()
 
     def candidates(self, kid: str | None) -> list[int]:
         """Secret indexes to try for an envelope: the one its kid names first, then the rest."""

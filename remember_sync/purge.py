@@ -55,6 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ._fork import after_fork_in_child
 from .codec import entry_fields
 from .crypto import envelope_binding
 from .errors import (
@@ -1086,5 +1087,4 @@ def _after_fork_in_child() -> None:
             log.debug("remember: legacy purge could not re-arm after fork", exc_info=True)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+after_fork_in_child(_after_fork_in_child)

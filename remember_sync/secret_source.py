@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ._fork import after_fork_in_child
 from .crypto import Keyring, b64url_encode
 from .errors import RememberConfigurationError
 
@@ -58,6 +59,16 @@ _FALSY = ("", "0", "false", "no", "off")
 
 _production_lock = threading.Lock()
 _production_secret: str | None = None
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held the lock at the fork (see _fork).  It guards
+    # one assignment of an immutable str: the child sees the secret or None, never half.
+    global _production_lock
+    _production_lock = threading.Lock()
+
+
+after_fork_in_child(_after_fork_in_child)
 
 
 def generate_secret() -> str:

@@ -29,9 +29,11 @@ import requests
 
 from remember_sync import Identity, RememberConfigurationError, RememberPlugin
 from remember_sync.stores.base import Store
+from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
 from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
+from remember_sync.types import Namespace
 from tests.conftest import TEST_SECRET
 from tests.fixtures_kv import KV_TEST_TOKEN
 
@@ -47,7 +49,10 @@ CHILD_DEADLINE = 90.0
 
 
 def run_forked(
-    tmp_path: Path, workers: int, work: Callable[[int], dict[str, Any]]
+    tmp_path: Path,
+    workers: int,
+    work: Callable[[int], dict[str, Any]],
+    child_deadline: float = CHILD_DEADLINE,
 ) -> list[dict[str, Any]]:
     """Fork *workers* children that start *work(i)* at the same moment; return their reports.
 
@@ -74,7 +79,7 @@ def run_forked(
         pids[i] = pid
     os.close(go_read)
     os.close(go_write)  # go
-    deadline = time.monotonic() + CHILD_DEADLINE
+    deadline = time.monotonic() + child_deadline
     reports: list[dict[str, Any]] = []
     for i, pid in pids.items():
         while True:
@@ -89,7 +94,7 @@ def run_forked(
             time.sleep(0.02)  # poll the child's exit with a deadline
         path = tmp_path / f"worker-{i}.json"
         if status == -1:
-            reports.append({"crashed": f"worker {i} hung for {CHILD_DEADLINE} s and was killed"})
+            reports.append({"crashed": f"worker {i} hung for {child_deadline} s and was killed"})
         elif not path.exists():
             reports.append({"crashed": f"worker {i} exited with status {status} and no report"})
         else:
@@ -343,3 +348,51 @@ def test_forked_workers_never_reuse_an_iv(
     assert len(ivs) == 200 * (WORKERS + 1)
     assert len(set(ivs)) == len(ivs)
     plugin.close()
+
+
+# -- locks held by another thread at the fork -------------------------------------------------
+
+
+def test_children_forked_while_other_threads_hold_the_locks_never_hang(tmp_path: Path) -> None:
+    """A child forked while parent threads hold the keyring/store locks finishes its own work."""
+    plugin = RememberPlugin.init(
+        store=MemoryStore(), encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True
+    )
+    stop = threading.Event()
+    turns = [0, 0, 0]
+    keyring, store = plugin.keyring, plugin.store
+    assert keyring is not None
+
+    def churn(n: int) -> None:
+        # Tight loops that spend most of their time inside a lock: a new namespace each
+        # turn (a key derivation under the keyring lock), a store write, a full accessor call.
+        while not stop.is_set():
+            turn = turns[n] = turns[n] + 1
+            if n == 0:
+                keyring.key(Namespace("user", user=f"parent-{turn}"))
+            elif n == 1:
+                store.set(f"parent:{turn % 500}", "v")
+            else:
+                plugin.accessor(Identity(user_id=f"parent-{turn}")).set("k", "v", scope="user")
+
+    threads = [threading.Thread(target=churn, args=(n,), daemon=True) for n in range(3)]
+    for thread in threads:
+        thread.start()
+
+    def work(i: int) -> dict[str, Any]:
+        memory = plugin.accessor(Identity(user_id=f"child-{i}"))
+        memory.set("k", f"value-{i}", scope="user")
+        return {"got": memory.get("k", scope="user")}
+
+    try:
+        deadline = time.monotonic() + 10
+        while min(turns) < 20 and time.monotonic() < deadline:  # both threads are working
+            time.sleep(0.005)
+        reports = run_forked(tmp_path, 100, work, child_deadline=30.0)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        plugin.close()
+    assert min(turns) >= 20
+    assert reports == [{"got": f"value-{i}"} for i in range(100)]

@@ -76,6 +76,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-framework i
         "remember_sync.integrations.django needs Django: pip install 'remember-sync[django]'"
     ) from exc
 
+from .._fork import after_fork_in_child
 from ..errors import RememberConfigurationError, RememberError
 from ..identity import identity
 from ..plugin import RememberPlugin, register_global_store_resolver
@@ -198,6 +199,17 @@ class _Runtime:
 
 _lock = threading.Lock()
 _runtime: _Runtime | None = None
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held the lock at the fork (see _fork), e.g. while
+    # building the runtime on a first request.  _runtime is assigned only once built,
+    # so the child sees a whole runtime or None (and then builds its own).
+    global _lock
+    _lock = threading.Lock()
+
+
+after_fork_in_child(_after_fork_in_child)
 
 
 def _build() -> _Runtime:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import threading
 
+from .._fork import after_fork_in_child
 from ..errors import RememberStoreError
 from ..keys import ended_session_key
 from ..sessions import session_digest
@@ -70,6 +71,13 @@ class EndedSessions:
         # The private table needs no prefix (it holds nothing else): shorter keys.
         self._prefix = "" if self.local else prefix
         self.max_local = max_local
+        self._lock = threading.Lock()
+        after_fork_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # Another thread of the parent may have held the lock at the fork (see _fork).
+        # It only makes "count, then write" one step; the table itself is a MemoryStore,
+        # which renews its own lock.
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:

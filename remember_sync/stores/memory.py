@@ -40,6 +40,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 
+from .._fork import after_fork_in_child
 from ..errors import RememberConfigurationError, RememberInputError
 from .base import check_count
 from .glob import glob_matcher
@@ -135,6 +136,19 @@ class MemoryStore:
         self._pending: deque[tuple[int, str]] = deque()
         self._pending_min = _NEVER
         self.evictions = 0
+        after_fork_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # Another thread of the parent may have held the lock at the fork (see _fork):
+        # without a new one the child hangs on its first operation.  The child's copy
+        # of the data is NOT guaranteed consistent: if that thread was half-way through
+        # an update, the child sees the half that was done (e.g. a key in the table whose
+        # bytes are not yet counted, or an expiry not yet in the heap).  Every entry is
+        # still a whole (value, deadline) pair, but the size accounting of a bounded store
+        # may be off by that one write, and a lost heap entry only delays the sweep of an
+        # expired key (reads check the deadline themselves).  The store is per process
+        # anyway: the child works on a copy the parent never sees.
+        self._lock = threading.Lock()
 
     # -- internals (call with the lock held) ---------------------------------
 

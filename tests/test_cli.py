@@ -35,6 +35,7 @@ SECRET_A = "cli-secret-A-0123456789abcdef0123456789"
 SECRET_B = "cli-secret-B-0123456789abcdef0123456789"
 SECRET_C = "cli-secret-C-0123456789abcdef0123456789"
 TIMEOUT = 60
+REPO = Path(__file__).resolve().parent.parent
 
 #: Variables a developer's shell may hold that would change what the child does.
 _SCRUBBED = (
@@ -54,6 +55,8 @@ _SCRUBBED = (
 def child_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
     env["PYTHONIOENCODING"] = "utf-8"
+    # The checkout under test, whatever the editable install points at.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.update(extra)
     return env
 

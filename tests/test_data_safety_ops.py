@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -40,6 +39,7 @@ from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
 from tests.conftest import FakeClock
 from tests.fixtures_kv import KV_TEST_TOKEN
+from tests.test_cli import child_env
 from tests.vectors import VECTORS, vector_identity, vector_tool_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,27 +49,6 @@ SECRET_NEW = "new-secret-0123456789abcdef0123456789abc"
 #: A session id as an anonymous MCP session carries it: it grants that session's memory.
 SESSION = "anon-sess-7d41c0ffee9b4e2f8a11b5c3d2e1f0a9"
 TIMEOUT = 60
-
-_SCRUBBED = (
-    "REMEMBER_SECRET",
-    "MCP_MEMORY_SECRET",
-    "MCP_SESSION_SECRET",
-    "REMEMBER_PREVIOUS_SECRETS",
-    "REMEMBER_ENV",
-    "NODE_ENV",
-    "REMEMBER_REDIS_URL",
-    "KV_REST_API_URL",
-    "KV_REST_API_TOKEN",
-)
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
-    env["PYTHONIOENCODING"] = "utf-8"
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
-
 
 # -- forget_many from a second process with the wrong secret ------------------------------
 

@@ -89,6 +89,8 @@ class Sizes:
     purge_keys: int = 100_000
     #: Seconds per server for the ``tools/call`` row.
     tools_seconds: float = 5.0
+    #: Seconds per server for the ``tools/call`` row under gunicorn (in rounds of 0.5 s).
+    gunicorn_seconds: float = 6.0
     #: Groups to run (``None``: all).
     only: frozenset[str] | None = field(default=None)
 
@@ -101,6 +103,7 @@ QUICK = Sizes(
     thread_rounds=4,
     purge_keys=20_000,
     tools_seconds=1.5,
+    gunicorn_seconds=3.0,
 )
 
 
@@ -866,6 +869,46 @@ def rows_tools(env: Environment, sizes: Sizes) -> list[Row]:
     ]
 
 
+def rows_gunicorn(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 7c: :mod:`benchmarks.gunicorn_tools`: ``recall`` under gunicorn vs a canned app."""
+    from . import gunicorn_tools
+
+    assert env.redis is not None
+    # Database 2: 0 belongs to the other rows, 1 to the KV emulator.
+    out = gunicorn_tools.run(
+        f"redis://127.0.0.1:{env.redis.port}/2",
+        sizes.gunicorn_seconds,
+        min_pairs=sizes.min_pairs,
+    )
+    settings = f"-w {out['workers']} --threads {out['threads']}"
+    return [
+        Row(
+            group="7",
+            operation=f"tools/call recall, gunicorn {settings}, {out['clients']} clients",
+            store="redis (HTTP)",
+            ops_per_s=out["mcp_rps"],
+            p50_us=out["mcp_p50_us"],
+            p99_us=out["mcp_p99_us"],
+            baseline="canned WSGI app, same gunicorn",
+            baseline_ops_per_s=out["canned_rps"],
+            ratio=out["ratio"],
+            ratio_kind="throughput",
+            target=0.5,
+            note=(
+                "requests per second, keep-alive clients with a session each, rounds"
+                " alternating (benchmarks/gunicorn_tools.py)"
+            ),
+            extra={
+                "pairs": out["pairs"],
+                "ratios": out["ratios"],
+                "reply_bytes": out["reply_bytes"],
+                "baseline_p50_us": out["canned_p50_us"],
+                "baseline_p99_us": out["canned_p99_us"],
+            },
+        )
+    ]
+
+
 # -- row 8: modify / increment vs get + update ----------------------------------------------
 
 
@@ -931,6 +974,7 @@ GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
     "6": ("memory store, threads", rows_threads),
     "7a": ("legacy purge", rows_purge),
     "7b": ("tools/call", rows_tools),
+    "7c": ("tools/call under gunicorn", rows_gunicorn),
     "8": ("modify / increment vs get + update", rows_modify),
 }
 

@@ -7,6 +7,7 @@ the targets -- speed is shown by the benchmark, not asserted by timed tests.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from typing import Any
@@ -31,6 +32,7 @@ TINY = Sizes(
     thread_rounds=1,
     purge_keys=300,
     tools_seconds=0.2,
+    gunicorn_seconds=0.3,
 )
 
 #: (group, operation prefix, store) of every row the suite must print.
@@ -60,6 +62,7 @@ EXPECTED = [
     ("6", "floor set+get, 8 threads", "memory"),
     ("7", "legacy purge of 300 keys", "redis"),
     ("7", "tools/call recall, 4 clients", "memory (HTTP)"),
+    ("7", "tools/call recall, gunicorn -w 4 --threads 8, 8 clients", "redis (HTTP)"),
     ("8", "increment", "memory"),
     ("8", "modify", "memory"),
     ("8", "increment", "redis"),
@@ -78,6 +81,7 @@ TARGETED = {
     ("4", "entries() of 20", "redis"),
     ("4", "entries() of 20", "vercel-kv"),
     ("6", "set+get, 8 threads", "memory"),
+    ("7", "tools/call recall, gunicorn -w 4 --threads 8, 8 clients", "redis (HTTP)"),
     ("8", "increment", "memory"),
     ("8", "modify", "memory"),
     ("8", "increment", "redis"),
@@ -88,6 +92,7 @@ TARGETED = {
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
     require_component("redis-server", find_redis_server() is not None, "benchmarks start servers")
+    require_component("gunicorn", importlib.util.find_spec("gunicorn") is not None, "row 7c")
     return run(TINY)
 
 

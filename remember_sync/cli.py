@@ -119,8 +119,11 @@ def _identity_part(text: str) -> str:
 
 def _redis_url(text: str) -> str:
     # The value may carry a password: the message never repeats it.
-    if not text.startswith(("redis://", "rediss://", "unix://")):
-        raise argparse.ArgumentTypeError("must be a redis://, rediss:// or unix:// URL")
+    schemes = ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://")
+    if not text.startswith(schemes):
+        raise argparse.ArgumentTypeError(
+            "must be a redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel:// URL"
+        )
     return text
 
 
@@ -138,8 +141,9 @@ def _store_options() -> argparse.ArgumentParser:
         "--redis-url",
         metavar="URL",
         type=_redis_url,
-        help=f"Redis server, redis://[[user]:password@]host[:port][/db] (default: ${REDIS_URL_ENV}"
-        " if set)",
+        help=f"Redis server, redis://[[user]:password@]host[:port][/db], or Sentinel, "
+        f"redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db] (default: "
+        f"${REDIS_URL_ENV} if set)",
     )
     group.add_argument(
         "--vercel-kv",

@@ -65,8 +65,30 @@ _ENCRYPTION_OPTIONS = frozenset(
 )
 _TOOLS_OPTIONS = frozenset({"enabled", "allowed_scopes", "prefix"})
 _REDIS_CONFIG = frozenset(
-    {"host", "port", "password", "db", "url", "ssl", "username", "socket_timeout"}
+    {
+        "host",
+        "port",
+        "password",
+        "db",
+        "url",
+        "ssl",
+        "username",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "retries",
+        "ssl_ca_certs",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_check_hostname",
+        "sentinels",
+        "service_name",
+        "sentinel_kwargs",
+        "wait_replicas",
+        "wait_timeout_ms",
+    }
 )
+#: Redis config keys a ``url`` replaces (the URL says where and whether TLS).
+_REDIS_URL_CLASH = frozenset({"host", "port", "ssl", "sentinels", "service_name"})
 
 #: Resolvers that framework integrations register so ``global-store`` can find the
 #: host's store configuration.  Each returns ``{"redis_url": ...}`` or
@@ -455,54 +477,34 @@ def _global_store(environ: Mapping[str, str]) -> Store:
 
 
 def _redis_store(config: Mapping[str, Any], client: Any) -> Store:
-    """A RedisStore from a validated ``config`` dict (``url`` or host/port/...) or a client."""
+    """A RedisStore from a ``config`` dict (``url``, host/port or sentinels, ...) or a client.
+
+    The store checks every value (redis-py's option names, passed through);
+    its :class:`RedisOptionError` is re-raised naming ``config.<key>``.
+    """
     from .stores.redis import RedisStore  # noqa: PLC0415 - only the Redis types need it
+    from .stores.redis_connect import RedisOptionError  # noqa: PLC0415
 
     if client is not None:
         return RedisStore(client=client)
-    checks: dict[str, tuple[type | tuple[type, ...], str]] = {
-        "host": (str, "a host name"),
-        "port": (int, "an int port"),
-        "password": (str, "a str"),
-        "username": (str, "a str"),
-        "db": (int, "an int >= 0"),
-        "ssl": (bool, "True or False"),
-        "socket_timeout": ((int, float), "a positive number of seconds"),
-        "url": (str, "a redis:// or rediss:// URL"),
-    }
-    for name, value in config.items():
-        kind, what = checks[name]
-        if value is None and name in ("password", "username", "socket_timeout"):
-            continue
-        bad_bool = isinstance(value, bool) and kind is not bool
-        if bad_bool or not isinstance(value, kind):
-            raise _config_error(f"config.{name}", f"must be {what}; got {type(value).__name__}")
-    port, db = config.get("port", 6379), config.get("db", 0)
-    timeout = config.get("socket_timeout", 5.0)
-    if not 0 < port < 65536:
-        raise _config_error("config.port", f"must be 1..65535; got {port}")
-    if db < 0:
-        raise _config_error("config.db", f"must be an int >= 0; got {db}")
-    if timeout is not None and timeout <= 0:
-        raise _config_error("config.socket_timeout", f"must be > 0; got {timeout}")
-    if "url" in config:
-        clash = sorted({"host", "port", "ssl"} & set(config))
+    options = dict(config)
+    try:
+        if "url" not in options:
+            return RedisStore(**options)
+        url = options.pop("url")
+        if not isinstance(url, str):
+            raise _config_error("config.url", f"must be a Redis URL; got {type(url).__name__}")
+        clash = sorted(_REDIS_URL_CLASH & set(options))
         if clash:
             raise _config_error(
                 "config.url", f"give either url or {', '.join(clash)}; put them in the URL"
             )
         # username/password/db given beside a URL are defaults; the URL's own win.
-        extra = {k: config[k] for k in ("password", "username", "db") if k in config}
-        return RedisStore.from_url(config["url"], socket_timeout=timeout, **extra)
-    return RedisStore(
-        host=config.get("host", "127.0.0.1"),
-        port=port,
-        password=config.get("password"),
-        db=db,
-        ssl=config.get("ssl", False),
-        username=config.get("username"),
-        socket_timeout=timeout,
-    )
+        return RedisStore.from_url(url, **options)
+    except RedisOptionError as exc:
+        raise _config_error(f"config.{exc.option}", exc.detail) from None
+    except TypeError as exc:  # a key RedisStore does not take (cannot happen: checked above)
+        raise _config_error("config", str(exc)) from None
 
 
 def _vercel_store(url: str | None, token: str | None, environ: Mapping[str, str]) -> Store:

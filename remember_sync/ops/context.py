@@ -44,6 +44,11 @@ __all__ = [
 #: so a password need not appear on a command line (and in ``ps``).
 REDIS_URL_ENV = "REMEMBER_REDIS_URL"
 
+#: Seconds the CLI waits for a Redis reply / connection (the library defaults are
+#: 1 s / 0.5 s, sized for request paths; see docs/redis.rst).
+CLI_SOCKET_TIMEOUT = 5.0
+CLI_CONNECT_TIMEOUT = 2.0
+
 StoreKind = Literal["memory", "redis", "vercel-kv"]
 
 
@@ -123,9 +128,13 @@ def open_store(choice: StoreChoice) -> Store:
         from ..stores.redis import RedisStore
 
         assert choice.redis_url is not None
-        # The library's defaults: a refused connection fails in well under a second
-        # (three short backoffs), a silent host after the 5 s socket timeout.
-        return RedisStore.from_url(choice.redis_url)
+        # A command-line run is not a request: it may wait longer for a slow server
+        # (a long purge or export) than the library's request-path defaults.
+        return RedisStore.from_url(
+            choice.redis_url,
+            socket_timeout=CLI_SOCKET_TIMEOUT,
+            socket_connect_timeout=CLI_CONNECT_TIMEOUT,
+        )
     if choice.kind == "vercel-kv":
         from ..stores.vercel_kv import VercelKVStore
 

@@ -20,25 +20,39 @@ credentials), with the driver's exception as ``__cause__``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, MutableSet, Sequence
+from collections.abc import Iterator, Mapping, MutableSet, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 import redis.cluster
-from redis.backoff import ExponentialBackoff
+import redis.sentinel
 from redis.exceptions import (
     AuthenticationError,
     AuthenticationWrongNumberOfArgsError,
     AuthorizationError,
     NoPermissionError,
+    NoScriptError,
     RedisClusterException,
     RedisError,
 )
-from redis.retry import Retry
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
 from .base import CAS_LUA_SCRIPT, check_count
+from .redis_connect import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RETRIES,
+    DEFAULT_SOCKET_TIMEOUT,
+    DEFAULT_WAIT_TIMEOUT_MS,
+    SENTINEL_SCHEMES,
+    TLS_FILES,
+    RedisOptionError,
+    check_options,
+    check_sentinels,
+    connection_retry,
+    parse_sentinel_url,
+    redacted_url,
+    sentinel_master,
+)
 
 __all__ = ["RedisStore", "redacted_url"]
 
@@ -70,6 +84,13 @@ def _mapped(operation: str, exc: BaseException) -> RememberConfigurationError | 
         return RememberConfigurationError(
             f"Redis {operation} failed: the Redis user lacks a permission ({exc}); "
             "grant it the string, scan and scripting commands"
+        )
+    if isinstance(exc, redis.sentinel.MasterNotFoundError):
+        # redis-py appends every sentinel client's full repr: keep the first sentence.
+        found = str(exc).split(" : ", 1)[0]
+        return RememberStoreError(
+            f"Redis {operation} failed: {found} by the sentinels (none reachable, or the "
+            "primary is down and no replica has been promoted yet)"
         )
     if isinstance(exc, UnicodeError):
         return RememberStoreError(f"Redis {operation} failed: not UTF-8 text ({exc})")
@@ -118,63 +139,47 @@ def _check_ttl_ms(ttl_ms: int | None) -> None:
         raise RememberInputError(f"ttl_ms must be a positive int or None; got {ttl_ms!r}")
 
 
-def redacted_url(url: str) -> str:
-    """*url* without its password, for error messages."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        user = f"{parts.username}:***@" if parts.username else ":***@"
-        return parts._replace(netloc=f"{user}{host}{port}").geturl()
-    except ValueError:
-        return "<unparseable URL>"
-
-
-def _check_timeout(socket_timeout: float | None) -> None:
-    if socket_timeout is not None and (
-        isinstance(socket_timeout, bool)
-        or not isinstance(socket_timeout, (int, float))
-        or socket_timeout <= 0
-    ):
-        raise RememberConfigurationError(
-            f"socket_timeout must be a positive number of seconds or None; got {socket_timeout!r}"
-        )
-
-
-def _check_retries(retries: int) -> None:
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise RememberConfigurationError(f"retries must be an int >= 0; got {retries!r}")
-
-
-def _retry(retries: int) -> Retry:
-    # 50 ms, 100 ms, 200 ms ... capped at 1 s: rides out a failover or restart of a
-    # few hundred ms, then gives up so the caller sees RememberStoreError quickly.
-    return Retry(ExponentialBackoff(cap=1.0, base=0.025), retries)
-
-
 class RedisStore:
-    """A :class:`~remember_sync.stores.base.Store` on Redis or Redis Cluster.
+    """A :class:`~remember_sync.stores.base.Store` on Redis, Redis Sentinel or Redis Cluster.
 
     Either give connection settings (the store creates its own client and
     :meth:`close` closes it) or ``client=`` -- a :class:`redis.Redis` or
     :class:`redis.cluster.RedisCluster` you built -- which is used as is and
-    never closed by the store.
+    never closed by the store.  Every bad setting raises
+    :class:`~remember_sync.stores.redis_connect.RedisOptionError` (a
+    :class:`RememberConfigurationError`) naming it.
 
     :param host: server host name.
     :param port: server port.
-    :param password: ``AUTH`` password (``None``: no authentication).
-    :param db: database number (standalone only).
+    :param password: ``AUTH`` password (``None``: no authentication); with
+        Sentinel, the data nodes' password.
+    :param db: database number (standalone and Sentinel).
     :param ssl: connect with TLS.
     :param username: ACL user name (Redis 6+), with *password*.
     :param client: an existing client.  The connection settings above must then be
-        left at their defaults, and ``socket_timeout``/``retries`` do not apply:
-        timeouts and retries are whatever that client was built with.
-    :param socket_timeout: seconds to wait for a connection or a reply before the
-        attempt fails (bounds how long a dead server can block a call).
-    :param retries: how many times a connection error or timeout is retried, with
-        exponential backoff, before :class:`RememberStoreError` is raised.
+        left at their defaults, and the timeouts and ``retries`` do not apply:
+        they are whatever that client was built with.
+    :param socket_timeout: seconds to wait for a reply (``None``: forever).  A
+        timeout is not retried.
+    :param socket_connect_timeout: seconds to wait for a connection (``None``: forever).
+    :param retries: how many times a connection error (refused, reset, no primary)
+        is retried, with exponential backoff, before :class:`RememberStoreError`.
+    :param ssl_ca_certs: CA bundle to verify the server with (TLS only).
+    :param ssl_certfile: client certificate (TLS only).
+    :param ssl_keyfile: client certificate's key (TLS only).
+    :param ssl_check_hostname: whether the server certificate must name the host.
+    :param sentinels: ``[(host, port), ...]`` of Redis Sentinels; with
+        *service_name*, the store talks to that service's primary and follows
+        it through failovers (redis-py's :class:`redis.sentinel.Sentinel`).
+    :param service_name: the Sentinel service (``sentinel monitor <name> ...``).
+    :param sentinel_kwargs: redis-py keyword arguments for the connections to the
+        sentinels themselves, merged over the data connections' timeouts and TLS
+        settings (e.g. ``{"password": ...}`` when the sentinels need one).
+    :param wait_replicas: after each write, ``WAIT`` for this many replicas
+        (0: do not wait); fewer acknowledging raises :class:`RememberStoreError`
+        with code ``REMEMBER_REPLICATION_INCOMPLETE``.
+    :param wait_timeout_ms: how long ``WAIT`` may block (default
+        :data:`~remember_sync.stores.redis_connect.DEFAULT_WAIT_TIMEOUT_MS`).
     """
 
     def __init__(
@@ -187,54 +192,125 @@ class RedisStore:
         *,
         username: str | None = None,
         client: redis.Redis | redis.cluster.RedisCluster | None = None,
-        socket_timeout: float | None = 5.0,
-        retries: int = 3,
+        socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT,
+        socket_connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        ssl_ca_certs: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_check_hostname: bool | None = None,
+        sentinels: Sequence[tuple[str, int]] | None = None,
+        service_name: str | None = None,
+        sentinel_kwargs: Mapping[str, Any] | None = None,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int | None = None,
     ) -> None:
-        _check_timeout(socket_timeout)
-        _check_retries(retries)
-        if client is None:
-            client = redis.Redis(
-                host=host,
-                port=port,
-                password=password,
-                db=db,
-                ssl=ssl,
-                username=username,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_timeout,
-                retry=_retry(retries),
-            )
-            owns = True
+        tls_options = {
+            "ssl_ca_certs": ssl_ca_certs,
+            "ssl_certfile": ssl_certfile,
+            "ssl_keyfile": ssl_keyfile,
+            "ssl_check_hostname": ssl_check_hostname,
+        }
+        optional = {
+            **tls_options,
+            "sentinels": sentinels,
+            "service_name": service_name,
+            "sentinel_kwargs": sentinel_kwargs,
+            "wait_timeout_ms": wait_timeout_ms,
+        }
+        options: dict[str, Any] = {
+            "host": host,
+            "port": port,
+            "password": password,
+            "db": db,
+            "ssl": ssl,
+            "username": username,
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_connect_timeout,
+            "retries": retries,
+            "wait_replicas": wait_replicas,
+            **{k: v for k, v in optional.items() if v is not None},
+        }
+        check_options(options, tls=ssl)
+        if client is not None:
+            self._use_client(client, options)
+            self._init(client, False, wait=(wait_replicas, wait_timeout_ms))
+            return
+        conn: dict[str, Any] = {
+            "password": password,
+            "username": username,
+            "db": db,
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_connect_timeout,
+            "retry": connection_retry(retries),
+        }
+        if ssl:
+            conn["ssl"] = True
+            conn.update({k: v for k, v in tls_options.items() if v is not None})
+        manager = None
+        if sentinels is None and service_name is None:
+            if sentinel_kwargs is not None:
+                raise RedisOptionError("sentinel_kwargs", "only applies with sentinels")
+            built: redis.Redis = redis.Redis(host=host, port=port, **conn)
         else:
-            if not isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
-                raise RememberConfigurationError(
-                    "client must be a redis.Redis or redis.cluster.RedisCluster; "
-                    f"got {type(client).__name__}"
-                )
-            given = {
-                "host": host != "127.0.0.1",
-                "port": port != 6379,
-                "password": password is not None,
-                "db": db != 0,
-                "ssl": ssl,
-                "username": username is not None,
-            }
-            clash = [name for name, differs in given.items() if differs]
-            if clash:
-                # Silently ignoring them would connect somewhere the caller did not ask for.
-                raise RememberConfigurationError(
-                    f"RedisStore got client= and {', '.join(clash)}; configure the connection "
-                    "on the client you pass"
-                )
-            owns = False
-        self._init(client, owns)
+            if sentinels is None or service_name is None:
+                missing = "sentinels" if sentinels is None else "service_name"
+                raise RedisOptionError(missing, "Sentinel needs both sentinels and service_name")
+            if host != "127.0.0.1" or port != 6379:
+                raise RedisOptionError("host", "not used with sentinels: they name the primary")
+            built, manager = sentinel_master(
+                check_sentinels(sentinels),
+                service_name,
+                sentinel_kwargs=sentinel_kwargs,
+                connection_kwargs=conn,
+            )
+        self._init(built, True, manager=manager, wait=(wait_replicas, wait_timeout_ms))
 
-    def _init(self, client: redis.Redis | redis.cluster.RedisCluster, owns: bool) -> None:
+    @staticmethod
+    def _use_client(client: object, options: Mapping[str, Any]) -> None:
+        """Refuse a *client* that is not a redis-py client, or connection settings beside it."""
+        if not isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
+            raise RememberConfigurationError(
+                "client must be a redis.Redis or redis.cluster.RedisCluster; "
+                f"got {type(client).__name__}"
+            )
+        defaults = {"host": "127.0.0.1", "port": 6379, "password": None, "db": 0, "ssl": False}
+        ignored = {"socket_timeout", "socket_connect_timeout", "retries", "wait_replicas"}
+        ignored |= {"wait_timeout_ms"}
+        clash = [
+            name
+            for name, value in options.items()
+            if name not in ignored and value != defaults.get(name)
+        ]
+        if clash:
+            # Silently ignoring them would connect somewhere the caller did not ask for.
+            raise RememberConfigurationError(
+                f"RedisStore got client= and {', '.join(clash)}; configure the connection "
+                "on the client you pass"
+            )
+
+    def _init(
+        self,
+        client: redis.Redis | redis.cluster.RedisCluster,
+        owns: bool,
+        *,
+        manager: redis.sentinel.Sentinel | None = None,
+        wait: tuple[int, int | None] = (0, None),
+    ) -> None:
         # redis-py's types describe sync and asyncio clients at once; Any keeps the
         # calls below readable, and every result is checked/decoded here anyway.
         self._client: Any = client
         self._owns = owns
+        self._sentinel = manager
         self._cluster = isinstance(client, redis.cluster.RedisCluster)
+        replicas, timeout_ms = wait
+        if replicas and self._cluster:
+            raise RedisOptionError(
+                "wait_replicas",
+                "not supported on Redis Cluster: WAIT only covers the one node it is sent to",
+            )
+        #: (replicas, timeout ms) for WAIT after each write, or None.
+        self._wait = (replicas, timeout_ms or DEFAULT_WAIT_TIMEOUT_MS) if replicas else None
         self._cas = client.register_script(CAS_LUA_SCRIPT)
         # (pattern, count, cursor) -> the keys that SCAN page held last time (standalone).
         self._page_keys: dict[tuple[bytes, int, int], list[bytes | str]] = {}
@@ -244,26 +320,45 @@ class RedisStore:
         cls,
         url: str,
         *,
-        socket_timeout: float | None = 5.0,
-        retries: int = 3,
+        socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT,
+        socket_connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int | None = None,
         **client_options: Any,
     ) -> RedisStore:
-        """A store on the server named by *url*, parsed by :meth:`redis.Redis.from_url`.
+        """A store on the server named by *url*.
 
         ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` for TLS and
-        ``unix:///path.sock?db=N`` are accepted.  Extra keyword arguments go to
-        redis-py (values in the URL win over them).  The store owns the client.
-        For Redis Cluster build a :class:`redis.cluster.RedisCluster` yourself and
-        pass it as ``client=``.
+        ``unix:///path.sock?db=N`` are parsed by :meth:`redis.Redis.from_url`;
+        ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]``
+        (``rediss+sentinel://`` for TLS) names Sentinels and a service, here.
+        Extra keyword arguments go to redis-py (values in the URL win over them;
+        with a Sentinel URL only the RedisStore options are accepted).  The
+        store owns the client.  For Redis Cluster build a
+        :class:`redis.cluster.RedisCluster` yourself and pass it as ``client=``.
         """
         if not isinstance(url, str) or not url:
             raise RememberConfigurationError("Redis url must be a non-empty string")
-        _check_timeout(socket_timeout)
-        _check_retries(retries)
+        timeouts: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_connect_timeout,
+            "retries": retries,
+            "wait_replicas": wait_replicas,
+        }
+        if wait_timeout_ms is not None:
+            timeouts["wait_timeout_ms"] = wait_timeout_ms
+        scheme = url.partition("://")[0].lower()
+        if scheme in SENTINEL_SCHEMES:
+            return cls._from_sentinel_url(url, timeouts, client_options)
+        if "sentinel_kwargs" in client_options:
+            raise RedisOptionError("sentinel_kwargs", "only applies with a redis+sentinel:// URL")
+        tls = scheme == "rediss" or client_options.get("ssl") is True
+        check_options({**client_options, **timeouts}, tls=tls)
         options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
-            "socket_connect_timeout": socket_timeout,
-            "retry": _retry(retries),
+            "socket_connect_timeout": socket_connect_timeout,
+            "retry": connection_retry(retries),
         }
         options.update(client_options)
         options["decode_responses"] = False
@@ -274,8 +369,36 @@ class RedisStore:
                 f"invalid Redis url {redacted_url(url)!r}: {exc}"
             ) from exc
         store = cls.__new__(cls)
-        store._init(client, owns=True)
+        store._init(client, True, wait=(wait_replicas, wait_timeout_ms))
         return store
+
+    @classmethod
+    def _from_sentinel_url(
+        cls, url: str, timeouts: dict[str, Any], client_options: dict[str, Any]
+    ) -> RedisStore:
+        try:
+            parsed = parse_sentinel_url(url)
+        except ValueError as exc:
+            raise RememberConfigurationError(
+                f"invalid Redis url {redacted_url(url)!r}: {exc}"
+            ) from None
+        allowed = {"password", "username", "db", "sentinel_kwargs", *TLS_FILES}
+        allowed.add("ssl_check_hostname")
+        unknown = sorted(set(client_options) - allowed)
+        if unknown:
+            raise RedisOptionError(unknown[0], "not accepted with a redis+sentinel:// URL")
+        options = dict(client_options)
+        # As with redis:// URLs, what the URL says wins over the keyword arguments.
+        for name in ("password", "username", "db"):
+            if getattr(parsed, name) is not None:
+                options[name] = getattr(parsed, name)
+        return cls(
+            sentinels=parsed.sentinels,
+            service_name=parsed.service_name,
+            ssl=parsed.ssl,
+            **timeouts,
+            **options,
+        )
 
     # -- introspection ------------------------------------------------------------
 
@@ -341,10 +464,43 @@ class RedisStore:
                 args += ["PX", ttl_ms]
             if only_if_absent:
                 args.append("NX")
-            done = self._client.execute_command(*args)
+            if self._wait is None:
+                done = self._client.execute_command(*args)
+            else:
+                done, acked = self._with_wait(args)
+                if done:
+                    self._check_replicas("SET", acked)
         except _DRIVER_ERRORS as exc:
             raise _mapped("SET", exc) from exc
         return bool(done)
+
+    def _with_wait(self, *commands: list[Any]) -> list[Any]:
+        """Run *commands* then ``WAIT`` in one round trip; their replies, then WAIT's.
+
+        A failing command raises here (WAIT still ran after it, harmlessly).
+        """
+        assert self._wait is not None
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        pipe.execute_command("WAIT", *self._wait)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _check_replicas(self, operation: str, acked: Any) -> None:
+        """Raise if ``WAIT`` reported fewer replicas than ``wait_replicas``."""
+        assert self._wait is not None
+        wanted, timeout_ms = self._wait
+        if int(acked) < wanted:
+            raise RememberStoreError(
+                f"Redis {operation}: written on the primary but confirmed by only {int(acked)} "
+                f"of {wanted} replica(s) within {timeout_ms} ms (WAIT); it may be lost if the "
+                "primary fails before replicating it",
+                code="REMEMBER_REPLICATION_INCOMPLETE",
+            )
 
     def compare_and_set(
         self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
@@ -352,6 +508,8 @@ class RedisStore:
         _check_ttl_ms(ttl_ms)
         args = [_b(expected), _b(value), b"" if ttl_ms is None else str(ttl_ms).encode()]
         try:
+            if self._wait is not None:
+                return self._cas_and_wait(_b(key), args)
             # register_script: EVALSHA, and SCRIPT LOAD + retry on NOSCRIPT (a restarted
             # or failed-over server has an empty script cache).
             done = self._cas(keys=[_b(key)], args=args, client=self._client)
@@ -359,9 +517,32 @@ class RedisStore:
             raise _mapped("EVALSHA (compare-and-set)", exc) from exc
         return int(done) == 1
 
+    def _cas_and_wait(self, key: bytes, args: list[bytes]) -> bool:
+        """compare-and-set then ``WAIT``, pipelined; loads the script on ``NOSCRIPT``."""
+        command = ["EVALSHA", self._cas.sha, 1, key, *args]
+        try:
+            done, acked = self._with_wait(command)
+        except NoScriptError:  # nothing was written; WAIT ran for nothing
+            self._client.script_load(CAS_LUA_SCRIPT)
+            done, acked = self._with_wait(command)
+        if int(done) == 1:
+            self._check_replicas("EVALSHA (compare-and-set)", acked)
+            return True
+        return False
+
     def delete(self, *keys: str) -> int:
         removed = 0
         with _translate("UNLINK"):
+            if self._wait is not None and keys:
+                chunks = [
+                    ["UNLINK", *(_b(k) for k in keys[start : start + _CHUNK])]
+                    for start in range(0, len(keys), _CHUNK)
+                ]
+                *counts, acked = self._with_wait(*chunks)
+                removed = sum(int(n) for n in counts)
+                if removed:
+                    self._check_replicas("UNLINK", acked)
+                return removed
             for start in range(0, len(keys), _CHUNK):
                 chunk = [_b(k) for k in keys[start : start + _CHUNK]]
                 # On a cluster redis-py splits UNLINK per hash slot and sums the
@@ -497,8 +678,10 @@ class RedisStore:
         if self._owns:
             with _translate("close"):
                 self._client.close()
+                if self._sentinel is not None:
+                    self._sentinel.close()
 
     def __repr__(self) -> str:
-        kind = "cluster" if self._cluster else "standalone"
+        kind = "cluster" if self._cluster else "sentinel" if self._sentinel else "standalone"
         owner = "own client" if self._owns else "passed-in client"
         return f"RedisStore({kind}, {owner})"

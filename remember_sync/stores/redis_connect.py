@@ -1,0 +1,337 @@
+"""How :class:`~remember_sync.stores.redis.RedisStore` connects: options, timeouts, Sentinel.
+
+Everything here runs once, when a store is built: the checks of the
+connection options (each failure a :class:`RedisOptionError` naming the
+option), the retry policy, the ``redis+sentinel://`` URL parser, and the
+Sentinel-managed client (redis-py's :class:`redis.sentinel.Sentinel`; no
+discovery of our own).
+
+Timeouts (see ``docs/redis.rst``, "High availability and timeouts"): a
+timeout is never retried -- the server is there but silent, and waiting again
+only multiplies the wait -- while a connection error (refused, reset, "no
+master", "the master is now a replica") is retried ``retries`` times with
+backoff ``min(BACKOFF_CAP, BACKOFF_BASE * 2**n)``.  So one call waits for at
+most one timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import redis
+import redis.sentinel
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.retry import Retry
+
+from ..errors import RememberConfigurationError
+
+__all__ = [
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_RETRIES",
+    "DEFAULT_SOCKET_TIMEOUT",
+    "DEFAULT_WAIT_TIMEOUT_MS",
+    "SENTINEL_SCHEMES",
+    "RedisOptionError",
+    "TLS_FILES",
+    "SentinelURL",
+    "check_options",
+    "check_sentinels",
+    "connection_retry",
+    "parse_sentinel_url",
+    "redacted_url",
+    "sentinel_master",
+    "worst_case_seconds",
+]
+
+#: Seconds to wait for a reply (a frozen server fails a call after this).
+DEFAULT_SOCKET_TIMEOUT = 1.0
+#: Seconds to wait for a TCP (and TLS) connection (an unreachable host).
+DEFAULT_CONNECT_TIMEOUT = 0.5
+#: Retries of a connection error (refused, reset, no master); timeouts are not retried.
+DEFAULT_RETRIES = 2
+#: Backoff before retry n (1-based): ``min(BACKOFF_CAP, BACKOFF_BASE * 2**n)`` seconds.
+BACKOFF_BASE = 0.025
+BACKOFF_CAP = 0.25
+#: ``WAIT`` timeout when ``wait_replicas`` is set without ``wait_timeout_ms``.
+DEFAULT_WAIT_TIMEOUT_MS = 100
+#: Port of a sentinel named without one in a ``redis+sentinel://`` URL.
+SENTINEL_PORT = 26379
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+
+# Wrong credentials or a missing ACL permission: retrying cannot help.
+_NOT_RETRIED = (AuthenticationError, AuthorizationError)
+
+_T = TypeVar("_T")
+
+
+class RedisOptionError(RememberConfigurationError):
+    """A Redis connection option is invalid; ``option`` names it, ``detail`` says why."""
+
+    def __init__(self, option: str, detail: str) -> None:
+        super().__init__(f"Redis option {option!r}: {detail}")
+        self.option = option
+        self.detail = detail
+
+
+class _ConnectionRetry(Retry):
+    """redis-py's :class:`Retry` on connection errors only, never on rejected credentials."""
+
+    def call_with_retry(
+        self,
+        do: Callable[[], _T],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> _T:
+        def retryable(error: Exception) -> bool:
+            if isinstance(error, _NOT_RETRIED):
+                return False
+            return is_retryable is None or is_retryable(error)
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+
+def connection_retry(retries: int) -> Retry:
+    """The retry policy of every connection the store makes (see the module docstring)."""
+    backoff = ExponentialBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE) if retries else NoBackoff()
+    return _ConnectionRetry(backoff, retries, supported_errors=(RedisConnectionError,))
+
+
+def worst_case_seconds(
+    socket_timeout: float, socket_connect_timeout: float, retries: int
+) -> float:
+    """The documented upper bound of one call against a frozen or unreachable server.
+
+    At most one attempt waits for a timeout (connect, then a reply); every
+    other attempt failed fast with a connection error and is followed by a
+    backoff.  redis-py nests the connect retry inside the command retry, so
+    the backoffs are bounded by ``(retries + 3) * B`` with ``B`` the sum of
+    one retry loop's backoffs.
+    """
+    one_loop = sum(min(BACKOFF_CAP, BACKOFF_BASE * 2**n) for n in range(1, retries + 1))
+    return float(socket_connect_timeout + socket_timeout + (retries + 3) * one_loop)
+
+
+# -- option checks ----------------------------------------------------------------------
+
+
+def _number(name: str, value: object, *, allow_none: bool) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        extra = " or None" if allow_none else ""
+        raise RedisOptionError(name, f"must be a positive number of seconds{extra}; got {value!r}")
+
+
+def _whole(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise RedisOptionError(name, f"must be an int >= {minimum}; got {value!r}")
+    return value
+
+
+def _text(name: str, value: object, *, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, str) or not value:
+        raise RedisOptionError(name, f"must be a non-empty str; got {type(value).__name__}")
+
+
+#: TLS options passed through to redis-py under the same names (only with TLS on).
+TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+
+
+def check_options(options: Mapping[str, Any], *, tls: bool) -> None:
+    """Check the connection options present in *options* (redis-py names, see RedisStore).
+
+    *tls* says whether the connection uses TLS (``ssl=True`` or a ``rediss`` URL):
+    certificate options without it are refused rather than silently ignored.
+    """
+    for name in ("host", "service_name"):
+        if name in options:
+            _text(name, options[name], allow_none=False)
+    for name in ("password", "username"):
+        if options.get(name) is not None and not isinstance(options[name], str):
+            raise RedisOptionError(name, f"must be a str; got {type(options[name]).__name__}")
+    if "port" in options:
+        port = _whole("port", options["port"], 1)
+        if port > 65535:
+            raise RedisOptionError("port", f"must be 1..65535; got {port}")
+    if "db" in options:
+        _whole("db", options["db"], 0)
+    for name in ("ssl", "ssl_check_hostname"):
+        if name in options and not isinstance(options[name], bool):
+            raise RedisOptionError(name, f"must be True or False; got {options[name]!r}")
+    for name in TLS_FILES:
+        if options.get(name) is not None:
+            _text(name, options[name])
+            if not tls:
+                raise RedisOptionError(name, "needs TLS: set ssl=True or use a rediss:// URL")
+    if "socket_timeout" in options:
+        _number("socket_timeout", options["socket_timeout"], allow_none=True)
+    if "socket_connect_timeout" in options:
+        _number("socket_connect_timeout", options["socket_connect_timeout"], allow_none=True)
+    if "retries" in options:
+        _whole("retries", options["retries"], 0)
+    if "sentinels" in options:
+        check_sentinels(options["sentinels"])
+    if options.get("sentinel_kwargs") is not None:
+        kwargs = options["sentinel_kwargs"]
+        if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+            detail = "must be a dict of redis-py keyword options"
+            raise RedisOptionError("sentinel_kwargs", detail)
+    _check_wait(options)
+
+
+def _check_wait(options: Mapping[str, Any]) -> None:
+    replicas = _whole("wait_replicas", options.get("wait_replicas", 0), 0)
+    if "wait_timeout_ms" not in options:
+        return
+    timeout_ms = _whole("wait_timeout_ms", options["wait_timeout_ms"], 1)  # WAIT 0 blocks forever
+    if not replicas:
+        raise RedisOptionError("wait_timeout_ms", "only applies with wait_replicas >= 1")
+    socket_timeout = options.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    if socket_timeout is not None and timeout_ms >= socket_timeout * 1000:
+        raise RedisOptionError(
+            "wait_timeout_ms",
+            f"must be shorter than socket_timeout ({socket_timeout} s), or the reply to WAIT "
+            "would time out first",
+        )
+
+
+def check_sentinels(value: object) -> list[tuple[str, int]]:
+    """``[(host, port), ...]``: a non-empty sequence of host/port pairs."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise RedisOptionError("sentinels", "must be a non-empty list of (host, port) pairs")
+    out: list[tuple[str, int]] = []
+    for item in value:
+        ok = isinstance(item, Sequence) and not isinstance(item, (str, bytes)) and len(item) == 2
+        if ok:
+            host, port = item
+            ok = isinstance(host, str) and bool(host) and not isinstance(port, bool)
+            ok = ok and isinstance(port, int) and 0 < port < 65536
+        if not ok:
+            raise RedisOptionError(
+                "sentinels", f"each entry must be a (host, port) pair; got {item!r}"
+            )
+        out.append((host, port))
+    return out
+
+
+# -- URLs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """A parsed ``redis+sentinel://`` / ``rediss+sentinel://`` URL."""
+
+    sentinels: list[tuple[str, int]]
+    service_name: str
+    db: int | None
+    username: str | None
+    password: str | None
+    ssl: bool
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    if text.startswith("["):  # [IPv6]:port
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
+    if not host:
+        raise ValueError(f"sentinel {text!r} has no host")
+    if not port_text:
+        return host, SENTINEL_PORT
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"sentinel {text!r} has a bad port")
+    return host, int(port_text)
+
+
+def parse_sentinel_url(url: str) -> SentinelURL:
+    """``redis+sentinel://[user:password@]host[:port][,host[:port]...]/service_name[/db]``.
+
+    ``rediss+sentinel://`` connects with TLS (to the sentinels and the data
+    nodes).  The user name and password are the data nodes' (see
+    ``sentinel_kwargs`` for sentinels that need their own).  Raises
+    :class:`ValueError` with a message that never contains the password.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in SENTINEL_SCHEMES:
+        raise ValueError("not a redis+sentinel:// or rediss+sentinel:// URL")
+    if "?" in rest or "#" in rest:
+        raise ValueError("query strings are not supported; pass options in config")
+    netloc, _, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    sentinels = [_host_port(h) for h in hosts.split(",") if h]
+    if not sentinels:
+        raise ValueError("names no sentinel host")
+    parts = [p for p in path.split("/") if p]
+    if not parts or len(parts) > 2:
+        raise ValueError("the path must be /service_name or /service_name/db")
+    db = None
+    if len(parts) == 2:
+        if not parts[1].isdigit():
+            raise ValueError(f"db {parts[1]!r} is not a whole number")
+        db = int(parts[1])
+    return SentinelURL(
+        sentinels, unquote(parts[0]), db, username, password, scheme.lower() == "rediss+sentinel"
+    )
+
+
+def redacted_url(url: str) -> str:
+    """*url* without its password, for error messages (sentinel URLs too)."""
+    try:
+        scheme, sep, rest = url.partition("://")
+        if not sep:
+            return url if urlsplit(url).password is None else "<unparseable URL>"
+        netloc, slash, path = rest.partition("/")
+        userinfo, at, hosts = netloc.rpartition("@")
+        if not at or ":" not in userinfo:
+            return url
+        user = userinfo.partition(":")[0]
+        return f"{scheme}://{user}:***@{hosts}{slash}{path}"
+    except ValueError:
+        return "<unparseable URL>"
+
+
+# -- Sentinel ------------------------------------------------------------------------------
+
+
+def sentinel_master(
+    sentinels: list[tuple[str, int]],
+    service_name: str,
+    *,
+    sentinel_kwargs: Mapping[str, Any] | None,
+    connection_kwargs: dict[str, Any],
+) -> tuple[redis.Redis, redis.sentinel.Sentinel]:
+    """A client of *service_name*'s primary, found (and re-found after a failover) by redis-py.
+
+    The sentinels get the data connections' timeouts and TLS settings but not
+    their credentials; *sentinel_kwargs* (redis-py's name) is merged over that,
+    e.g. ``{"password": ...}`` for sentinels with ``requirepass``.  Sentinels
+    are asked in turn, so their clients do not retry.
+    """
+    for_sentinels: dict[str, Any] = {
+        k: v
+        for k, v in connection_kwargs.items()
+        if k.startswith("socket_") or k.startswith("ssl")
+    }
+    for_sentinels["retry"] = connection_retry(0)
+    for_sentinels.update(sentinel_kwargs or {})
+    manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        sentinels, sentinel_kwargs=for_sentinels, **connection_kwargs
+    )
+    primary: redis.Redis = manager.master_for(service_name)  # type: ignore[no-untyped-call]
+    return primary, manager

@@ -89,7 +89,10 @@ def tls_client_options(tls: TlsFiles, *, client_cert: bool = True) -> dict[str, 
 def tls_url(port: int, tls: TlsFiles, *, user: str = "", password: str = "", db: int = 0) -> str:
     """A ``rediss://`` URL carrying the CA and client certificate as query arguments."""
     auth = f"{user}:{password}@" if password else ""
-    query = f"ssl_ca_certs={tls.ca_cert}&ssl_certfile={tls.client_cert}&ssl_keyfile={tls.client_key}"
+    query = (
+        f"ssl_ca_certs={tls.ca_cert}&ssl_certfile={tls.client_cert}"
+        f"&ssl_keyfile={tls.client_key}"
+    )
     return f"rediss://{auth}127.0.0.1:{port}/{db}?{query}"
 
 
@@ -152,7 +155,7 @@ class TlsSentinel(TlsRedisServer):
             f"tls-port {self.port}",
             f"dir {self.dir}",
             f"logfile {self.dir / 'redis.log'}",
-            *(f"{self.tls_args[i][2:]} {self.tls_args[i + 1]}" for i in range(0, len(self.tls_args), 2)),
+            *(f"{n[2:]} {v}" for n, v in zip(self.tls_args[::2], self.tls_args[1::2], strict=True)),
             f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 1",
             f"sentinel down-after-milliseconds {SERVICE} 5000",
         ]
@@ -360,7 +363,8 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsFiles]:
 @pytest.fixture(scope="module")
 def tls_standalone(tls_binary: str, tls_files: TlsFiles) -> Iterator[TlsRedisServer]:
     """A standalone TLS server that requires client certificates (``tls-auth-clients yes``)."""
-    server = TlsRedisServer(tls_binary, tls_files, auth_clients="yes").start()
+    server = TlsRedisServer(tls_binary, tls_files, auth_clients="yes")
+    server.start()
     yield server
     server.cleanup()
 
@@ -370,7 +374,8 @@ def tls_expired(tls_binary: str, tls_files: TlsFiles) -> Iterator[TlsRedisServer
     """A TLS server presenting an expired certificate."""
     server = TlsRedisServer(
         tls_binary, tls_files, cert=(tls_files.expired_cert, tls_files.expired_key)
-    ).start()
+    )
+    server.start()
     yield server
     server.cleanup()
 

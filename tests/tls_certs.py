@@ -71,7 +71,10 @@ def _write_cert(path: Path, cert: x509.Certificate) -> Path:
     return path
 
 
-def _ca(common_name: str, now: datetime.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+_Pair = tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
+
+
+def _ca(common_name: str, now: datetime.datetime) -> _Pair:
     key = _key()
     name = _name(common_name)
     cert = (
@@ -150,7 +153,8 @@ def make_certs(directory: Path) -> TlsFiles:
     now = datetime.datetime.now(datetime.timezone.utc)
     ca = _ca("remember_sync test CA", now)
     other_ca = _ca("an unrelated CA", now)
-    valid = {"not_before": now - datetime.timedelta(days=1), "not_after": now + datetime.timedelta(days=7)}
+    day = datetime.timedelta(days=1)
+    valid = {"not_before": now - day, "not_after": now + 7 * day}
     server = _leaf("127.0.0.1", ca, server=True, **valid)
     client = _leaf("remember client", ca, server=False, **valid)
     expired = _leaf(

@@ -19,7 +19,11 @@ from remember_sync import RememberPlugin
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
 
-pytest_plugins: list[str] = ["tests.fixtures_redis", "tests.fixtures_kv"]
+pytest_plugins: list[str] = [
+    "tests.fixtures_redis",
+    "tests.fixtures_redis_tls",
+    "tests.fixtures_kv",
+]
 
 #: Every store the conformance and accessor suites run on.
 STORE_KINDS: list[str] = ["memory", "redis", "redis_cluster", "vercel_kv"]

@@ -5,10 +5,13 @@ With ``tools={"enabled": True}`` a plugin exposes ``<prefix>remember_this``,
 tool definitions (:meth:`MemoryTools.definitions`) and runs them with
 :meth:`MemoryTools.call`, which returns an MCP ``CallToolResult``-shaped dict.
 
-Every failure becomes a tool error (``isError: true``) carrying a stable
-``code`` and a message the model can act on; never a traceback and never an
-internal detail (store addresses, storage keys, secrets).  Unexpected
-exceptions are logged here, server-side, and reported as
+Every failure becomes a tool error (``isError: true``) whose text content is
+``"<CODE>: <message>"``: a stable code and a message the model can act on;
+never a traceback and never an internal detail (store addresses, storage
+keys, secrets).  Error results carry no ``structuredContent``: it would have
+to match the tool's ``outputSchema``, and clients such as the TypeScript SDK
+1.x validate it even on errors (:func:`error_parts` reads the code back).
+Unexpected exceptions are logged here, server-side, and reported as
 ``REMEMBER_INTERNAL_ERROR``.
 
 ``tool`` scope is keyed by the tool actually running the call, so ``recall``
@@ -68,6 +71,7 @@ __all__ = [
     "UNKNOWN_TOOL_CODE",
     "MemoryTools",
     "call_plugin_tool",
+    "error_parts",
     "error_result",
     "memory_tools",
     "plugin_tool_definitions",
@@ -140,12 +144,27 @@ def success_result(structured: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def error_result(code: str, message: str) -> dict[str, Any]:
-    """A tool error (``isError: true``) the model can read and act on."""
-    return {
-        "content": [{"type": "text", "text": f"{code}: {message}"}],
-        "structuredContent": {"code": code, "message": message},
-        "isError": True,
-    }
+    """A tool error (``isError: true``) the model can read and act on.
+
+    The one text content is ``"<CODE>: <message>"``; there is no
+    ``structuredContent``, which would have to match the tool's
+    ``outputSchema`` (SPEC section 10).
+    """
+    return {"content": [{"type": "text", "text": f"{code}: {message}"}], "isError": True}
+
+
+def error_parts(result: Mapping[str, Any]) -> tuple[str, str]:
+    """``(code, message)`` of a tool error made by :func:`error_result`.
+
+    :raises ValueError: *result* is not such an error.
+    """
+    content = result.get("content")
+    first = content[0] if isinstance(content, list) and content else None
+    text = first.get("text") if isinstance(first, Mapping) else None
+    code, sep, message = text.partition(": ") if isinstance(text, str) else ("", "", "")
+    if result.get("isError") is not True or not sep or not code:
+        raise ValueError("not a tool error result of the form '<CODE>: <message>'")
+    return code, message
 
 
 def result_for_exception(exc: BaseException, *, tool: str) -> dict[str, Any]:
@@ -176,6 +195,17 @@ def result_for_exception(exc: BaseException, *, tool: str) -> dict[str, Any]:
 
 # -- argument validation (a JSON Schema subset) --------------------------------------------
 
+#: Every JSON type: the schema ``type`` of a value that may be any JSON value
+#: (strict schema consumers want a ``type`` on every property).
+_JSON_TYPES: Final[tuple[str, ...]] = (
+    "string",
+    "number",
+    "integer",
+    "boolean",
+    "object",
+    "array",
+    "null",
+)
 _TYPE_NAMES: Final[dict[str, str]] = {
     "object": "an object",
     "array": "an array",
@@ -379,9 +409,9 @@ class MemoryTools:
         self._definitions = self._build_definitions()
         # Validated against copies whose scope has no enum: a known scope that is not
         # allowed gets REMEMBER_SCOPE_NOT_ALLOWED (so the model can retry), not a
-        # generic enum failure.
+        # generic enum failure.  See _check_schema for the value's type.
         self._checks = {
-            self._by_name[d["name"]]: _without_scope_enum(d["inputSchema"])
+            self._by_name[d["name"]]: _check_schema(d["inputSchema"])
             for d in self._definitions
         }
 
@@ -448,7 +478,10 @@ class MemoryTools:
                             'What to call this memory (e.g., "user_preference", "last_action")'
                         ),
                     },
-                    "value": {"description": "The value to remember (any JSON value)"},
+                    "value": {
+                        "type": list(_JSON_TYPES),
+                        "description": "The value to remember (any JSON value)",
+                    },
                     "scope": scope,
                     "ttl": {
                         "type": "integer",
@@ -505,7 +538,10 @@ class MemoryTools:
                     {
                         "found": {"type": "boolean"},
                         "key": {"type": "string"},
-                        "value": {"description": "The remembered value (when found)"},
+                        "value": {
+                            "type": list(_JSON_TYPES),
+                            "description": "The remembered value (when found)",
+                        },
                         "scope": {"type": "string", "enum": scopes},
                         "createdAt": {"type": "integer"},
                         "expiresAt": {"type": "integer"},
@@ -797,9 +833,19 @@ def _object(properties: dict[str, Any], *, required: list[str]) -> dict[str, Any
     }
 
 
-def _without_scope_enum(schema: Mapping[str, Any]) -> dict[str, Any]:
+def _check_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The input schema arguments are validated against: *schema* with two relaxations.
+
+    The scope has no enum (see ``MemoryTools.__init__``), and a ``value`` of any
+    JSON type is left to :func:`~remember_sync.codec.check_json_value`, whose
+    messages say what is not JSON (NaN, a set, a non-``str`` key) where the
+    published every-JSON-type list could only say "must be a string or ...".
+    """
     copy = deepcopy(dict(schema))
-    copy["properties"]["scope"] = {"type": "string"}
+    properties = copy["properties"]
+    properties["scope"] = {"type": "string"}
+    if "value" in properties and properties["value"].get("type") == list(_JSON_TYPES):
+        del properties["value"]["type"]
     return copy
 
 

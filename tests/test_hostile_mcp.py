@@ -35,6 +35,7 @@ from remember_sync.mcp import McpServer, StaticTokenVerifier
 from remember_sync.mcp.httpd import make_server
 from remember_sync.sessions import SessionSigner
 from remember_sync.stores.redis import RedisStore
+from remember_sync.tools import error_parts
 from tests.conftest import TEST_SECRET
 
 MODERN = "2026-07-28"
@@ -73,7 +74,8 @@ class Reply:
         result = self.json.get("result") or {}
         if not result.get("isError"):
             return None
-        return str(result["structuredContent"]["code"])
+        assert "structuredContent" not in result, result  # it would break the outputSchema
+        return error_parts(result)[0]
 
     def structured(self) -> dict[str, Any]:
         return dict(self.json["result"]["structuredContent"])
@@ -326,7 +328,6 @@ def test_deeply_nested_json_is_refused(hostile: Harness, body: bytes) -> None:
 
 _SHAPES = [
     pytest.param(b"[]", 400, -32600, id="empty-batch"),
-    pytest.param(json.dumps([rpc("ping")]), 400, -32600, id="batch"),
     pytest.param(b"null", 400, -32600, id="null"),
     pytest.param(b"42", 400, -32600, id="number"),
     pytest.param(b'"ping"', 400, -32600, id="string"),
@@ -394,6 +395,24 @@ def test_wrong_json_rpc_shapes_get_the_right_error(
 ) -> None:
     """Each malformed JSON-RPC message gets its HTTP status and JSON-RPC error code."""
     hostile.check(hostile.post(body), actor="alice", status=status, rpc_code=code)
+
+
+def test_batches_cannot_escape_the_session_or_multiply_work(hostile: Harness) -> None:
+    """A 2025-03-26 batch reads only the caller's memory; >100 members, later revisions: 400."""
+    tricky = [
+        rpc("tools/call", {"name": "recall", "arguments": {"key": key, "scope": scope}}, i)
+        for i, (key, scope) in enumerate((k, s) for k in PLANTED_KEYS for s in PLANTED_SCOPES)
+    ]
+    reply = hostile.post(json.dumps([*tricky, 5, [], {"jsonrpc": "2.0", "method": "x"}]),
+                         user="bob")
+    hostile.check(reply, actor="bob", status=200)
+    answers = reply.json
+    assert len(answers) == len(tricky) + 2  # the notification gets no answer
+    assert [a["error"]["code"] for a in answers[-2:]] == [-32600, -32600]
+    too_many = json.dumps([rpc("ping", request_id=i) for i in range(101)])
+    hostile.check(hostile.post(too_many), actor="alice", status=400, rpc_code=-32600)
+    later = hostile.post(json.dumps([rpc("ping")]), headers={"MCP-Protocol-Version": LEGACY})
+    hostile.check(later, actor="alice", status=400, rpc_code=-32600)
 
 
 # -- HTTP-level abuse: size, framing, media types, methods, origin
@@ -910,7 +929,7 @@ def test_anonymous_callers_cannot_reach_each_others_sessions(hostile: Harness) -
             (send(recall, _flip_last(first)), 404),
             (send(recall, first[:-1]), 404),
             (send(recall, first + "="), None),  # see test_constant_time: MAC text malleability
-            (send(recall, None), 200),
+            (send(recall, None), 400),  # Mcp-Session-Id header is required
         ]
         for reply, status in probes:
             hostile.hostile_inputs += 1
@@ -918,13 +937,10 @@ def test_anonymous_callers_cannot_reach_each_others_sessions(hostile: Harness) -
                 assert reply.status == status, reply.body
             if reply.status == 200:
                 assert secret.encode() not in reply.body
-        assert send(recall, None).json["result"]["structuredContent"]["code"] == (
-            "REMEMBER_IDENTITY_REQUIRED"
-        )
         user_scope = rpc(
             "tools/call", {"name": "recall", "arguments": {"key": "secret", "scope": "user"}}
         )
-        assert send(user_scope, first).json["result"]["structuredContent"]["code"] == (
+        assert send(user_scope, first).tool_code() == (
             "REMEMBER_IDENTITY_REQUIRED"
         )
         assert send(recall, first).json["result"]["structuredContent"]["value"] == secret

@@ -92,6 +92,18 @@ def _post(app: McpServer, body: dict[str, Any], headers: dict[str, str] | None =
     return statuses[0], json.loads(out) if out else None
 
 
+def _initialize(app: McpServer, headers: dict[str, str]) -> str:
+    """Open a session (handshake-era requests need one); its Mcp-Session-Id."""
+    data = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                       "params": {"protocolVersion": "2025-11-25"}}).encode()
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": app.path or "/", "CONTENT_LENGTH":
+               str(len(data)), "CONTENT_TYPE": "application/json", "wsgi.input": io.BytesIO(data)}
+    environ.update({"HTTP_" + k.upper().replace("-", "_"): v for k, v in headers.items()})
+    sent: list[dict[str, str]] = []
+    b"".join(app(environ, lambda status, h: sent.append(dict(h))))
+    return sent[0]["Mcp-Session-Id"]
+
+
 def test_create_app_reads_the_environment(tmp_path: Path) -> None:
     """create_app() takes prefix, scopes, TTL and the token file from REMEMBER_* variables."""
     tokens = write(tmp_path / "tokens", f"{TOKEN_A} alice\n")
@@ -109,12 +121,14 @@ def test_create_app_reads_the_environment(tmp_path: Path) -> None:
         assert app.plugin.core.default_ttl == 60
         status, _ = _post(app, {"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert status.startswith("401")
+        alice = {"Authorization": f"Bearer {TOKEN_A}"}
+        alice["Mcp-Session-Id"] = _initialize(app, alice)
         status, reply = _post(
             app,
             {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
                 "name": "mem_remember_this", "arguments": {"key": "k", "value": 1,
                                                            "scope": "user"}}},
-            {"Authorization": f"Bearer {TOKEN_A}"},
+            alice,
         )
         assert status == "200 OK" and "expiresAt" in reply["result"]["structuredContent"]
     finally:

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from remember_sync import RememberPlugin
+from remember_sync.accessor import DEFAULT_MAX_VALUE_BYTES
 from remember_sync.mcp import McpServer
 from remember_sync.mcp.httpd import KeepAliveWSGIServer, make_server
+from remember_sync.mcp.server import default_max_body_bytes
 
 PING = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
 
@@ -54,13 +56,20 @@ def post(body: bytes, *extra: str) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
+def in_session(server: KeepAliveWSGIServer) -> str:
+    """An Mcp-Session-Id header line for an anonymous session the app issued."""
+    app: McpServer = server.get_app()  # type: ignore[assignment]
+    return f"Mcp-Session-Id: {app.session_signer.issue(None)}"
+
+
 def responses(data: bytes) -> list[bytes]:
     return [part for part in data.split(b"HTTP/1.1 ")[1:]]
 
 
 def test_pipelined_requests_share_one_connection(httpd: KeepAliveWSGIServer) -> None:
     """Two requests on one connection get two framed answers; the connection stays open."""
-    received, closed = exchange(httpd, post(PING) + post(PING))
+    session = in_session(httpd)
+    received, closed = exchange(httpd, post(PING, session) + post(PING, session))
     answers = responses(received)
     assert [a[:6] for a in answers] == [b"200 OK", b"200 OK"] and not closed
     assert all(b"Content-Length: 36" in a for a in answers)
@@ -89,8 +98,8 @@ def test_head_closes_after_answering(httpd: KeepAliveWSGIServer) -> None:
 
 def test_oversized_body_is_drained_and_the_connection_kept(httpd: KeepAliveWSGIServer) -> None:
     """A 413 body up to the drain limit is read away so the next request parses cleanly."""
-    big = b"x" * 1_200_000
-    received, closed = exchange(httpd, post(big) + post(PING))
+    big = b"x" * (default_max_body_bytes(DEFAULT_MAX_VALUE_BYTES) + 1000)
+    received, closed = exchange(httpd, post(big) + post(PING, in_session(httpd)))
     assert [a[:3] for a in responses(received)] == [b"413", b"200"] and not closed
 
 

@@ -27,6 +27,8 @@ import requests
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from remember_sync.accessor import DEFAULT_MAX_VALUE_BYTES
+from remember_sync.mcp.server import default_max_body_bytes
 from tests.conftest import TEST_SECRET, require_component
 from tests.mcp_client import error_code, run, structured
 
@@ -143,8 +145,8 @@ async def connect(url: str, *, mode: str = "legacy", token: str | None = None
 
 
 async def tool_error(client: Client, name: str, args: dict[str, Any]) -> str:
-    """error_code, also pinning our text form "<CODE>: <message>"."""
-    return await error_code(client, name, args, text_form=True)
+    """error_code: the code of our text form "<CODE>: <message>" (no structured content)."""
+    return await error_code(client, name, args)
 
 
 # -- acceptance ------------------------------------------------------------------------------
@@ -436,7 +438,16 @@ def test_connections_are_kept_alive(server: Served) -> None:
     host, port = re.findall(r"http://([\d.]+):(\d+)", server.url)[0]
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    limit = default_max_body_bytes(DEFAULT_MAX_VALUE_BYTES)
     try:
+        conn.request("POST", "/mcp", json.dumps({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "t", "version": "1"}},
+        }), headers)
+        reply = conn.getresponse()
+        assert reply.status == 200 and reply.read()
+        headers["Mcp-Session-Id"] = reply.headers["Mcp-Session-Id"]
         conn.request("POST", "/mcp", json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
                      headers)
         reply = conn.getresponse()
@@ -450,9 +461,9 @@ def test_connections_are_kept_alive(server: Served) -> None:
             reply.read()
         assert conn.sock is sock
         # An oversized body is refused unread, then drained: the connection is kept.
-        conn.request("POST", "/mcp", b"x" * 1_000_500, headers)
+        conn.request("POST", "/mcp", b"x" * (limit + 500), headers)
         reply = conn.getresponse()
-        assert reply.status == 413 and b"at most 1000000 bytes" in reply.read()
+        assert reply.status == 413 and f"at most {limit} bytes".encode() in reply.read()
         conn.request("POST", "/mcp", json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"}),
                      headers)
         reply = conn.getresponse()
@@ -460,7 +471,7 @@ def test_connections_are_kept_alive(server: Served) -> None:
     finally:
         conn.close()
     after = requests.post(server.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
-                          timeout=10)
+                          headers={"Mcp-Session-Id": headers["Mcp-Session-Id"]}, timeout=10)
     assert after.status_code == 200
 
 

@@ -16,6 +16,7 @@ import pytest
 from remember_sync import Identity, RememberPlugin, current_identity
 from remember_sync.mcp import McpServer, ToolContext, ToolError
 from remember_sync.sessions import SessionSigner
+from remember_sync.tools import error_parts
 
 MODERN = "2026-07-28"
 TOKENS = {"alice-token-0123456789": "alice", "bob-token-0123456789ab": "bob"}
@@ -43,11 +44,22 @@ class Reply:
 
 
 class Wsgi:
-    """Calls the app the way a WSGI server does (no sockets)."""
+    """Calls the app the way a WSGI server does (no sockets).
+
+    After :meth:`started` every request carries the session's ``Mcp-Session-Id``
+    unless it names one itself (handshake-era requests other than ``initialize``
+    need one).
+    """
 
     def __init__(self, app: McpServer) -> None:
         self.app = app
         self.read: list[int] = []
+        self.session_id: str | None = None
+
+    def started(self, headers: dict[str, str] | None = None) -> Wsgi:
+        """Initialize a session that later requests carry; returns self."""
+        self.session_id = self.initialize(headers)
+        return self
 
     def request(
         self,
@@ -74,7 +86,10 @@ class Wsgi:
         if content_type is not None:
             environ["CONTENT_TYPE"] = content_type
         environ["CONTENT_LENGTH"] = str(len(data)) if length is None else length
-        for name, value in (headers or {}).items():
+        sent = dict(headers or {})
+        if self.session_id is not None:
+            sent.setdefault("Mcp-Session-Id", self.session_id)
+        for name, value in sent.items():
             key = name.upper().replace("-", "_")
             if key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
                 environ[key] = value
@@ -134,6 +149,12 @@ def call(name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
     return rpc("tools/call", {"name": name, "arguments": arguments or {}})
 
 
+def tool_code(result: dict[str, Any]) -> str:
+    """The code of a tool error result (its text "<CODE>: <message>"; no structuredContent)."""
+    assert "structuredContent" not in result, result
+    return error_parts(result)[0]
+
+
 @pytest.fixture(params=["memory"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -151,7 +172,8 @@ def app(tools_plugin: RememberPlugin) -> McpServer:
 
 @pytest.fixture
 def client(app: McpServer) -> Wsgi:
-    return Wsgi(app)
+    """A client in a session (handshake-era requests need one)."""
+    return Wsgi(app).started()
 
 
 @pytest.fixture
@@ -207,7 +229,8 @@ def test_terminated_input_without_length_is_read_up_to_the_limit(app: McpServer)
     """A server that terminates wsgi.input (gunicorn, chunked) works without Content-Length."""
     body = json.dumps(rpc("ping")).encode()
     environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/mcp", "CONTENT_TYPE": "application/json",
-               "wsgi.input": io.BytesIO(body), "wsgi.input_terminated": True}
+               "wsgi.input": io.BytesIO(body), "wsgi.input_terminated": True,
+               "HTTP_MCP_SESSION_ID": Wsgi(app).initialize()}
     statuses: list[str] = []
     out = b"".join(app(environ, lambda status, headers: statuses.append(status)))
     assert statuses == ["200 OK"] and json.loads(out)["result"] == {}
@@ -233,13 +256,13 @@ def test_foreign_origin_gets_403(client: Wsgi, tools_plugin: RememberPlugin) -> 
     """A browser page from another origin is refused; loopback and listed origins are not."""
     assert client.request(rpc("ping"), headers={"Origin": "https://evil.example"}).status == 403
     assert client.request(rpc("ping"), headers={"Origin": "http://localhost:3000"}).status == 200
-    listed = Wsgi(McpServer(tools_plugin, allowed_origins=["https://app.example"]))
+    listed = Wsgi(McpServer(tools_plugin, allowed_origins=["https://app.example"])).started()
     assert listed.request(rpc("ping"), headers={"Origin": "https://app.example"}).status == 200
 
 
 def test_unexpected_host_gets_403(tools_plugin: RememberPlugin) -> None:
     """With allowed_hosts (serve sets it on loopback) another Host header is refused."""
-    guarded = Wsgi(McpServer(tools_plugin, allowed_hosts=["127.0.0.1:8765"]))
+    guarded = Wsgi(McpServer(tools_plugin, allowed_hosts=["127.0.0.1:8765"])).started()
     assert guarded.request(rpc("ping")).status == 200
     assert guarded.request(rpc("ping"), headers={"Host": "rebound.example:8765"}).status == 403
 
@@ -293,6 +316,7 @@ def test_raising_verifier_refuses(tools_plugin: RememberPlugin) -> None:
 def test_valid_token_sets_the_principal(secured: Wsgi) -> None:
     """A valid token's principal is the caller's user_id (user scope works)."""
     alice = bearer("alice-token-0123456789")
+    alice["Mcp-Session-Id"] = secured.initialize(headers=alice)
     reply = secured.request(call("remember_this", {"key": "k", "value": 1, "scope": "user"}),
                             headers=alice)
     assert reply.status == 200 and reply.result["isError"] is False
@@ -341,7 +365,7 @@ def test_ping_and_tools_list(client: Wsgi) -> None:
 @pytest.mark.parametrize(
     ("body", "code", "status"),
     [
-        ([rpc("ping")], -32600, 400),
+        ([], -32600, 400),
         (5, -32600, 400),
         ({"jsonrpc": "1.0", "id": 1, "method": "ping"}, -32600, 400),
         ({"jsonrpc": "2.0", "id": 1, "method": 5}, -32600, 400),
@@ -379,8 +403,23 @@ def test_session_scope_needs_the_issued_session(client: Wsgi) -> None:
     assert stored.result["isError"] is False
     found = client.request(call("recall", {"key": "k"}), headers={"Mcp-Session-Id": sid})
     assert found.result["structuredContent"]["value"] == 1
-    anonymous = client.request(call("recall", {"key": "k"}))
-    assert anonymous.result["structuredContent"]["code"] == "REMEMBER_IDENTITY_REQUIRED"
+    other = client.request(call("recall", {"key": "k"}))  # the client's own session
+    assert other.result["structuredContent"]["found"] is False
+
+
+def test_requests_without_a_session_get_400(app: McpServer) -> None:
+    """Only initialize may come without Mcp-Session-Id: requests, notifications, replies get 400."""
+    sessionless = Wsgi(app)
+    for body in (
+        call("recall", {"key": "k"}),
+        rpc("ping"),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 9, "result": {}},
+    ):
+        reply = sessionless.request(body)
+        assert reply.status == 400, body
+        assert reply.error["message"] == "Bad Request: Mcp-Session-Id header is required"
+    assert sessionless.request(rpc("ping"), headers={"Mcp-Session-Id": ""}).status == 404
 
 
 @pytest.mark.parametrize("kind", ["random", "tampered", "other-secret", "garbage"])
@@ -419,8 +458,9 @@ def test_delete_ends_a_session(client: Wsgi) -> None:
     assert client.request(method="DELETE", headers={"Mcp-Session-Id": sid}).status == 404
 
 
-def test_delete_needs_an_issued_session(client: Wsgi) -> None:
+def test_delete_needs_an_issued_session(app: McpServer) -> None:
     """DELETE without a session id is 400; with a forged one 404."""
+    client = Wsgi(app)
     assert client.request(method="DELETE").status == 400
     assert client.request(method="DELETE", headers={"Mcp-Session-Id": "forged"}).status == 404
 
@@ -455,7 +495,7 @@ def test_modern_anonymous_session_scope_is_refused(client: Wsgi) -> None:
     """2026-07-28 has no sessions: anonymous session scope is REMEMBER_IDENTITY_REQUIRED."""
     reply = client.modern("tools/call", {"name": "recall", "arguments": {"key": "k"}})
     assert reply.result["isError"] is True
-    assert reply.result["structuredContent"]["code"] == "REMEMBER_IDENTITY_REQUIRED"
+    assert tool_code(reply.result) == "REMEMBER_IDENTITY_REQUIRED"
 
 
 def test_modern_ignores_session_ids(client: Wsgi) -> None:
@@ -463,7 +503,7 @@ def test_modern_ignores_session_ids(client: Wsgi) -> None:
     sid = client.initialize()
     reply = client.modern("tools/call", {"name": "recall", "arguments": {"key": "k"}},
                           headers={"Mcp-Session-Id": sid})
-    assert reply.result["structuredContent"]["code"] == "REMEMBER_IDENTITY_REQUIRED"
+    assert tool_code(reply.result) == "REMEMBER_IDENTITY_REQUIRED"
     forged = client.modern("tools/list", headers={"Mcp-Session-Id": "forged"})
     assert forged.status == 200
 
@@ -522,7 +562,10 @@ def test_modern_unsupported_version_names_the_supported_ones(client: Wsgi) -> No
     """A version this server does not serve gets -32022 with supported/requested data."""
     reply = client.modern("tools/list", version="2099-01-01")
     assert reply.status == 400 and reply.error["code"] == -32022
-    assert reply.error["data"] == {"supported": [MODERN], "requested": "2099-01-01"}
+    assert reply.error["data"] == {
+        "supported": ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", MODERN],
+        "requested": "2099-01-01",
+    }
 
 
 def test_modern_notifications(client: Wsgi) -> None:
@@ -584,7 +627,7 @@ def test_function_tool_gets_a_tool_scoped_accessor(client: Wsgi, app: McpServer)
     assert seen[0] == Identity(session_id=sid, user_id=None, tool_name="counter")
     bad = client.request(call("counter", {"step": "x"}), headers={"Mcp-Session-Id": sid})
     assert bad.result["isError"] is True
-    assert bad.result["structuredContent"]["code"] == "REMEMBER_INVALID_INPUT"
+    assert tool_code(bad.result) == "REMEMBER_INVALID_INPUT"
     names = [t["name"] for t in client.request(rpc("tools/list")).result["tools"]]
     assert names[-1] == "counter" and len(names) == 5
 
@@ -630,10 +673,11 @@ def test_tool_errors_and_crashes_become_tool_errors(
         raise KeyError("database password=hunter2")
 
     refused = client.request(call("picky")).result
-    assert refused["structuredContent"] == {"code": "TOO_EARLY", "message": "try again tomorrow"}
+    assert refused == {"content": [{"type": "text", "text": "TOO_EARLY: try again tomorrow"}],
+                       "isError": True}
     with caplog.at_level(logging.ERROR, logger="remember_sync"):
         crashed = client.request(call("buggy")).result
-    assert crashed["structuredContent"]["code"] == "REMEMBER_INTERNAL_ERROR"
+    assert tool_code(crashed) == "REMEMBER_INTERNAL_ERROR"
     assert "hunter2" not in json.dumps(crashed) and "hunter2" in caplog.text
 
 
@@ -657,7 +701,7 @@ def test_output_schema_violations_are_internal(client: Wsgi, app: McpServer) -> 
         return {"n": "one"}
 
     result = client.request(call("liar")).result
-    assert result["structuredContent"]["code"] == "REMEMBER_INTERNAL_ERROR"
+    assert tool_code(result) == "REMEMBER_INTERNAL_ERROR"
 
 
 def test_registration_errors(app: McpServer) -> None:
@@ -699,7 +743,7 @@ def test_server_without_memory_tools_lists_only_user_tools(
     def hello(input: dict[str, Any], ctx: ToolContext) -> str:
         return "hi"
 
-    client = Wsgi(app)
+    client = Wsgi(app).started()
     assert [t["name"] for t in client.request(rpc("tools/list")).result["tools"]] == ["hello"]
     assert client.request(call("recall", {"key": "k"})).error["code"] == -32602
 

@@ -10,6 +10,7 @@ import pytest
 from remember_sync import Identity, RememberConfigurationError, RememberInputError, RememberPlugin
 from remember_sync.keys import storage_namespace
 from remember_sync.stores.memory import ENTRY_OVERHEAD_BYTES, MemoryStore
+from remember_sync.tools import error_parts
 from tests.conftest import TEST_SECRET, FakeClock
 
 
@@ -281,8 +282,8 @@ def test_plugin_tool_reports_an_entry_over_max_bytes() -> None:
         "remember_this", {"key": "k", "value": "x" * 10_000, "scope": "session"}, identity=ident
     )
     assert result["isError"] is True
-    assert result["structuredContent"]["code"] == "REMEMBER_INVALID_INPUT"
-    assert "max_bytes" in result["structuredContent"]["message"]
+    code, message = error_parts(result)
+    assert code == "REMEMBER_INVALID_INPUT" and "max_bytes" in message
     assert not plugin.accessor(ident).knows("k", scope="session")
     plugin.close()
 

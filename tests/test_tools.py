@@ -17,6 +17,8 @@ from remember_sync.tools import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
     MemoryTools,
+    error_parts,
+    error_result,
     validate_arguments,
 )
 from tests.conftest import STORE_KINDS, TEST_SECRET, FakeClock
@@ -58,7 +60,9 @@ def ok(plugin: RememberPlugin, name: str, args: Any, who: Identity = SESSION) ->
 def fails(plugin: RememberPlugin, name: str, args: Any, who: Identity = SESSION) -> tuple[str, str]:
     result = call(plugin, name, args, who)
     assert result["isError"] is True, result
-    code, message = result["structuredContent"]["code"], result["structuredContent"]["message"]
+    # No structuredContent: it would have to match the tool's outputSchema.
+    assert set(result) == {"content", "isError"} and len(result["content"]) == 1
+    code, message = error_parts(result)
     assert result["content"][0]["text"] == f"{code}: {message}"
     assert "Traceback" not in message
     return code, message
@@ -125,7 +129,10 @@ def test_input_schemas_match_the_spec(tools_plugin: RememberPlugin) -> None:
     assert remember["required"] == ["key", "value"]
     assert set(props) == {"key", "value", "scope", "ttl", "brand", "metadata"}
     assert props["key"]["minLength"] == 1 and props["key"]["type"] == "string"
-    assert "type" not in props["value"]  # any JSON value, null included
+    # Any JSON value, null included, with a type list for strict schema consumers.
+    assert props["value"]["type"] == [
+        "string", "number", "integer", "boolean", "object", "array", "null"
+    ]
     assert props["ttl"] == {**props["ttl"], "type": "integer", "minimum": 1}
     assert props["brand"]["enum"] == ["preference", "cache", "state", "conversation", "custom"]
     assert props["metadata"]["type"] == "object"
@@ -361,6 +368,26 @@ def test_oversized_value_is_refused(make_plugin: Factory) -> None:
     plugin = make_plugin(tools={"enabled": True}, max_value_bytes=100)
     code, message = fails(plugin, "remember_this", {"key": "k", "value": "x" * 200})
     assert code == "REMEMBER_INVALID_INPUT" and "max_value_bytes" in message
+
+
+def test_value_of_every_json_type_is_accepted_and_non_json_refused_as_before(
+    tools_plugin: RememberPlugin,
+) -> None:
+    """The typed value schema admits every JSON type; NaN keeps check_json_value's message."""
+    for value in ("s", 1.5, 7, True, {"a": [1]}, [None], None):
+        ok(tools_plugin, "remember_this", {"key": "k", "value": value})
+        assert ok(tools_plugin, "recall", {"key": "k"})["value"] == value
+    code, message = fails(tools_plugin, "remember_this", {"key": "k", "value": float("nan")})
+    assert code == "REMEMBER_INVALID_INPUT" and "float nan" in message, message
+
+
+def test_error_parts_reads_back_error_result() -> None:
+    """error_parts splits "<CODE>: <message>" (the message may hold ': '); refuses successes."""
+    assert error_parts(error_result("REMEMBER_X", "a: b")) == ("REMEMBER_X", "a: b")
+    with pytest.raises(ValueError, match="not a tool error"):
+        error_parts({"content": [{"type": "text", "text": "A: b"}], "isError": False})
+    with pytest.raises(ValueError, match="not a tool error"):
+        error_parts({"content": [], "isError": True})
 
 
 def test_scope_outside_allowed_scopes_is_refused(tools_plugin: RememberPlugin) -> None:

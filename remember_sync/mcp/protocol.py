@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 __all__ = [
+    "ALL_PROTOCOL_VERSIONS",
+    "BATCH_PROTOCOL_VERSIONS",
     "CLIENT_CAPABILITIES_META_KEY",
     "CLIENT_INFO_META_KEY",
     "HANDSHAKE_PROTOCOL_VERSIONS",
@@ -21,6 +23,7 @@ __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "LATEST_HANDSHAKE_VERSION",
+    "MAX_BATCH_MESSAGES",
     "METHOD_NOT_FOUND",
     "MODERN_PROTOCOL_VERSIONS",
     "PARSE_ERROR",
@@ -28,6 +31,7 @@ __all__ = [
     "SERVER_INFO_META_KEY",
     "UNSUPPORTED_PROTOCOL_VERSION",
     "JsonRpcError",
+    "declares_modern_version",
     "decode_header_value",
     "error_body",
     "is_request_id",
@@ -45,6 +49,18 @@ HANDSHAKE_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = (
 LATEST_HANDSHAKE_VERSION: Final = HANDSHAKE_PROTOCOL_VERSIONS[-1]
 #: Revisions with the stateless per-request envelope (``server/discover``, no sessions).
 MODERN_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = ("2026-07-28",)
+#: Every revision this server speaks, oldest first (the ``supported`` list of -32022).
+ALL_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = (
+    HANDSHAKE_PROTOCOL_VERSIONS + MODERN_PROTOCOL_VERSIONS
+)
+#: Revisions whose clients may POST a JSON-RPC batch (2025-03-26: servers MUST accept
+#: them; 2025-06-18 removed them).  Clients of these revisions send no
+#: ``MCP-Protocol-Version`` header, which 2025-06-18 introduced; a server seeing none
+#: "SHOULD assume 2025-03-26", so no header or one of these values allows a batch.
+BATCH_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = ("2024-11-05", "2025-03-26")
+#: The most messages one batch may carry: a batch cannot multiply one request's work
+#: without limit (the body limit bounds its bytes, not its tool calls).
+MAX_BATCH_MESSAGES: Final = 100
 
 PROTOCOL_VERSION_META_KEY: Final = "io.modelcontextprotocol/protocolVersion"
 CLIENT_INFO_META_KEY: Final = "io.modelcontextprotocol/clientInfo"
@@ -117,6 +133,15 @@ def decode_header_value(value: str | None) -> str | None:
         return decoded.decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
         return None
+
+
+def declares_modern_version(message: object) -> bool:
+    """Whether *message* carries a 2026-07-28 envelope version (``params._meta``)."""
+    if not isinstance(message, dict):
+        return False
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
 
 
 def is_request_id(value: object) -> bool:

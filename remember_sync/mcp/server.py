@@ -17,14 +17,26 @@ chooses them, by the ``MCP-Protocol-Version`` header:
   sharing it knows (:mod:`remember_sync.mcp.revocations`).  A request carrying
   an id the server did not issue -- or issued to another principal, or ended --
   gets ``404`` and never binds a session; one whose end cannot be checked
-  (the store failed) gets ``503``.  A request without the header is served
-  without a session.
+  (the store failed) gets ``503``.  Every request but ``initialize`` must
+  carry the header: one without it gets ``400`` (the spec's "Servers that
+  require a session ID SHOULD respond to requests without an Mcp-Session-Id
+  header (other than initialization) with HTTP 400").  Clients of
+  ``2024-11-05`` and ``2025-03-26`` (no ``MCP-Protocol-Version`` header, or one
+  naming those) may POST a JSON-RPC batch; later revisions removed batches and
+  get ``400`` for one.
 * anything else (``2026-07-28``): no handshake and no sessions; every request
   carries its protocol version, client info and capabilities in
   ``params._meta`` and repeats the version, method and tool name in the
   ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` headers, which
   must agree with the body.  ``server/discover`` replaces ``initialize``.
   ``session`` scope falls back to the signed-in principal.
+
+An ``MCP-Protocol-Version`` header naming no revision this server speaks gets
+``400`` with error ``-32022`` listing every revision it does speak.
+
+Browsers may call the server from the origins given as ``cors_origins``
+(opt-in CORS: preflight ``OPTIONS`` answered, ``Access-Control-*`` headers on
+every reply to those origins, error replies included).
 
 The caller's principal comes from the optional bearer-token verifier
 (:mod:`remember_sync.mcp.auth`); without one every caller is anonymous.  For
@@ -55,6 +67,8 @@ from ..types import SCOPES, Identity
 from .auth import StaticTokenVerifier, TokenVerifier
 from .authoring import ToolContext, ToolFunction, UserTool
 from .protocol import (
+    ALL_PROTOCOL_VERSIONS,
+    BATCH_PROTOCOL_VERSIONS,
     CLIENT_CAPABILITIES_META_KEY,
     HANDSHAKE_PROTOCOL_VERSIONS,
     HEADER_MISMATCH,
@@ -62,6 +76,7 @@ from .protocol import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     LATEST_HANDSHAKE_VERSION,
+    MAX_BATCH_MESSAGES,
     METHOD_NOT_FOUND,
     MODERN_PROTOCOL_VERSIONS,
     PARSE_ERROR,
@@ -69,6 +84,7 @@ from .protocol import (
     SERVER_INFO_META_KEY,
     UNSUPPORTED_PROTOCOL_VERSION,
     JsonRpcError,
+    declares_modern_version,
     decode_header_value,
     error_body,
     is_request_id,
@@ -77,7 +93,14 @@ from .protocol import (
 )
 from .revocations import DEFAULT_MAX_LOCAL, FULL_CODE, EndedSessions
 
-__all__ = ["DEFAULT_PATH", "McpServer", "create_app", "plugin_from_options"]
+__all__ = [
+    "BODY_ENVELOPE_BYTES",
+    "DEFAULT_PATH",
+    "McpServer",
+    "create_app",
+    "default_max_body_bytes",
+    "plugin_from_options",
+]
 
 log = logging.getLogger("remember_sync.mcp")
 
@@ -102,6 +125,59 @@ _STATUS_TEXT = {
 
 StartResponse = Callable[..., Any]
 _ToolClass = TypeVar("_ToolClass", bound=type[ToolContext])
+
+#: Room left in the default body limit for the JSON-RPC envelope around a value
+#: (method, tool name, key, scope, ttl, brand): see :func:`default_max_body_bytes`.
+BODY_ENVELOPE_BYTES = 64 * 1024
+_CORS_ALLOW_METHODS = "POST, DELETE"
+_CORS_ALLOW_HEADERS = (
+    "content-type, authorization, mcp-session-id, mcp-protocol-version, mcp-method, "
+    "mcp-name, last-event-id"
+)
+_CORS_EXPOSE_HEADERS = "Mcp-Session-Id, WWW-Authenticate"
+#: Seconds a browser may cache a preflight answer (Chromium caps it at 7200).
+_CORS_MAX_AGE = "7200"
+
+
+def default_max_body_bytes(max_value_bytes: int) -> int:
+    """The default HTTP body limit for a plugin whose entries hold *max_value_bytes*.
+
+    ``3 * max_value_bytes + BODY_ENVELOPE_BYTES``.  ``max_value_bytes`` bounds an
+    entry serialised as UTF-8 JSON; a client may send the same value escaped
+    differently.  A client escaping everything outside ASCII as ``\\uXXXX``
+    (Python's ``json.dumps`` default) sends at most 3 bytes per stored byte (a
+    2-byte character becomes 6 bytes, a 4-byte one a 12-byte surrogate pair), so
+    every value up to the limit fits the body and one a little over it comes back
+    as the tool error ``REMEMBER_INVALID_INPUT`` the model can act on, not a
+    transport ``413``.  Only a client escaping plain ASCII too (up to 6x) can hit
+    ``413`` below the value limit; allowing for it would double the memory one
+    request may pin for no real client.
+    """
+    return 3 * max_value_bytes + BODY_ENVELOPE_BYTES
+
+
+def _check_cors_origin(origin: object) -> str:
+    """*origin* normalised (``scheme://host[:port]``, lower case); ``ValueError`` otherwise."""
+    text = origin.rstrip("/").lower() if isinstance(origin, str) else ""
+    parts = urlsplit(text)
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        parts = urlsplit("")
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.username is not None
+        or parts.path
+        or parts.query
+        or parts.fragment
+        or "*" in text
+    ):
+        raise ValueError(
+            f"cors_origins: {origin!r} is not an origin; give scheme://host[:port], "
+            "e.g. https://app.example.com or http://localhost:6274"
+        )
+    return text
 
 
 def _package_version() -> str:
@@ -162,13 +238,24 @@ class McpServer:
         (default: a :class:`~remember_sync.sessions.SessionSigner` over the
         plugin's master secrets, or over :func:`~remember_sync.secret_source.resolve_keyring`
         when encryption is disabled).
-    :param max_body_bytes: larger request bodies get ``413``.
+    :param max_body_bytes: larger request bodies get ``413`` (default:
+        :func:`default_max_body_bytes` of the plugin's ``max_value_bytes``, so
+        an oversized value gets the tool error rather than ``413``).
     :param instructions: optional guidance for the model, sent at connect.
     :param path: the endpoint path (``None``: every path).
     :param allowed_hosts: when given, the ``Host`` header must be one of these
         (``host`` or ``host:port``); a DNS-rebinding guard for local servers.
     :param allowed_origins: browser origins (``scheme://host[:port]``) allowed
         besides loopback ones; a request with any other ``Origin`` gets ``403``.
+    :param cors_origins: browser origins (``scheme://host[:port]``) that may
+        call the server cross-origin (opt-in CORS, ``serve --cors-origin``).
+        Each is also an allowed origin.  A request from one of them gets
+        ``Access-Control-Allow-Origin`` (that origin) and
+        ``Access-Control-Expose-Headers: Mcp-Session-Id, WWW-Authenticate`` on
+        every reply, errors included, and its preflight ``OPTIONS`` gets ``204``.
+        Loopback origins are not implied: a page on another local port is
+        another application, so list it (e.g. ``http://localhost:6274``).
+        Without CORS origins ``OPTIONS`` gets ``405``.
     :param owns_plugin: close the plugin in :meth:`close` (``create_app`` does).
     :param max_ended_sessions: with the in-process memory store, how many ended
         sessions this server remembers at once (each until its signed lifetime
@@ -184,16 +271,22 @@ class McpServer:
         version: str | None = None,
         token_verifier: TokenVerifier | None = None,
         session_signer: SessionSigner | None = None,
-        max_body_bytes: int = 1_000_000,
+        max_body_bytes: int | None = None,
         instructions: str | None = None,
         path: str | None = DEFAULT_PATH,
         allowed_hosts: Sequence[str] | None = None,
         allowed_origins: Sequence[str] = (),
         owns_plugin: bool = False,
         max_ended_sessions: int = DEFAULT_MAX_LOCAL,
+        cors_origins: Sequence[str] = (),
     ) -> None:
         if not isinstance(plugin, RememberPlugin):
             raise TypeError(f"plugin must be a RememberPlugin; got {type(plugin).__name__}")
+        if max_body_bytes is None:
+            max_body_bytes = default_max_body_bytes(plugin.core.max_value_bytes)
+        if isinstance(cors_origins, str):
+            raise TypeError("cors_origins must be a list of origins, not one string")
+        cors = frozenset(_check_cors_origin(o) for o in cors_origins)
         if (
             isinstance(max_body_bytes, bool)
             or not isinstance(max_body_bytes, int)
@@ -216,7 +309,10 @@ class McpServer:
         self.allowed_hosts = (
             None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
         )
-        self.allowed_origins = frozenset(o.rstrip("/").lower() for o in allowed_origins)
+        self.cors_origins = cors
+        self.allowed_origins = (
+            frozenset(o.rstrip("/").lower() for o in allowed_origins) | cors
+        )
         self._owns_plugin = owns_plugin
         self._user_tools: dict[str, UserTool] = {}
         self._listing: list[dict[str, Any]] | None = None
@@ -346,6 +442,8 @@ class McpServer:
             log.exception("remember-sync MCP: request failed")
             response = _Response.error(500, "Internal server error", code=INTERNAL_ERROR)
         headers = list(response.headers)
+        if self.cors_origins:
+            headers.extend(self._cors_headers(environ))
         if response.status != 204:  # RFC 9110: a 204 carries no Content-Length
             headers.append(("Content-Length", str(len(response.body))))
         start_response(_STATUS_TEXT.get(response.status, f"{response.status} Error"), headers)
@@ -361,6 +459,15 @@ class McpServer:
         if refused is not None:
             return refused
         method = environ.get("REQUEST_METHOD", "GET")
+        if method == "OPTIONS" and self._cors_origin(environ) is not None:
+            return _Response(
+                204,
+                headers=[
+                    ("Access-Control-Allow-Methods", _CORS_ALLOW_METHODS),
+                    ("Access-Control-Allow-Headers", _CORS_ALLOW_HEADERS),
+                    ("Access-Control-Max-Age", _CORS_MAX_AGE),
+                ],
+            )
         if method not in ("POST", "DELETE"):
             return _Response.error(
                 405,
@@ -389,6 +496,23 @@ class McpServer:
             if normalised not in self.allowed_origins and hostname not in _LOOPBACK:
                 return _Response.error(403, f"Forbidden: origin {origin!r} is not allowed")
         return None
+
+    def _cors_origin(self, environ: Mapping[str, Any]) -> str | None:
+        """The request's ``Origin`` as sent when it is a CORS origin; else ``None``."""
+        origin = environ.get("HTTP_ORIGIN")
+        if not origin or str(origin).rstrip("/").lower() not in self.cors_origins:
+            return None
+        return str(origin)
+
+    def _cors_headers(self, environ: Mapping[str, Any]) -> list[tuple[str, str]]:
+        headers = [("Vary", "Origin")]  # the reply depends on Origin: caches must know
+        origin = self._cors_origin(environ)
+        if origin is not None:
+            headers += [
+                ("Access-Control-Allow-Origin", origin),
+                ("Access-Control-Expose-Headers", _CORS_EXPOSE_HEADERS),
+            ]
+        return headers
 
     def _authenticate(self, environ: Mapping[str, Any]) -> str | None | _Response:
         if self.token_verifier is None:
@@ -513,7 +637,17 @@ class McpServer:
             )
         return _Response(204)
 
-    # -- POST: one JSON-RPC message ------------------------------------------------------
+    def _require_session(
+        self, session_id: str | None, principal: str | None, request_id: Any = None
+    ) -> _Response | None:
+        """``None`` when the request may go on: it names a live session of this caller."""
+        if session_id is None:
+            return _Response.error(
+                400, "Bad Request: Mcp-Session-Id header is required", request_id=request_id
+            )
+        return self._refuse_session(session_id, principal, request_id)
+
+    # -- POST: one JSON-RPC message (or a 2025-03-26 batch) --------------------------------
 
     def _post(self, environ: Mapping[str, Any], principal: str | None) -> _Response:
         refused = self._check_media_types(environ)
@@ -527,42 +661,120 @@ class McpServer:
         except (ValueError, RecursionError):
             return _Response.error(400, "Parse error: the body is not valid JSON", code=PARSE_ERROR)
         version = environ.get("HTTP_MCP_PROTOCOL_VERSION")
-        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+            return self._legacy(message, environ, principal)
+        if version in MODERN_PROTOCOL_VERSIONS or declares_modern_version(message):
+            # A body with a 2026-07-28 envelope gets that era's answer even when its
+            # version is unknown (-32022, or a header/body mismatch).
             return self._modern(message, environ, principal)
-        return self._legacy(message, environ, principal)
+        request_id = message.get("id") if isinstance(message, dict) else None
+        requested = str(version)
+        return _Response.error(
+            400,
+            f"Bad Request: unsupported MCP-Protocol-Version header {requested[:64]!r}; this "
+            f"server speaks {', '.join(ALL_PROTOCOL_VERSIONS)}",
+            code=UNSUPPORTED_PROTOCOL_VERSION,
+            request_id=request_id if is_request_id(request_id) else None,
+            data={"supported": list(ALL_PROTOCOL_VERSIONS), "requested": requested},
+        )
 
     def _legacy(self, message: Any, environ: Mapping[str, Any], principal: str | None) -> _Response:
+        if isinstance(message, list):
+            return self._legacy_batch(message, environ, principal)
         if not isinstance(message, dict):
             return _Response.error(
                 400,
-                "Invalid request: the body must be one JSON-RPC object (batches are not supported)",
+                "Invalid request: the body must be a JSON-RPC message object (or, at protocol "
+                "revision 2025-03-26, a batch array of them)",
             )
         request_id = message.get("id") if is_request_id(message.get("id")) else None
         session_id = environ.get("HTTP_MCP_SESSION_ID")
-        if session_id is not None:
+        if message.get("method") != "initialize" or session_id is not None:
             # Never bind (or even look at) a session this server did not issue to this
             # caller, or one that was ended.
-            refused = self._refuse_session(session_id, principal, request_id)
+            refused = self._require_session(session_id, principal, request_id)
             if refused is not None:
                 return refused
+        headers: list[tuple[str, str]] = []
+        status, payload = self._legacy_message(
+            message, Identity(session_id=session_id, user_id=principal), principal, headers
+        )
+        if payload is None:
+            return _Response(202)
+        return _Response.json(status, payload, headers)
+
+    def _legacy_batch(
+        self, batch: list[Any], environ: Mapping[str, Any], principal: str | None
+    ) -> _Response:
+        """A JSON-RPC batch (2025-03-26): every member answered in one JSON array."""
+        version = environ.get("HTTP_MCP_PROTOCOL_VERSION")
+        if version is not None and version not in BATCH_PROTOCOL_VERSIONS:
+            return _Response.error(
+                400,
+                f"Bad Request: JSON-RPC batches are not part of protocol revision {version} "
+                "(2025-06-18 removed them); send one message per request",
+            )
+        if not batch:
+            return _Response.error(400, "Invalid request: the batch is empty")
+        if len(batch) > MAX_BATCH_MESSAGES:
+            return _Response.error(
+                400,
+                f"Invalid request: a batch of {len(batch)} messages; this server takes at most "
+                f"{MAX_BATCH_MESSAGES} per request",
+            )
+        if any(isinstance(m, dict) and m.get("method") == "initialize" for m in batch):
+            return _Response.error(
+                400, "Invalid request: initialize must not be part of a JSON-RPC batch"
+            )
+        session_id = environ.get("HTTP_MCP_SESSION_ID")
+        refused = self._require_session(session_id, principal)
+        if refused is not None:
+            return refused
+        who = Identity(session_id=session_id, user_id=principal)
+        replies: list[dict[str, Any]] = []
+        for message in batch:
+            if not isinstance(message, dict):
+                replies.append(
+                    error_body(
+                        None,
+                        INVALID_REQUEST,
+                        "Invalid request: each batch member must be a JSON-RPC message object",
+                    )
+                )
+                continue
+            _, payload = self._legacy_message(message, who, principal, [])
+            if payload is not None:
+                replies.append(payload)
+        if not replies:
+            return _Response(202)  # only notifications and responses
+        return _Response.json(200, replies)
+
+    def _legacy_message(
+        self,
+        message: dict[str, Any],
+        who: Identity,
+        principal: str | None,
+        headers: list[tuple[str, str]],
+    ) -> tuple[int, dict[str, Any] | None]:
+        """One handshake-era message: ``(HTTP status, reply)``; ``None``: nothing to reply."""
         if "method" not in message:
             if "id" in message and ("result" in message or "error" in message):
-                return _Response(202)  # a reply to a server request; we never send any
-            return _Response.error(400, "Invalid request: no method")
+                return 202, None  # a reply to a server request; we never send any
+            return 400, error_body(None, INVALID_REQUEST, "Invalid request: no method")
         if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
-            return _Response.error(400, "Invalid request: not a JSON-RPC 2.0 message")
+            return 400, error_body(
+                None, INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message"
+            )
         if "id" not in message:
-            return _Response(202)  # notifications/initialized, cancelled, ...: nothing to do
-        if request_id is None:
-            return _Response.error(400, "Invalid request: id must be a string or an integer")
+            return 202, None  # notifications/initialized, cancelled, ...: nothing to do
+        request_id = message["id"]
+        if not is_request_id(request_id):
+            return 400, error_body(
+                None, INVALID_REQUEST, "Invalid request: id must be a string or an integer"
+            )
         call = _Call(
-            request_id=request_id,
-            method=message["method"],
-            params={},
-            identity=Identity(session_id=session_id, user_id=principal),
-            modern=False,
+            request_id=request_id, method=message["method"], params={}, identity=who, modern=False
         )
-        headers: list[tuple[str, str]] = []
         try:
             call.params = params_of(message)
             if call.method == "initialize":
@@ -572,10 +784,8 @@ class McpServer:
             else:
                 result = self._dispatch(call)
         except JsonRpcError as exc:
-            return _Response.error(
-                200, exc.message, code=exc.code, request_id=request_id, data=exc.data
-            )
-        return _Response.json(200, {"jsonrpc": "2.0", "id": request_id, "result": result}, headers)
+            return 200, error_body(request_id, exc.code, exc.message, exc.data)
+        return 200, {"jsonrpc": "2.0", "id": request_id, "result": result}
 
     def _initialize(
         self, call: _Call, principal: str | None, headers: list[tuple[str, str]]
@@ -598,6 +808,13 @@ class McpServer:
 
     def _modern(self, message: Any, environ: Mapping[str, Any], principal: str | None) -> _Response:
         version_header = environ.get("HTTP_MCP_PROTOCOL_VERSION")
+        if isinstance(message, list):
+            return self._modern_error(
+                None,
+                INVALID_REQUEST,
+                f"JSON-RPC batches are not part of protocol revision {version_header}; "
+                "send one request or notification per HTTP request",
+            )
         if not isinstance(message, dict):
             return self._modern_error(
                 None,
@@ -697,7 +914,7 @@ class McpServer:
         return (
             UNSUPPORTED_PROTOCOL_VERSION,
             "Unsupported protocol version",
-            {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": requested},
+            {"supported": list(ALL_PROTOCOL_VERSIONS), "requested": requested},
         )
 
     def _unsupported_version(self, request_id: Any, requested: str) -> _Response:

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from ..keys import glob_escape
 from ..plugin import RememberPlugin
 from ..secret_source import generate_secret
+from ..tools import error_parts
 from ..types import Identity
 
 __all__ = ["DemoFailed", "run_demo"]
@@ -60,16 +61,20 @@ class _Script:
 
     def call(self, who: str, ident: Identity, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         result = self.plugin.call_tool(tool, args, identity=ident)
-        structured: dict[str, Any] = result["structuredContent"]
         self.say(f"   {who:<16} -> {tool} {_compact(args)}")
         if result["isError"]:
-            self.say(f"   {'':<16} <- error {structured['code']}")
+            code, message = error_parts(result)
+            self.say(f"   {'':<16} <- error {code}")
             pad = " " * 23
-            self.say(textwrap.fill(structured["message"], 96, initial_indent=pad,
-                                   subsequent_indent=pad))
+            self.say(textwrap.fill(message, 96, initial_indent=pad, subsequent_indent=pad))
         else:
-            self.say(f"   {'':<16} <- {_compact(structured)}")
+            self.say(f"   {'':<16} <- {_compact(result['structuredContent'])}")
         return result
+
+    @staticmethod
+    def error_code(result: dict[str, Any]) -> str | None:
+        """The code of a tool error result; ``None`` for a success."""
+        return error_parts(result)[0] if result["isError"] else None
 
     def expect(self, condition: bool, what: str) -> None:
         if not condition:
@@ -125,7 +130,7 @@ def _walkthrough(s: _Script, clock: _Clock) -> None:
     s.heading("A caller with no verified session and no signed-in user is refused")
     r = s.call("anonymous", anonymous, "remember_this", {"key": "note", "value": "hi"})
     s.expect(
-        r["isError"] and r["structuredContent"]["code"] == "REMEMBER_IDENTITY_REQUIRED",
+        s.error_code(r) == "REMEMBER_IDENTITY_REQUIRED",
         "REMEMBER_IDENTITY_REQUIRED",
     )
     s.say("   (Otherwise every anonymous caller would share one namespace.)")

@@ -120,7 +120,9 @@ def start_serve(tmp_path: Path) -> Iterator[Any]:
 
     def start(*args: str) -> Served:
         served = Served(
-            [sys.executable, "-m", "remember_sync", "serve", "--port", "0", *args], tmp_path
+            [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--allow-anonymous",
+             *args],
+            tmp_path,
         )
         started.append(served)
         served.wait_ready()

@@ -25,7 +25,7 @@ import secrets as _random
 import stat
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ._fork import after_fork_in_child
@@ -41,6 +41,7 @@ __all__ = [
     "generate_secret",
     "is_production",
     "load_or_create_secret_file",
+    "read_or_create_private_file",
     "read_secret_file",
     "require_secret_from_env",
     "resolve_keyring",
@@ -56,6 +57,8 @@ MIN_FILE_SECRET_CHARS = 32
 REQUIRE_SECRET_ENV = "REMEMBER_REQUIRE_SECRET"  # noqa: S105 - a variable name
 _TRUTHY = ("1", "true", "yes", "on")
 _FALSY = ("", "0", "false", "no", "off")
+#: What the messages about the development secret file suggest doing instead.
+_SECRET_INSTEAD = "set REMEMBER_SECRET"  # noqa: S105 - advice, not a secret
 
 _production_lock = threading.Lock()
 _production_secret: str | None = None
@@ -136,14 +139,21 @@ def validate_secret_file(raw: str, now_ms: int) -> str:
     return secret
 
 
-def check_private_mode(info: os.stat_result, path: str | os.PathLike[str], what: str) -> None:
-    """Refuse a credentials file that group or others may access.
+def check_private_mode(
+    info: os.stat_result,
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    instead: str | None = _SECRET_INSTEAD,
+) -> None:
+    """Refuse a credentials file that group or others may access, or another user owns.
 
     The one permission rule for every file holding a secret or a token (the
     development secret file, ``serve``'s token files).
 
     :param info: the file's ``stat`` result (of the open file, where possible).
     :param what: what the file is, for the message ("secret file", ...).
+    :param instead: the alternative the owner message suggests (``None``: none).
     :raises RememberConfigurationError: naming the file, its mode and ``chmod 600``.
     """
     mode = stat.S_IMODE(info.st_mode)
@@ -152,16 +162,23 @@ def check_private_mode(info: os.stat_result, path: str | os.PathLike[str], what:
             f"the {what} {path} is accessible by group or others (mode {mode:04o}); "
             f"it holds credentials, so restrict it with `chmod 600 {path}`"
         )
-    check_owner(info, path, what)
+    check_owner(info, path, what, instead=instead)
 
 
-def check_owner(info: os.stat_result, path: str | os.PathLike[str], what: str) -> None:
+def check_owner(
+    info: os.stat_result,
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    instead: str | None = _SECRET_INSTEAD,
+) -> None:
     """Refuse a credentials file or directory owned by another user (root excepted).
 
     Whoever owns it can change it: a secret another account chose is a secret
     that account knows.  As OpenSSH does, root's files are accepted (root can
     change anything anyway).
 
+    :param instead: the alternative the message suggests (``None``: none).
     :raises RememberConfigurationError: naming the path, its owner and ``chown``.
     """
     euid = os.geteuid() if hasattr(os, "geteuid") else None
@@ -169,12 +186,14 @@ def check_owner(info: os.stat_result, path: str | os.PathLike[str], what: str) -
         raise RememberConfigurationError(
             f"the {what} {path} belongs to another user (uid {info.st_uid}, this process runs "
             f"as uid {euid}), who could choose or read what it holds; make it yours "
-            f"(`chown {euid} {path}`) or set REMEMBER_SECRET"
+            f"(`chown {euid} {path}`)" + (f" or {instead}" if instead else "")
         )
 
 
-def _make_directory(directory: Path) -> None:
-    """Create the secret file's directory 0700 (whatever the umask) when missing."""
+def _make_directory(
+    directory: Path, what: str = "development secret file", instead: str = _SECRET_INSTEAD
+) -> None:
+    """Create a credentials file's directory 0700 (whatever the umask) when missing."""
     try:
         os.mkdir(directory, 0o700)
         os.chmod(directory, 0o700)
@@ -185,13 +204,15 @@ def _make_directory(directory: Path) -> None:
         os.chmod(directory, 0o700)
     except OSError as exc:
         raise RememberConfigurationError(
-            f"could not create the directory {directory} for the development secret file: "
-            f"{exc.strerror}; set REMEMBER_SECRET instead"
+            f"could not create the directory {directory} for the {what}: "
+            f"{exc.strerror}; {instead} instead"
         ) from exc
 
 
-def _open_directory(directory: Path) -> int:
-    """A descriptor of the secret file's directory.
+def _open_directory(
+    directory: Path, what: str = "secret file", instead: str = _SECRET_INSTEAD
+) -> int:
+    """A descriptor of a credentials file's directory.
 
     Refuses a directory reached through a symlink, or one that group or others
     may write to (they could swap the file) unless it is sticky like ``/tmp``.
@@ -206,31 +227,33 @@ def _open_directory(directory: Path) -> int:
     except OSError as exc:
         if directory.is_symlink():
             raise RememberConfigurationError(
-                f"the secret file directory {directory} is a symlink; the secret file must be "
+                f"the {what} directory {directory} is a symlink; the {what} must be "
                 f"reached directly: replace the link with a real directory "
-                f"(`mkdir -m 700 {directory}`) or set REMEMBER_SECRET"
+                f"(`mkdir -m 700 {directory}`) or {instead}"
             ) from exc
         raise RememberConfigurationError(
-            f"could not open the secret file directory {directory}: {exc.strerror}"
+            f"could not open the {what} directory {directory}: {exc.strerror}"
         ) from exc
     info = os.fstat(fd)
     try:
-        check_owner(info, directory, "secret file directory")
+        check_owner(info, directory, f"{what} directory", instead=instead)
     except RememberConfigurationError:
         os.close(fd)
         raise
     if stat.S_IMODE(info.st_mode) & 0o022 and not info.st_mode & stat.S_ISVTX:
         os.close(fd)
         raise RememberConfigurationError(
-            f"the secret file directory {directory} is writable by group or others (mode "
-            f"{stat.S_IMODE(info.st_mode):04o}), who could replace the secret; restrict it "
+            f"the {what} directory {directory} is writable by group or others (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}), who could replace the {what}; restrict it "
             f"with `chmod 700 {directory}`"
         )
     return fd
 
 
-def _read_file(dir_fd: int, path: Path) -> str | None:
-    """The text of the secret file opened without following a symlink; ``None`` when missing.
+def _read_file(
+    dir_fd: int, path: Path, what: str = "secret file", instead: str = _SECRET_INSTEAD
+) -> str | None:
+    """The text of a credentials file opened without following a symlink; ``None`` when missing.
 
     The mode is checked on the open file (``fstat``), so what is checked is what is read.
     """
@@ -242,26 +265,26 @@ def _read_file(dir_fd: int, path: Path) -> str | None:
     except OSError as exc:
         if os.path.islink(path):
             raise RememberConfigurationError(
-                f"the secret file {path} is a symlink; refusing to follow it (another user "
-                f"could point it anywhere). Replace it with the file itself (mode 600) or set "
-                f"REMEMBER_SECRET"
+                f"the {what} {path} is a symlink; refusing to follow it (another user "
+                f"could point it anywhere). Replace it with the file itself (mode 600) or "
+                f"{instead}"
             ) from exc
         raise RememberConfigurationError(
-            f"could not read the secret file {path}: {exc.strerror}"
+            f"could not read the {what} {path}: {exc.strerror}"
         ) from exc
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise RememberConfigurationError(
-                f"could not read the secret file {path}: not a regular file"
+                f"could not read the {what} {path}: not a regular file"
             )
-        check_private_mode(info, path, "secret file")
+        check_private_mode(info, path, what, instead=instead)
         chunks = []
         while chunk := os.read(fd, 65536):
             chunks.append(chunk)
     except OSError as exc:
         raise RememberConfigurationError(
-            f"could not read the secret file {path}: {exc.strerror}"
+            f"could not read the {what} {path}: {exc.strerror}"
         ) from exc
     finally:
         os.close(fd)
@@ -269,6 +292,36 @@ def _read_file(dir_fd: int, path: Path) -> str | None:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError:
         return ""  # invalid (validate_secret_file says why: not JSON)
+
+
+def _write_exclusive(dir_fd: int, path: Path, body: bytes) -> bool:
+    """Create *path* (mode 0600) holding *body*, complete or absent; ``False`` if it exists.
+
+    The body goes to a fresh temporary name (``O_CREAT | O_EXCL | O_NOFOLLOW``:
+    never an existing file, never through a symlink), then ``link()`` gives it
+    the final name, which fails when that name exists: an exclusive create
+    that no reader sees half-written.
+
+    :raises OSError: anything but "exists".
+    """
+    tmp = f"{path.name}.tmp.{os.getpid()}.{_random.token_hex(6)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+        try:
+            os.write(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except FileExistsError:
+        return False
+    finally:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+    return True
 
 
 def _create_exclusive(dir_fd: int, path: Path, now_ms: int) -> str | None:
@@ -280,28 +333,14 @@ def _create_exclusive(dir_fd: int, path: Path, now_ms: int) -> str | None:
     body = json.dumps({"secret": secret, "createdAt": now_ms, "version": 1}, indent=2).encode(
         "utf-8"
     )
-    tmp = f"{path.name}.tmp.{os.getpid()}.{_random.token_hex(6)}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dir_fd)
-        try:
-            os.write(fd, body)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        # link() fails if the target exists: an exclusive create of a complete file.
-        os.link(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except FileExistsError:
-        return None
+        if not _write_exclusive(dir_fd, path, body):
+            return None
     except OSError as exc:
         raise RememberConfigurationError(
             f"could not create the development secret file {path}: {exc.strerror}; "
             "set REMEMBER_SECRET instead"
         ) from exc
-    finally:
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except FileNotFoundError:
-            pass
     log.warning(
         "remember: created the development secret file %s (no REMEMBER_SECRET is set). "
         "Entries written now can only be read with this file; set REMEMBER_SECRET in "
@@ -415,6 +454,51 @@ def read_secret_file(path: str | os.PathLike[str]) -> str | None:
         return None
     try:
         return _read_file(dir_fd, file)
+    finally:
+        os.close(dir_fd)
+
+
+def read_or_create_private_file(
+    path: str | os.PathLike[str],
+    create: Callable[[], bytes],
+    *,
+    what: str,
+    instead: str,
+) -> tuple[str, bool]:
+    """The text of a credentials file, created from ``create()`` when missing.
+
+    The rules of the development secret file, for any file holding a
+    credential (``serve``'s access token): the directory is created 0700 when
+    missing and refused when it is a symlink, another user's, or writable by
+    group or others; the file is opened without following a symlink and
+    refused when it is not a regular file, group or others may access it, or
+    another user owns it; a new file is mode 0600 and complete or absent, so
+    processes starting together end with one file.  An existing file is never
+    replaced or repaired: validating its text is the caller's job.
+
+    :param create: the body of a new file (called only when one is written).
+    :param what: what the file is, for messages ("serve token file").
+    :param instead: what the messages suggest doing instead ("pass --no-token").
+    :returns: ``(text, created)``; undecodable text comes back as ``""``.
+    :raises RememberConfigurationError: naming the file and what is wrong.
+    """
+    file = Path(os.path.abspath(path))
+    _make_directory(file.parent, what, instead)
+    dir_fd = _open_directory(file.parent, what, instead)
+    try:
+        created = False
+        # Read what is on disk, also after creating it: what is returned is what others read.
+        for _ in range(5):
+            raw = _read_file(dir_fd, file, what, instead)
+            if raw is not None:
+                return raw, created
+            try:
+                created = _write_exclusive(dir_fd, file, create())
+            except OSError as exc:
+                raise RememberConfigurationError(
+                    f"could not create the {what} {file}: {exc.strerror}; {instead} instead"
+                ) from exc
+        raise RememberConfigurationError(f"could not read or create the {what} {file}")
     finally:
         os.close(dir_fd)
 

@@ -66,7 +66,8 @@ def clock() -> FakeClock:
 def _isolated_secret_env(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """No test sees the developer's secrets or writes a secret file into the checkout."""
+    """No test sees the developer's secrets, writes a secret file into the checkout, or
+    leaves a ``serve`` token in the user's config directory (children inherit the env)."""
     for name in (
         "REMEMBER_SECRET",
         "MCP_MEMORY_SECRET",
@@ -78,6 +79,7 @@ def _isolated_secret_env(
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
 
 
 @pytest.fixture

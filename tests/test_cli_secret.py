@@ -138,7 +138,7 @@ def test_serve_on_a_real_store_without_a_secret_refuses_to_start(
 def test_serve_on_the_memory_store_starts_without_a_secret(tmp_path: Path) -> None:
     """`serve` on the default in-memory store still starts on a fresh machine with no secret."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "remember_sync", "serve", "--port", "0"],
+        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--allow-anonymous"],
         cwd=tmp_path,
         env=child_env(),
         stdout=subprocess.PIPE,

@@ -293,7 +293,10 @@ def test_the_wider_server_glob_never_widens_results_or_deletions(
 @pytest.mark.timeout(180)
 def test_hostile_list_memories_does_not_freeze_the_server(tmp_path: Path) -> None:
     """Anonymous list_memories with the worst patterns answers at once; so do other callers."""
-    served = Served([sys.executable, "-m", "remember_sync", "serve", "--port", "0"], tmp_path)
+    served = Served(
+        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--allow-anonymous"],
+        tmp_path,
+    )
     try:
         url = served.wait_ready()
         keys = [*HOSTILE_KEYS, "ab", "note"]

@@ -135,6 +135,19 @@ def test_create_app_reads_the_environment(tmp_path: Path) -> None:
         app.close()
 
 
+def test_create_app_stays_anonymous_without_auth_tokens(tmp_path: Path) -> None:
+    """create_app() has no local token: no REMEMBER_AUTH_TOKENS, anonymous callers, no file."""
+    environ = {"REMEMBER_SECRET": TEST_SECRET, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    app = create_app(environ=environ)
+    try:
+        assert app.token_verifier is None
+        status, _ = _post(app, {"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert status == "200 OK"
+        assert not (tmp_path / "config").exists()
+    finally:
+        app.close()
+
+
 def test_create_app_arguments_win_and_reach_the_server(make_plugin: Any) -> None:
     """Keyword arguments override the environment; the rest configure McpServer."""
     app = create_app(tools_prefix="x_", environ={"REMEMBER_TOOLS_PREFIX": "mem_"},

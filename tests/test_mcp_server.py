@@ -101,6 +101,8 @@ def serve(tmp_path: Path) -> Iterator[ServeFactory]:
     started: list[Served] = []
 
     def start(*args: str, env: dict[str, str] | None = None) -> Served:
+        if not {"--auth-tokens", "--no-token", "--allow-anonymous"} & set(args):
+            args = ("--allow-anonymous", *args)  # these tests pin anonymous behaviour
         served = Served([sys.executable, "-m", "remember_sync", "serve", "--port", "0", *args],
                         tmp_path, env)
         started.append(served)
@@ -516,7 +518,8 @@ def test_serve_fails_fast_when_the_store_is_unreachable(tmp_path: Path) -> None:
 
     url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
     done = subprocess.run(
-        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--redis-url", url],
+        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--allow-anonymous",
+         "--redis-url", url],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env={**os.environ, "REMEMBER_SECRET": TEST_SECRET},
     )

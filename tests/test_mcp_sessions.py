@@ -153,7 +153,7 @@ def test_ending_on_one_server_ends_on_another_sharing_redis(
     tmp_path: Path, redis_url: str, redis_client: Any
 ) -> None:
     """Two `remember-sync serve` processes on one Redis: DELETE on one, the other answers 404."""
-    argv = ["--redis-url", redis_url]
+    argv = ["--allow-anonymous", "--redis-url", redis_url]
     servers = []
     try:
         for _ in range(2):

@@ -119,6 +119,8 @@ def start_serve(tmp_path: Path) -> Iterator[Any]:
     started: list[Served] = []
 
     def start(*args: str) -> Served:
+        if "--auth-tokens" not in args:
+            args = ("--allow-anonymous", *args)  # these callers are anonymous on purpose
         served = Served(
             [sys.executable, "-m", "remember_sync", "serve", "--port", "0", *args], tmp_path
         )

@@ -13,22 +13,38 @@ introspection call, a database lookup) with ``McpServer(token_verifier=...)``.
 only its owner may read (``chmod 600``).  The file holds one ``token
 principal`` pair per line (blank lines and ``#`` comments are skipped), or a
 JSON object ``{"<token>": "<principal>", ...}``.
+
+``remember-sync serve`` without authentication on a loopback host uses a
+*local token* instead: one random token kept in a private file
+(:func:`default_token_file`, read or created by :func:`load_or_create_local_token`)
+whose holders are the local user (:func:`check_local_user`).  See
+``docs/clients.rst``.
 """
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import hmac
 import json
 import os
+import re
+import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ..errors import RememberConfigurationError
 from ..identity import is_anonymous
-from ..secret_source import check_private_mode
+from ..secret_source import check_private_mode, read_or_create_private_file
 
-__all__ = ["StaticTokenVerifier", "TokenVerifier", "load_token_file"]
+__all__ = [
+    "StaticTokenVerifier",
+    "TokenVerifier",
+    "check_local_user",
+    "default_token_file",
+    "load_or_create_local_token",
+    "load_token_file",
+]
 
 #: ``token -> principal`` (``None``: not a valid token).
 TokenVerifier = Callable[[str], "str | None"]
@@ -107,7 +123,7 @@ def load_token_file(path: str | os.PathLike[str]) -> dict[str, str]:
         raise RememberConfigurationError(
             f"cannot read the auth tokens file {file}: {exc.strerror}"
         ) from exc
-    check_private_mode(info, file, "auth tokens file")
+    check_private_mode(info, file, "auth tokens file", instead=None)
     stripped = text.strip()
     if stripped.startswith("{"):
         try:
@@ -138,3 +154,82 @@ def load_token_file(path: str | os.PathLike[str]) -> dict[str, str]:
             raise RememberConfigurationError(f"{file}, line {number}: repeats a token")
         tokens[token] = principal
     return tokens
+
+
+#: A local token: RFC 6750 ``b64token`` characters (safe in an HTTP header), 32 to 512 of them.
+_LOCAL_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{32,512}=*")
+_TOKEN_FILE_WHAT = "serve token file"  # noqa: S105 - a description
+_TOKEN_FILE_INSTEAD = "pass --token-file PATH (or --no-token)"  # noqa: S105 - advice
+
+
+def default_token_file(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``serve`` keeps its local token by default.
+
+    ``$XDG_CONFIG_HOME/remember-sync/serve-token`` when ``XDG_CONFIG_HOME`` is
+    an absolute path (the XDG rule: a relative one is ignored), else
+    ``~/.config/remember-sync/serve-token``.
+    """
+    env = os.environ if environ is None else environ
+    config = env.get("XDG_CONFIG_HOME", "")
+    base = Path(config) if config and os.path.isabs(config) else Path.home() / ".config"
+    return base / "remember-sync" / "serve-token"
+
+
+def load_or_create_local_token(path: str | os.PathLike[str]) -> tuple[str, bool]:
+    """The local token in *path*, created (``secrets.token_urlsafe(32)``) when missing.
+
+    A new file is mode 0600 in a 0700 directory, written complete or not at
+    all and never through a symlink; an existing one is reused as it is (see
+    :func:`~remember_sync.secret_source.read_or_create_private_file` for the
+    checks: symlinks, group/other access and other owners are refused).
+
+    :returns: ``(token, created)``.
+    :raises RememberConfigurationError: the file cannot be used, or does not
+        hold exactly one line with one token of at least 32 characters
+        (letters, digits and ``-._~+/``).
+    """
+    file = Path(os.path.abspath(path))
+    text, created = read_or_create_private_file(
+        file,
+        lambda: (secrets.token_urlsafe(32) + "\n").encode("ascii"),
+        what=_TOKEN_FILE_WHAT,
+        instead=_TOKEN_FILE_INSTEAD,
+    )
+    lines = text.splitlines()
+    if len(lines) != 1 or not _LOCAL_TOKEN.fullmatch(lines[0]):
+        # Never echo the content: it may be a real credential with a typo.
+        raise RememberConfigurationError(
+            f"the {_TOKEN_FILE_WHAT} {file} must hold exactly one line: one token of at least "
+            "32 characters (letters, digits and -._~+/), as `remember-sync serve` writes it; "
+            "delete the file to have a new token created, or "
+            f"{_TOKEN_FILE_INSTEAD}"
+        )
+    return lines[0], created
+
+
+def check_local_user(name: str | None = None) -> str:
+    """The principal local-token holders are: *name*, or the OS login name.
+
+    :raises RememberConfigurationError: the name is empty, anonymous (``anon:``),
+        has surrounding blanks or control characters, or (no *name*) the login
+        name cannot be found.
+    """
+    if name is None:
+        try:
+            name = getpass.getuser()
+        except (OSError, KeyError) as exc:
+            raise RememberConfigurationError(
+                "cannot find the OS login name for the local user; pass --user NAME"
+            ) from exc
+    if (
+        is_anonymous(name)
+        or name != name.strip()
+        or len(name) > 256
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+    ):
+        raise RememberConfigurationError(
+            f"the local user {name!r} is not a usable user id: give a non-empty name of at "
+            "most 256 characters, without surrounding blanks or control characters, that does "
+            "not start with 'anon:' (an anonymous id)"
+        )
+    return name

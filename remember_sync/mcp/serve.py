@@ -4,37 +4,62 @@
 
     remember-sync serve [--host 127.0.0.1] [--port 8765] [--redis-url URL | --vercel-kv]
                         [--tools-prefix P] [--allowed-scopes session,user,tool]
-                        [--auth-tokens FILE] [--default-ttl SECONDS]
-                        [--max-bytes N] [--max-entries N]
+                        [--auth-tokens FILE | --no-token | --allow-anonymous]
+                        [--user NAME] [--token-file PATH] [--cors-origin ORIGIN ...]
+                        [--default-ttl SECONDS] [--max-bytes N] [--max-entries N]
+
+Who the callers are (see ``docs/clients.rst``):
+
+* default, on a loopback host: a random access token is created once in
+  ``--token-file`` (``$XDG_CONFIG_HOME/remember-sync/serve-token`` or
+  ``~/.config/remember-sync/serve-token``, mode 0600, reused on restart);
+  callers presenting it (``Authorization: Bearer ...``) are the local user
+  ``--user`` (default: the OS login name), others get 401;
+* ``--no-token`` (loopback only): every caller is the local user;
+* ``--allow-anonymous``: callers are anonymous; required to listen on any
+  other address without ``--auth-tokens`` (else ``serve`` refuses, exit 2);
+* ``--auth-tokens FILE``: a table of tokens and their principals.
 
 The in-memory store is the default (memory lives as long as the process),
 bounded to 256 MiB and 100,000 entries unless ``--max-bytes``/``--max-entries``
 (or ``REMEMBER_MAX_BYTES``/``REMEMBER_MAX_ENTRIES``) say otherwise; when full
 it evicts from the caller namespace holding the most bytes.
-On start it prints one line saying where it listens, which store and which
-secret source it uses (never a secret); Ctrl-C or SIGTERM stop it cleanly.
+On start it prints where it listens, which store, secret source and mode it
+uses, what each scope means in that mode and ready-to-paste client
+configuration -- with the access token itself only when standard output is a
+terminal (never in a log); Ctrl-C or SIGTERM stop it cleanly.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import RememberError
 from ..keys import layout_marker_key
+from ..plugin import RememberPlugin
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 from ..types import SCOPES
-from .auth import StaticTokenVerifier
+from ._banner import Access, access_lines, client_lines, url_for_clients
+from .auth import (
+    StaticTokenVerifier,
+    TokenVerifier,
+    check_local_user,
+    default_token_file,
+    load_or_create_local_token,
+)
 from .httpd import KeepAliveWSGIServer, WSGIApp, make_server
 from .server import (
     BOUND_ENV,
@@ -99,12 +124,36 @@ def _prefix(text: str) -> str:
     return text
 
 
+def _user(text: str) -> str:
+    try:
+        return check_local_user(text)
+    except RememberError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def _origin(text: str) -> str:
+    parts = urlsplit(text.strip())
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+    ):
+        raise argparse.ArgumentTypeError(
+            f"must be a browser origin scheme://host[:port] (http or https, no path); got {text!r}"
+        )
+    return text.strip().rstrip("/")
+
+
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--host",
         default="127.0.0.1",
         help="interface to listen on (default: %(default)s, loopback only; another "
-        "interface exposes the server to the network: use --auth-tokens and TLS in front)",
+        "interface exposes the server to the network: it needs --auth-tokens (and TLS in "
+        "front) or an explicit --allow-anonymous)",
     )
     parser.add_argument(
         "--port",
@@ -139,11 +188,47 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="scopes the model may use, comma-separated (default: "
         "session,user,tool; add global only if every caller may read it)",
     )
-    parser.add_argument(
+    auth = parser.add_mutually_exclusive_group()
+    auth.add_argument(
         "--auth-tokens",
         metavar="FILE",
         help="require bearer tokens: a file of `token principal` lines (or a "
         "JSON object token -> principal), mode 0600",
+    )
+    auth.add_argument(
+        "--no-token",
+        action="store_true",
+        help="loopback only: check no token; every caller is the local user (--user). "
+        "This trusts every process on this machine, of every account",
+    )
+    auth.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="check no token; callers are anonymous (no user memory; session memory lasts "
+        "one MCP session). Needed to listen on a non-loopback host without --auth-tokens",
+    )
+    parser.add_argument(
+        "--user",
+        type=_user,
+        metavar="NAME",
+        help="the user id of callers holding the local token (or of every caller with "
+        "--no-token); default: the OS login name",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="where the local access token is kept (created 0600 when missing, reused on "
+        "restart); default: $XDG_CONFIG_HOME/remember-sync/serve-token or "
+        "~/.config/remember-sync/serve-token",
+    )
+    parser.add_argument(
+        "--cors-origin",
+        action="append",
+        type=_origin,
+        default=[],
+        metavar="ORIGIN",
+        help="allow browser clients on ORIGIN (scheme://host[:port]) to call the server "
+        "(CORS); repeat for several",
     )
     parser.add_argument(
         "--default-ttl",
@@ -241,15 +326,75 @@ def _allowed_hosts(host: str, port: int) -> list[str] | None:
     return names + [f"{n}:{port}" for n in names]
 
 
+class _LocalUserServer(McpServer):
+    """``--no-token``: every caller is the local user; no ``Authorization`` header is read."""
+
+    # TODO(merge): SPEC section 10 pins McpServer(principal_resolver=environ -> principal)
+    # as the public seam for this; use it (and drop this subclass) once McpServer has it.
+
+    def __init__(self, plugin: RememberPlugin, *, local_user: str, **options: Any) -> None:
+        super().__init__(plugin, **options)
+        self.local_user = local_user
+
+    def _authenticate(self, environ: Mapping[str, Any]) -> str:
+        return self.local_user
+
+
+def _check_usage(args: argparse.Namespace) -> None:
+    """Refuse flag combinations that cannot mean anything (argparse exit 2, nothing started)."""
+    parser: argparse.ArgumentParser = args.subparser
+    loopback = args.host in _LOOPBACK_HOSTS
+    if args.user is not None and (args.auth_tokens or args.allow_anonymous):
+        parser.error(
+            "--user names the local user of the default token or of --no-token; with "
+            "--auth-tokens each token names its principal, and --allow-anonymous has none"
+        )
+    if args.token_file is not None and (args.auth_tokens or args.allow_anonymous or args.no_token):
+        parser.error(
+            "--token-file is the local access token of the default mode; it cannot go with "
+            "--auth-tokens, --no-token or --allow-anonymous"
+        )
+    if args.no_token and not loopback:
+        parser.error(
+            f"--no-token is only allowed on a loopback host (127.0.0.1, ::1, localhost), not "
+            f"{args.host!r}: it would make anyone who can reach the port the local user"
+        )
+    if not loopback and not (args.auth_tokens or args.allow_anonymous):
+        parser.error(
+            f"refusing to listen on {args.host!r} without authentication: anyone who can "
+            "reach the port could use the memory tools. Pass --auth-tokens FILE (and put TLS "
+            "in front), or --allow-anonymous to accept anonymous callers"
+        )
+
+
+def _access(args: argparse.Namespace) -> tuple[Access, TokenVerifier | None]:
+    """Who callers are, and the verifier that says so (reads or creates the token file)."""
+    if args.auth_tokens:
+        table = StaticTokenVerifier.from_file(args.auth_tokens)
+        access = Access(
+            "auth-tokens", auth_tokens_file=args.auth_tokens, principals=len(table.principals)
+        )
+        return access, table
+    if args.allow_anonymous:
+        return Access("anonymous"), None
+    user = check_local_user(args.user)
+    if args.no_token:
+        return Access("no-token", user=user), None
+    path = Path(os.path.abspath(args.token_file)) if args.token_file else default_token_file()
+    token, created = load_or_create_local_token(path)
+    access = Access("token", user=user, token_file=path, token=token, created=created)
+    return access, StaticTokenVerifier({token: user})
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """Run ``remember-sync serve`` until Ctrl-C or SIGTERM; return the exit code."""
+    _check_usage(args)
     if args.verbose:
         logging.getLogger("remember_sync.mcp.access").setLevel(logging.INFO)
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     redis_url = args.redis_url or (None if args.vercel_kv else os.environ.get(REDIS_URL_ENV))
     try:
-        verifier = StaticTokenVerifier.from_file(args.auth_tokens) if args.auth_tokens else None
         plugin = plugin_from_options(
             redis_url=redis_url,
             vercel_kv=args.vercel_kv,
@@ -277,36 +422,58 @@ def run_serve(args: argparse.Namespace) -> int:
                     f"{PROG} serve: error: cannot reach the store ({store}): {message}\n"
                 )
                 return 1
-        if args.host not in _LOOPBACK_HOSTS and verifier is None:
+        try:
+            # After the store check: a start that fails creates no token file.
+            access, verifier = _access(args)
+        except RememberError as exc:
+            sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")
+            return 1
+        if args.host not in _LOOPBACK_HOSTS and access.mode == "anonymous":
             sys.stderr.write(
-                f"{PROG} serve: warning: listening on {args.host} without --auth-tokens: anyone "
-                "who can reach this port can use the memory tools\n"
+                f"{PROG} serve: warning: listening on {args.host} with --allow-anonymous: "
+                "anyone who can reach this port can use the memory tools\n"
             )
-        app = McpServer(plugin, token_verifier=verifier, path=args.path)
-        return run_server(
+        options: dict[str, Any] = {"token_verifier": verifier, "path": args.path}
+        if args.cors_origin:
+            # TODO(merge): McpServer(cors_origins=...) comes with the protocol branch (issue 19
+            # item 9); drop this guard when it is there.
+            if "cors_origins" not in inspect.signature(McpServer.__init__).parameters:
+                sys.stderr.write(f"{PROG} serve: error: --cors-origin is not supported yet\n")
+                return 2
+            options["cors_origins"] = list(args.cors_origin)
+        app: McpServer
+        if access.mode == "no-token":
+            assert access.user is not None
+            app = _LocalUserServer(plugin, local_user=access.user, **options)
+        else:
+            app = McpServer(plugin, **options)
+        return _run(
             app,
             host=args.host,
             port=args.port,
             store=_store_description(args, redis_url, plugin.store),
+            access=access,
         )
     finally:
         plugin.close()
 
 
-def _describe(app: McpServer, store: str | None) -> list[str]:
+def _default_access(app: McpServer) -> Access:
+    verifier = app.token_verifier
+    if verifier is None:
+        return Access("anonymous")
+    if isinstance(verifier, StaticTokenVerifier):
+        return Access("auth-tokens", principals=len(verifier.principals))
+    return Access("verifier")
+
+
+def _describe(app: McpServer, store: str | None, access: Access) -> list[str]:
     keyring = app.plugin.keyring
     secret = keyring.source if keyring is not None else "encryption disabled"
-    verifier = app.token_verifier
-    if isinstance(verifier, StaticTokenVerifier):
-        auth = f"bearer tokens for {len(verifier.principals)} principal(s)"
-    elif verifier is not None:
-        auth = "bearer tokens"
-    else:
-        auth = "none (anonymous callers)"
     scopes = app.plugin.tools_options.get("allowed_scopes") or []
     tools = ", ".join(d["name"] for d in app.tool_definitions()) or "none"
     return [
-        f"store: {store or app.plugin.store_type} | secret: {secret} | auth: {auth}",
+        f"store: {store or app.plugin.store_type} | secret: {secret} | auth: {access.summary()}",
         f"tools: {tools}"
         + (
             f"; allowed scopes: {', '.join(scopes)}"
@@ -335,6 +502,18 @@ def run_server(
     loopback host, an :class:`McpServer` without ``allowed_hosts`` only
     accepts loopback ``Host`` headers (a DNS-rebinding guard).
     """
+    return _run(app, host=host, port=port, store=store, access=None)
+
+
+def _run(
+    app: McpServer | WSGIApp,
+    *,
+    host: str,
+    port: int,
+    store: str | None,
+    access: Access | None,
+) -> int:
+    """:func:`run_server`; with *access* (``serve``) also the identity lines and client configs."""
     try:
         httpd = make_server(host, port, app)
     except OSError as exc:
@@ -355,24 +534,44 @@ def run_server(
     try:
         path = DEFAULT_PATH
         lines: list[str] = []
+        extra: list[str] = []
         if isinstance(app, McpServer):
             path = app.path or "/"
             if app.allowed_hosts is None:
                 # Known only after binding: port 0 picks a free port.
                 app.allowed_hosts = _frozen(_allowed_hosts(host, httpd.server_port))
-            lines = _describe(app, store)
+            lines = _describe(app, store, access or _default_access(app))
+            if access is not None:
+                scopes = list(app.plugin.tools_options.get("allowed_scopes") or [])
+                lines += access_lines(access, scopes)
+                lines.append(
+                    "connect a client (the token is shown only on a terminal; more in "
+                    "docs/clients.rst):"
+                )
+                extra = client_lines(
+                    access,
+                    url_for_clients(host, httpd.server_port, path),
+                    show_token=_is_terminal(sys.stdout),
+                )
         url = f"http://{_url_host(host)}:{httpd.server_port}{path}"
-        # One line says it all (where, which store, which secret source); then the tools.
+        # One line says it all (where, which store, which secret source); then the rest.
         head = " | ".join([f"MCP server listening on {url}", *lines[:1]])
-        sys.stdout.write(
-            "".join(f"{PROG}: {line}\n" for line in [head, *lines[1:], "Press Ctrl-C to stop."])
-        )
+        text = "".join(f"{PROG}: {line}\n" for line in [head, *lines[1:]])
+        text += "".join(f"{line}\n" for line in extra)
+        sys.stdout.write(text + f"{PROG}: Press Ctrl-C to stop.\n")
         sys.stdout.flush()
         return _serve_until_stopped(httpd, stop)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         httpd.server_close()
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced or closed streams
+        return False
 
 
 def _frozen(hosts: list[str] | None) -> frozenset[str] | None:

@@ -1094,6 +1094,13 @@ def create_app(
     :func:`plugin_from_options`).  The master secret comes from
     ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
     :class:`McpServer`.
+
+    Callers are anonymous unless ``REMEMBER_AUTH_TOKENS`` (or *auth_tokens*,
+    or ``token_verifier=``) is given: ``serve``'s local token has no
+    counterpart here, because a WSGI app does not know which address its
+    server binds (loopback or the network) and a deployment should not create
+    credentials in a home directory.  For a single user, a tokens file with
+    one ``<token> <user>`` line does the same (``docs/clients.rst``).
     """
     env = os.environ if environ is None else environ
     tokens = auth_tokens if auth_tokens is not None else env.get("REMEMBER_AUTH_TOKENS") or None

@@ -90,15 +90,6 @@ class Server:
         self._reader.join(5)
 
 
-def serve_help(env: dict[str, str]) -> str:
-    """``remember-sync serve --help`` (which flags this checkout's serve has)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "remember_sync", "serve", "--help"],
-        env=env, capture_output=True, text=True, timeout=60, check=True,
-    )
-    return done.stdout
-
-
 # -- Node.js ---------------------------------------------------------------------------------
 
 

@@ -42,23 +42,11 @@ from tests.client_drivers import (
     run_inspector,
     run_node_driver,
     run_python,
-    serve_help,
 )
 from tests.conftest import TEST_SECRET, require_component
 from tests.test_cli import child_env
 
 MODERN = "2026-07-28"
-ALICE_TOKEN = "alice-token-0123456789abcdef"  # >= 16 characters, as --auth-tokens requires
-
-#: How the authenticated server learns its caller: "auth-tokens" (``--auth-tokens FILE`` with a
-#: token for principal ``alice``, available today) or "token-file" (serve's default loopback mode:
-#: ``--token-file PATH --user alice``; the server writes the token, the test reads it).
-#: TODO(h-ident): switch to "token-file" once branch h-ident (serve's default identity) is merged.
-AUTH_MODE = "auth-tokens"
-
-#: Whether an anonymous server needs ``--allow-anonymous`` (h-ident adds the flag: without it a
-#: loopback serve creates a token). None: ask ``serve --help`` whether the flag exists.
-ALLOW_ANONYMOUS_FLAG: bool | None = None
 
 #: Every client, and whether it is stateless here (negotiates 2026-07-28: no session, so its
 #: session scope needs an authenticated caller).
@@ -146,23 +134,13 @@ class Servers:
 
     def __init__(self, workdir: Path) -> None:
         env = child_env(REMEMBER_SECRET=TEST_SECRET)
-        anonymous_flag = ALLOW_ANONYMOUS_FLAG
-        if anonymous_flag is None:
-            anonymous_flag = "--allow-anonymous" in serve_help(env)
         self.started: list[Server] = []
-        if AUTH_MODE == "auth-tokens":
-            tokens = workdir / "tokens"
-            tokens.write_text(f"{ALICE_TOKEN} alice\n", encoding="utf-8")
-            tokens.chmod(0o600)
-            self.token_server = self._start(["--auth-tokens", str(tokens)], workdir, env)
-            self.token = ALICE_TOKEN
-        else:
-            token_file = workdir / "token"
-            self.token_server = self._start(
-                ["--token-file", str(token_file), "--user", "alice"], workdir, env)
-            self.token = token_file.read_text(encoding="utf-8").strip()
-        self.anonymous_server = self._start(
-            ["--allow-anonymous"] if anonymous_flag else [], workdir, env)
+        # serve's default loopback mode: it writes the token, the clients present it.
+        token_file = workdir / "token"
+        self.token_server = self._start(
+            ["--token-file", str(token_file), "--user", "alice"], workdir, env)
+        self.token = token_file.read_text(encoding="utf-8").strip()
+        self.anonymous_server = self._start(["--allow-anonymous"], workdir, env)
 
     def _start(self, args: list[str], workdir: Path, env: dict[str, str]) -> Server:
         server = Server(args, workdir, env)

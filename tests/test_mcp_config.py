@@ -141,8 +141,14 @@ def test_create_app_stays_anonymous_without_auth_tokens(tmp_path: Path) -> None:
     app = create_app(environ=environ)
     try:
         assert app.token_verifier is None
-        status, _ = _post(app, {"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        session = _initialize(app, {})
+        status, reply = _post(app, {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                    "params": {"name": "recall",
+                                               "arguments": {"key": "k", "scope": "user"}}},
+                              {"Mcp-Session-Id": session})
         assert status == "200 OK"
+        assert reply["result"]["isError"] is True
+        assert "REMEMBER_IDENTITY_REQUIRED" in reply["result"]["content"][0]["text"]
         assert not (tmp_path / "config").exists()
     finally:
         app.close()
@@ -191,3 +197,54 @@ def test_mcp_server_checks_its_arguments(make_plugin: Any) -> None:
     with pytest.raises(TypeError, match="token_verifier"):
         McpServer(plugin, token_verifier="secret")  # type: ignore[arg-type]
     assert "anonymous" in repr(McpServer(plugin))
+
+
+def test_principal_resolver_names_the_caller_before_any_token(make_plugin: Any) -> None:
+    """A resolved principal is the caller (no token read); None falls through to the token."""
+    plugin = make_plugin(tools={"enabled": True})
+    seen: list[Any] = []
+
+    def resolver(environ: Any) -> str | None:
+        seen.append(environ.get("HTTP_X_TEST_USER"))
+        return environ.get("HTTP_X_TEST_USER") or None
+
+    verifier = StaticTokenVerifier({"t" * 16: "bob"})
+    app = McpServer(plugin, principal_resolver=resolver, token_verifier=verifier, path=None)
+    remember = {"name": "remember_this",
+                "arguments": {"key": "k", "value": "v", "scope": "user"}}
+    recall = {"name": "recall", "arguments": {"key": "k", "scope": "user"}}
+    alice = {"X-Test-User": "alice"}
+    session = _initialize(app, alice)
+    status, reply = _post(app, {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                "params": remember}, {**alice, "Mcp-Session-Id": session})
+    assert status == "200 OK" and reply["result"]["isError"] is False
+    assert plugin.accessor(Identity(user_id="alice")).get("k", scope="user") == "v"
+    # Unresolved: the bearer token decides; bob does not see alice's memory.
+    status, _ = _post(app, {"jsonrpc": "2.0", "id": 2, "method": "ping"})
+    assert status == "401 Unauthorized"
+    bob = {"Authorization": "Bearer " + "t" * 16}
+    session = _initialize(app, bob)
+    status, reply = _post(app, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                "params": recall}, {**bob, "Mcp-Session-Id": session})
+    assert reply["result"]["structuredContent"]["found"] is False
+    assert seen and set(seen) == {"alice", None}
+
+
+def test_a_failing_principal_resolver_refuses(make_plugin: Any) -> None:
+    """A resolver that raises gives 503, never an anonymous caller; a bad return is a bug."""
+    plugin = make_plugin(tools={"enabled": True})
+
+    def broken(environ: Any) -> str | None:
+        raise RuntimeError("directory down")
+
+    app = McpServer(plugin, principal_resolver=broken, path=None)
+    status, reply = _post(app, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                "params": {"protocolVersion": "2025-11-25"}})
+    assert status == "503 Service Unavailable"
+    assert "could not be identified" in reply["error"]["message"]
+    bad = McpServer(plugin, principal_resolver=lambda environ: "anon:x", path=None)
+    status, _ = _post(bad, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                            "params": {"protocolVersion": "2025-11-25"}})
+    assert status == "500 Internal Server Error"
+    with pytest.raises(TypeError, match="principal_resolver must be a callable"):
+        McpServer(plugin, principal_resolver="alice")  # type: ignore[arg-type]

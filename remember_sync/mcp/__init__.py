@@ -21,12 +21,13 @@ or build one yourself and add your own tools::
 This package imports nothing from the ``mcp`` SDK.
 """
 
-from .auth import StaticTokenVerifier, TokenVerifier, load_token_file
+from .auth import PrincipalResolver, StaticTokenVerifier, TokenVerifier, load_token_file
 from .authoring import ToolContext, ToolError
 from .server import McpServer, create_app, plugin_from_options
 
 __all__ = [
     "McpServer",
+    "PrincipalResolver",
     "StaticTokenVerifier",
     "TokenVerifier",
     "ToolContext",

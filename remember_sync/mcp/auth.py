@@ -32,12 +32,14 @@ import re
 import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from ..errors import RememberConfigurationError
 from ..identity import is_anonymous
 from ..secret_source import check_private_mode, read_or_create_private_file
 
 __all__ = [
+    "PrincipalResolver",
     "StaticTokenVerifier",
     "TokenVerifier",
     "check_local_user",
@@ -48,6 +50,8 @@ __all__ = [
 
 #: ``token -> principal`` (``None``: not a valid token).
 TokenVerifier = Callable[[str], "str | None"]
+#: ``WSGI environ -> principal`` (``None``: the host does not know the caller).
+PrincipalResolver = Callable[[Mapping[str, Any]], "str | None"]
 
 _MIN_TOKEN_CHARS = 16
 

@@ -33,14 +33,13 @@ terminal (never in a log); Ctrl-C or SIGTERM stop it cleanly.
 from __future__ import annotations
 
 import argparse
-import inspect
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -48,7 +47,6 @@ from urllib.parse import urlsplit
 
 from ..errors import RememberError
 from ..keys import layout_marker_key
-from ..plugin import RememberPlugin
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 from ..types import SCOPES
@@ -326,20 +324,6 @@ def _allowed_hosts(host: str, port: int) -> list[str] | None:
     return names + [f"{n}:{port}" for n in names]
 
 
-class _LocalUserServer(McpServer):
-    """``--no-token``: every caller is the local user; no ``Authorization`` header is read."""
-
-    # TODO(merge): SPEC section 10 pins McpServer(principal_resolver=environ -> principal)
-    # as the public seam for this; use it (and drop this subclass) once McpServer has it.
-
-    def __init__(self, plugin: RememberPlugin, *, local_user: str, **options: Any) -> None:
-        super().__init__(plugin, **options)
-        self.local_user = local_user
-
-    def _authenticate(self, environ: Mapping[str, Any]) -> str:
-        return self.local_user
-
-
 def _check_usage(args: argparse.Namespace) -> None:
     """Refuse flag combinations that cannot mean anything (argparse exit 2, nothing started)."""
     parser: argparse.ArgumentParser = args.subparser
@@ -435,18 +419,13 @@ def run_serve(args: argparse.Namespace) -> int:
             )
         options: dict[str, Any] = {"token_verifier": verifier, "path": args.path}
         if args.cors_origin:
-            # TODO(merge): McpServer(cors_origins=...) comes with the protocol branch (issue 19
-            # item 9); drop this guard when it is there.
-            if "cors_origins" not in inspect.signature(McpServer.__init__).parameters:
-                sys.stderr.write(f"{PROG} serve: error: --cors-origin is not supported yet\n")
-                return 2
             options["cors_origins"] = list(args.cors_origin)
-        app: McpServer
         if access.mode == "no-token":
-            assert access.user is not None
-            app = _LocalUserServer(plugin, local_user=access.user, **options)
-        else:
-            app = McpServer(plugin, **options)
+            local_user = access.user
+            assert local_user is not None
+            # Every caller is the local user; no Authorization header is read.
+            options["principal_resolver"] = lambda environ: local_user
+        app = McpServer(plugin, **options)
         return _run(
             app,
             host=args.host,

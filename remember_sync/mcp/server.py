@@ -59,12 +59,13 @@ from urllib.parse import urlsplit
 
 from ..errors import RememberConfigurationError, RememberStoreError
 from ..identity import identity as bind_identity
+from ..identity import is_anonymous
 from ..plugin import RememberPlugin
 from ..secret_source import resolve_keyring
 from ..sessions import SessionSigner
 from ..tools import memory_tools
 from ..types import SCOPES, Identity
-from .auth import StaticTokenVerifier, TokenVerifier
+from .auth import PrincipalResolver, StaticTokenVerifier, TokenVerifier
 from .authoring import ToolContext, ToolFunction, UserTool
 from .protocol import (
     ALL_PROTOCOL_VERSIONS,
@@ -234,6 +235,13 @@ class McpServer:
         :mod:`remember_sync.mcp.auth`).  Given, every request needs a valid
         ``Authorization: Bearer`` token (else ``401``); omitted, every caller
         is anonymous.
+    :param principal_resolver: ``environ -> principal | None``: the host's own
+        idea of the caller (``serve --no-token`` returns the local user; a
+        framework passes its signed-in user).  Asked first on every request; a
+        principal it returns is the caller and no token is read.  ``None``
+        falls through to ``token_verifier`` (or to an anonymous caller when
+        there is none).  A resolver that raises fails the request with ``503``:
+        it never lets a caller in, and never demotes one to anonymous.
     :param session_signer: signs and verifies ``Mcp-Session-Id`` values
         (default: a :class:`~remember_sync.sessions.SessionSigner` over the
         plugin's master secrets, or over :func:`~remember_sync.secret_source.resolve_keyring`
@@ -270,6 +278,7 @@ class McpServer:
         name: str = "remember-sync",
         version: str | None = None,
         token_verifier: TokenVerifier | None = None,
+        principal_resolver: PrincipalResolver | None = None,
         session_signer: SessionSigner | None = None,
         max_body_bytes: int | None = None,
         instructions: str | None = None,
@@ -295,7 +304,10 @@ class McpServer:
             raise ValueError(f"max_body_bytes must be a positive int; got {max_body_bytes!r}")
         if token_verifier is not None and not callable(token_verifier):
             raise TypeError("token_verifier must be a callable: token -> principal | None")
+        if principal_resolver is not None and not callable(principal_resolver):
+            raise TypeError("principal_resolver must be a callable: environ -> principal | None")
         self.plugin = plugin
+        self.principal_resolver = principal_resolver
         self.name = name
         self.version = version if version is not None else _package_version()
         self.token_verifier = token_verifier
@@ -324,6 +336,8 @@ class McpServer:
 
     def __repr__(self) -> str:
         auth = "bearer" if self.token_verifier is not None else "anonymous"
+        if self.principal_resolver is not None:
+            auth = f"resolver+{auth}"
         return f"McpServer(name={self.name!r}, plugin={self.plugin!r}, auth={auth})"
 
     def close(self) -> None:
@@ -515,6 +529,24 @@ class McpServer:
         return headers
 
     def _authenticate(self, environ: Mapping[str, Any]) -> str | None | _Response:
+        if self.principal_resolver is not None:
+            try:
+                resolved = self.principal_resolver(environ)
+            except Exception:  # noqa: BLE001 - a failing resolver refuses, it never lets in
+                log.warning("remember-sync MCP: the principal resolver raised", exc_info=True)
+                return _Response.error(
+                    503,
+                    "Service unavailable: the caller could not be identified; try again later",
+                    code=INTERNAL_ERROR,
+                    headers=[("Retry-After", "5")],
+                )
+            if resolved is not None:
+                if not isinstance(resolved, str) or not resolved or is_anonymous(resolved):
+                    raise TypeError(
+                        "principal_resolver must return a non-empty, non-anonymous str or None; "
+                        f"got {resolved!r}"
+                    )
+                return resolved
         if self.token_verifier is None:
             return None
         header = str(environ.get("HTTP_AUTHORIZATION", ""))

@@ -161,7 +161,10 @@ def test_failover_under_load(
 def test_sentinel_url_and_config_reach_the_same_primary(
     sentinel_set_factory: Callable[..., SentinelSet],
 ) -> None:
-    """redis+sentinel:// URLs (plugin, env-style) and config dicts all talk to the primary."""
+    """redis+sentinel:// URLs (plugin, env-style) and config dicts all talk to the primary.
+
+    A service the sentinels do not know is a store error saying they answered.
+    """
     sentinels = sentinel_set_factory()
     by_url = RedisStore.from_url(sentinels.url)
     by_config = RedisStore(sentinels=sentinels.addresses, service_name=SENTINEL_SERVICE)
@@ -180,6 +183,10 @@ def test_sentinel_url_and_config_reach_the_same_primary(
         plugin.accessor(IDENT).set("k", "v")
         assert plugin.accessor(IDENT).get("k") == "v"
         assert by_config.ping()
+        unknown = RedisStore(sentinels=sentinels.addresses, service_name="nosuch")
+        with pytest.raises(RememberStoreError, match="the sentinels answer, but none reports"):
+            unknown.get("remember:x")  # every sentinel answered: nothing to probe
+        unknown.close()
     finally:
         primary.close()
         plugin.close()
@@ -226,7 +233,7 @@ def test_wait_reports_missing_replicas(sentinel_set_factory: Callable[..., Senti
 
 
 def test_no_sentinel_reachable_is_a_store_error_without_the_password() -> None:
-    """Sentinels that do not answer: RememberStoreError, fast, never the password."""
+    """Sentinels that do not answer: RememberStoreError naming why, fast, never the password."""
     store = RedisStore.from_url("redis+sentinel://:hunter2@127.0.0.1:1,127.0.0.1:2/mymaster")
     try:
         started = time.monotonic()
@@ -234,7 +241,9 @@ def test_no_sentinel_reachable_is_a_store_error_without_the_password() -> None:
             store.get("remember:k")
         assert time.monotonic() - started < 2.5
         assert "hunter2" not in str(info.value)
-        assert "No master found for 'mymaster'" in str(info.value)
+        # redis-py keeps only "network:ConnectionError"; the store asked again to say why.
+        assert "No master found for 'mymaster': sentinel 127.0.0.1:1 failed" in str(info.value)
+        assert "Connection refused" in str(info.value)
     finally:
         store.close()
 

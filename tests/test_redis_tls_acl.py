@@ -7,7 +7,8 @@ surface passing as that user -- with the server's ``ACL LOG`` empty and no key
 outside the prefix afterwards (read as the admin) -- proves the store never
 touches a key outside its prefix.  Wrong CA, expired certificate, missing
 client certificate, missing permission and wrong password each raise a
-remember error that names the cause, within seconds, without the password.
+remember error that names the cause, within seconds, without the password;
+rejected certificates are configuration errors, tried once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.connection import SSLConnection
 
 from remember_sync import Identity, RememberPlugin
 from remember_sync.errors import RememberConfigurationError, RememberError, RememberStoreError
@@ -199,15 +201,26 @@ def test_cli_over_rediss_as_the_acl_user(
     _check_clean([standalone])
 
 
+@pytest.mark.parametrize("with_password", [False, True], ids=["no-auth", "auth"])
 def test_client_certificate_required(
-    standalone: TlsRedisServer, tls_files: TlsFiles
+    standalone: TlsRedisServer, tls_files: TlsFiles, with_password: bool
 ) -> None:
-    """tls-auth-clients yes: without a client certificate the error says one is required."""
-    url = f"rediss://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{standalone.port}/0"
+    """tls-auth-clients yes: without a client certificate the error points at ssl_certfile.
+
+    TLS 1.3: the server refuses after the handshake, with an alert (a configuration
+    error) or -- when the client writes first, as AUTH does -- a bare EOF, which a
+    server going down also gives (a store error, retried, with the hint).
+    """
+    auth = f"{ACL_USER}:{ACL_PASSWORD}@" if with_password else ""
+    url = f"rediss://{auth}127.0.0.1:{standalone.port}/0"
     store = RedisStore.from_url(url, ssl_ca_certs=str(tls_files.ca_cert))
-    error = _assert_clear_error(lambda: store.get("remember:k"), RememberStoreError)
-    # TLS 1.3: the server's refusal arrives after the handshake, as an alert or a bare EOF.
-    assert "certificate required" in str(error) or "EOF occurred" in str(error), str(error)
+    error = _assert_clear_error(lambda: store.get("remember:k"), RememberError,
+                                "ssl_certfile and ssl_keyfile")
+    if "certificate required" in str(error):
+        assert isinstance(error, RememberConfigurationError), repr(error)
+    else:
+        assert "EOF occurred" in str(error) and isinstance(error, RememberStoreError), repr(error)
+        assert "server may require a client certificate" in str(error)
     store.close()
 
 
@@ -235,25 +248,49 @@ def _assert_clear_error(
     return info.value
 
 
+@pytest.fixture
+def tls_connects(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts TLS connection attempts (redis-py's ``SSLConnection._connect``), one entry each."""
+    attempts: list[int] = []
+    original = SSLConnection._connect
+
+    def counted(self: SSLConnection) -> Any:
+        attempts.append(1)
+        return original(self)
+
+    monkeypatch.setattr(SSLConnection, "_connect", counted)
+    return attempts
+
+
 def test_wrong_ca_expired_certificate_and_wrong_password(
     standalone: TlsRedisServer,
     tls_expired: TlsRedisServer,
     tls_files: TlsFiles,
     plugins: Callable[..., RememberPlugin],
     caplog: pytest.LogCaptureFixture,
+    tls_connects: list[int],
 ) -> None:
-    """Each names its cause: certificate verify failed, expired, rejected credentials."""
+    """Each names its cause and what to check; a rejected certificate is tried only once."""
     caplog.set_level(logging.DEBUG)
     ok = tls_url(standalone.port, tls_files, user=ACL_USER, password=ACL_PASSWORD)
     wrong_ca = ok.replace(str(tls_files.ca_cert), str(tls_files.other_ca_cert))
     mem = plugins(type="redis", config={"url": wrong_ca}).accessor(ALICE)
-    _assert_clear_error(lambda: mem.get("k"), RememberStoreError, "certificate verify failed",
+    _assert_clear_error(lambda: mem.get("k"), RememberConfigurationError,
+                        "certificate verify failed", "check ssl_ca_certs", "not retried",
                         caplog=caplog)
 
     expired = tls_url(tls_expired.port, tls_files, user=ACL_USER, password=ACL_PASSWORD)
     mem = plugins(type="redis", config={"url": expired}).accessor(ALICE)
-    _assert_clear_error(lambda: mem.set("k", 1), RememberStoreError,
-                        "certificate verify failed", "expired", caplog=caplog)
+    _assert_clear_error(lambda: mem.set("k", 1), RememberConfigurationError,
+                        "certificate verify failed", "certificate has expired",
+                        "renew it on the server", caplog=caplog)
+    for url in (wrong_ca, expired):  # one connection attempt per call: not retried
+        store = RedisStore.from_url(url)
+        tls_connects.clear()
+        with pytest.raises(RememberConfigurationError):
+            store.get("remember:k")
+        assert len(tls_connects) == 1, url  # the default retries=2 would make it 3
+        store.close()
 
     bad_pw = tls_url(standalone.port, tls_files, user=ACL_USER, password="not-" + ACL_PASSWORD)
     mem = plugins(type="redis", config={"url": bad_pw}).accessor(ALICE)
@@ -330,16 +367,18 @@ def test_sentinel_wrong_ca(
     sentinel_set: TlsSentinelSet, tls_files: TlsFiles, plugins: Callable[..., RememberPlugin],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A CA that signed neither the sentinels nor the primary: a bounded error naming them.
+    """A CA that signed neither the sentinels nor the primary: the sentinel's failure is named.
 
-    redis-py 8 keeps only ``network:ConnectionError`` of each sentinel's failure in
-    its MasterNotFoundError, so the certificate is not named (docs/redis.rst says so).
+    redis-py keeps only ``network:ConnectionError`` of each sentinel's failure; the
+    store asks one sentinel again, briefly, to say why.
     """
     caplog.set_level(logging.DEBUG)
     config = _sentinel_config(sentinel_set, tls_files, ssl_ca_certs=str(tls_files.other_ca_cert))
     mem = plugins(type="redis", config=config).accessor(ALICE)
-    _assert_clear_error(lambda: mem.get("k"), RememberStoreError,
-                        f"No master found for '{SERVICE}' by the sentinels", caplog=caplog)
+    (host, port), = sentinel_set.sentinels
+    _assert_clear_error(lambda: mem.get("k"), RememberConfigurationError,
+                        f"No master found for '{SERVICE}'", f"sentinel {host}:{port} failed",
+                        "certificate verify failed", "check ssl_ca_certs", caplog=caplog)
 
 
 def test_sentinel_wrong_ca_on_the_primary_link(
@@ -351,7 +390,8 @@ def test_sentinel_wrong_ca_on_the_primary_link(
         sentinel_kwargs={"ssl_ca_certs": str(tls_files.ca_cert)},
     )
     mem = plugins(type="redis", config=config).accessor(ALICE)
-    _assert_clear_error(lambda: mem.get("k"), RememberStoreError, "certificate verify failed")
+    _assert_clear_error(lambda: mem.get("k"), RememberConfigurationError,
+                        f"{sentinel_set.primary.port}", "certificate verify failed")
 
 
 # -- Cluster -----------------------------------------------------------------------------
@@ -393,4 +433,28 @@ def test_cluster_missing_permission(
                  "-evalsha", "-eval")
     _assert_clear_error(lambda: mem.update("k", 2), RememberConfigurationError,
                         "lacks a permission")
+    client.close()
+
+
+def test_cluster_certificate_from_another_ca(
+    cluster: TlsCluster, tls_files: TlsFiles, plugins: Callable[..., RememberPlugin]
+) -> None:
+    """A cluster client whose next connections meet a certificate it does not trust.
+
+    ``RedisCluster(...)`` connects while it is built, so a wrong CA from the start
+    fails in the application's constructor; here the client's CA is swapped
+    underneath it (its connection settings, then its pools reset), as when the
+    nodes' certificates are replaced by ones from another CA.
+    """
+    client = cluster.client(username=ACL_USER, password=ACL_PASSWORD, socket_timeout=2)
+    mem = plugins(type="redis-client", client=client).accessor(ALICE)
+    mem.set("k", 1)
+    other = str(tls_files.other_ca_cert)
+    client.nodes_manager.connection_kwargs["ssl_ca_certs"] = other
+    for node in client.get_nodes():
+        pool = node.redis_connection.connection_pool
+        pool.connection_kwargs["ssl_ca_certs"] = other
+        pool.reset()
+    _assert_clear_error(lambda: mem.get("k"), RememberConfigurationError,
+                        "certificate verify failed", "check ssl_ca_certs")
     client.close()

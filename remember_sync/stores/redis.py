@@ -11,10 +11,11 @@ Keys and values are text.  They are sent as UTF-8 bytes and replies are
 decoded here, so a passed-in client works whether or not it was built with
 ``decode_responses=True``.
 
-Every driver exception is translated in :func:`_translate` -- the one place --
+Every driver exception is translated in :func:`_mapped` -- the one place --
 into :class:`~remember_sync.errors.RememberStoreError` (or
 :class:`~remember_sync.errors.RememberConfigurationError` for rejected
-credentials), with the driver's exception as ``__cause__``.
+credentials, missing ACL permissions and rejected TLS certificates), with the
+driver's exception as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from .redis_connect import (
     DEFAULT_WAIT_TIMEOUT_MS,
     SENTINEL_SCHEMES,
     TLS_FILES,
+    NoPrimaryFound,
     RedisOptionError,
     check_options,
     check_sentinels,
@@ -53,6 +55,7 @@ from .redis_connect import (
     redacted_url,
     sentinel_master,
 )
+from .redis_tls import sends_no_client_cert, tls_cause
 
 __all__ = ["RedisStore", "redacted_url"]
 
@@ -73,8 +76,14 @@ _ACL_ERRORS = (AuthorizationError, NoPermissionError)
 _DRIVER_ERRORS = (RedisError, RedisClusterException, UnicodeError)
 
 
-def _mapped(operation: str, exc: BaseException) -> RememberConfigurationError | RememberStoreError:
-    """The remember error for a redis-py exception (raise it ``from exc``)."""
+def _mapped(
+    operation: str, exc: BaseException, *, no_client_cert: bool = False
+) -> RememberConfigurationError | RememberStoreError:
+    """The remember error for a redis-py exception (raise it ``from exc``).
+
+    *no_client_cert*: the store connects with TLS and sends no client
+    certificate (see :func:`~remember_sync.stores.redis_tls.tls_cause`).
+    """
     if isinstance(exc, _AUTH_ERRORS):
         return RememberConfigurationError(
             f"Redis {operation} failed: the server rejected the credentials ({exc}); "
@@ -85,20 +94,28 @@ def _mapped(operation: str, exc: BaseException) -> RememberConfigurationError | 
             f"Redis {operation} failed: the Redis user lacks a permission ({exc}); "
             "grant it the string, scan and scripting commands"
         )
-    if isinstance(exc, redis.sentinel.MasterNotFoundError):
-        # redis-py appends every sentinel client's full repr: keep the first sentence.
-        found = str(exc).split(" : ", 1)[0]
-        return RememberStoreError(
-            f"Redis {operation} failed: {found} by the sentinels (none reachable, or the "
-            "primary is down and no replica has been promoted yet)"
-        )
     if isinstance(exc, UnicodeError):
         return RememberStoreError(f"Redis {operation} failed: not UTF-8 text ({exc})")
-    return RememberStoreError(f"Redis {operation} failed: {exc}")
+    if isinstance(exc, NoPrimaryFound):
+        text = exc.detail
+    elif isinstance(exc, redis.sentinel.MasterNotFoundError):
+        # redis-py appends every sentinel client's full repr: keep the first sentence.
+        text = str(exc).split(" : ", 1)[0] + (
+            " by the sentinels (none reachable, or the primary is down and no replica has "
+            "been promoted yet)"
+        )
+    else:
+        text = str(exc)
+    tls = tls_cause(exc, no_client_cert=no_client_cert)
+    if tls is None:
+        return RememberStoreError(f"Redis {operation} failed: {text}")
+    if tls.configuration:
+        return RememberConfigurationError(f"Redis {operation} failed: {text} -- {tls.hint}")
+    return RememberStoreError(f"Redis {operation} failed: {text} -- {tls.hint}")
 
 
 @contextlib.contextmanager
-def _translate(operation: str) -> Iterator[None]:
+def _translate(operation: str, no_client_cert: bool = False) -> Iterator[None]:
     """Map redis-py exceptions raised inside the block to the remember error tree.
 
     The single-command methods catch :data:`_DRIVER_ERRORS` inline instead (a
@@ -108,7 +125,7 @@ def _translate(operation: str) -> Iterator[None]:
     try:
         yield
     except _DRIVER_ERRORS as exc:
-        raise _mapped(operation, exc) from exc
+        raise _mapped(operation, exc, no_client_cert=no_client_cert) from exc
 
 
 def _b(text: str) -> bytes:
@@ -303,6 +320,8 @@ class RedisStore:
         self._owns = owns
         self._sentinel = manager
         self._cluster = isinstance(client, redis.cluster.RedisCluster)
+        #: TLS without a client certificate: a closed connection's error gets a hint.
+        self._no_client_cert = sends_no_client_cert(client)
         replicas, timeout_ms = wait
         if replicas and self._cluster:
             raise RedisOptionError(
@@ -415,7 +434,7 @@ class RedisStore:
 
     def ping(self) -> bool:
         """Check that the server (every primary, on a cluster) answers."""
-        with _translate("PING"):
+        with _translate("PING", self._no_client_cert):
             return bool(self._client.ping())
 
     # -- the Store protocol -----------------------------------------------------------
@@ -429,11 +448,11 @@ class RedisStore:
                 return raw
             return str(raw.decode("utf-8", "surrogateescape"))  # _s, inline
         except _DRIVER_ERRORS as exc:
-            raise _mapped("GET", exc) from exc
+            raise _mapped("GET", exc, no_client_cert=self._no_client_cert) from exc
 
     def get_many(self, keys: Sequence[str]) -> list[str | None]:
         out: list[str | None] = []
-        with _translate("MGET"):
+        with _translate("MGET", self._no_client_cert):
             for start in range(0, len(keys), _CHUNK):
                 chunk = [_b(k) for k in keys[start : start + _CHUNK]]
                 if self._cluster:
@@ -471,7 +490,7 @@ class RedisStore:
                 if done:
                     self._check_replicas("SET", acked)
         except _DRIVER_ERRORS as exc:
-            raise _mapped("SET", exc) from exc
+            raise _mapped("SET", exc, no_client_cert=self._no_client_cert) from exc
         return bool(done)
 
     def _with_wait(self, *commands: list[Any]) -> list[Any]:
@@ -514,7 +533,8 @@ class RedisStore:
             # or failed-over server has an empty script cache).
             done = self._cas(keys=[_b(key)], args=args, client=self._client)
         except _DRIVER_ERRORS as exc:
-            raise _mapped("EVALSHA (compare-and-set)", exc) from exc
+            operation = "EVALSHA (compare-and-set)"
+            raise _mapped(operation, exc, no_client_cert=self._no_client_cert) from exc
         return int(done) == 1
 
     def _cas_and_wait(self, key: bytes, args: list[bytes]) -> bool:
@@ -532,7 +552,7 @@ class RedisStore:
 
     def delete(self, *keys: str) -> int:
         removed = 0
-        with _translate("UNLINK"):
+        with _translate("UNLINK", self._no_client_cert):
             if self._wait is not None and keys:
                 chunks = [
                     ["UNLINK", *(_b(k) for k in keys[start : start + _CHUNK])]
@@ -577,14 +597,14 @@ class RedisStore:
         """What to walk: every primary of a cluster, or ``[None]`` for the one server."""
         if not self._cluster:
             return [None]
-        with _translate("SCAN"):
+        with _translate("SCAN", self._no_client_cert):
             return list(self._client.get_primaries())
 
     def _scan_page(
         self, node: Any, cursor: Any, pattern: bytes, count: int
     ) -> tuple[Any, list[bytes | str]]:
         """One ``SCAN`` page of *node* (``None``: standalone): the next cursor and keys."""
-        with _translate("SCAN"):
+        with _translate("SCAN", self._no_client_cert):
             if node is None:
                 cursor, page = self._client.scan(cursor, match=pattern, count=count)
             else:
@@ -619,7 +639,7 @@ class RedisStore:
                 guess = None if node is not None else self._page_keys.get((pattern, count, cursor))
                 values: list[Any] = []
                 if guess:
-                    with _translate("SCAN + MGET"):
+                    with _translate("SCAN + MGET", self._no_client_cert):
                         pipe = self._client.pipeline(transaction=False)
                         pipe.execute_command("SCAN", cursor, "MATCH", pattern, "COUNT", count)
                         pipe.execute_command("MGET", *guess)
@@ -656,7 +676,7 @@ class RedisStore:
         known: dict[bytes | str, Any] = dict(zip(guess or (), values, strict=True))
         missing = [raw for raw in fresh if raw not in known]
         if missing:
-            with _translate("MGET"):
+            with _translate("MGET", self._no_client_cert):
                 if node is None:
                     known.update(zip(missing, self._client.mget(missing), strict=True))
                 else:
@@ -676,7 +696,7 @@ class RedisStore:
     def close(self) -> None:
         """Close the client if this store created it; a passed-in client is left open."""
         if self._owns:
-            with _translate("close"):
+            with _translate("close", self._no_client_cert):
                 self._client.close()
                 if self._sentinel is not None:
                     self._sentinel.close()

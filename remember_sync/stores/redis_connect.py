@@ -6,12 +6,17 @@ option), the retry policy, the ``redis+sentinel://`` URL parser, and the
 Sentinel-managed client (redis-py's :class:`redis.sentinel.Sentinel`; no
 discovery of our own).
 
-Timeouts (see ``docs/redis.rst``, "High availability and timeouts"): a
-timeout is never retried -- the server is there but silent, and waiting again
-only multiplies the wait -- while a connection error (refused, reset, "no
-master", "the master is now a replica") is retried ``retries`` times with
-backoff ``min(BACKOFF_CAP, BACKOFF_BASE * 2**n)``.  So one call waits for at
-most one timeout.
+Timeouts (see ``docs/redis.rst``, "Timeouts"): a timeout is never retried --
+the server is there but silent, and waiting again only multiplies the wait --
+while a connection error (refused, reset, "no master", "the master is now a
+replica") is retried ``retries`` times with backoff
+``min(BACKOFF_CAP, BACKOFF_BASE * 2**n)``.  So one call waits for at most one
+timeout.  Rejected credentials and rejected TLS certificates are not retried
+either: they are configuration mistakes (:func:`.redis_tls.tls_cause`).
+
+When the sentinels find no primary, redis-py keeps only each failure's class
+name (``network:ConnectionError``); :class:`_Sentinel` then connects to the
+sentinels once more, briefly, to name the cause (:class:`NoPrimaryFound`).
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ from urllib.parse import unquote, urlsplit
 import redis
 import redis.sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.exceptions import AuthenticationError, AuthorizationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
 from ..errors import RememberConfigurationError
+from .redis_tls import tls_cause
 
 __all__ = [
     "BACKOFF_BASE",
@@ -37,7 +43,9 @@ __all__ = [
     "DEFAULT_RETRIES",
     "DEFAULT_SOCKET_TIMEOUT",
     "DEFAULT_WAIT_TIMEOUT_MS",
+    "PROBE_TIMEOUT",
     "SENTINEL_SCHEMES",
+    "NoPrimaryFound",
     "RedisOptionError",
     "TLS_FILES",
     "SentinelURL",
@@ -64,6 +72,8 @@ DEFAULT_WAIT_TIMEOUT_MS = 100
 #: Port of a sentinel named without one in a ``redis+sentinel://`` URL.
 SENTINEL_PORT = 26379
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+#: Connect and reply timeout (at most) of the one-off check of a sentinel, after "no master".
+PROBE_TIMEOUT = 0.5
 
 # Wrong credentials or a missing ACL permission: retrying cannot help.
 _NOT_RETRIED = (AuthenticationError, AuthorizationError)
@@ -81,7 +91,7 @@ class RedisOptionError(RememberConfigurationError):
 
 
 class _ConnectionRetry(Retry):
-    """redis-py's :class:`Retry` on connection errors only, never on rejected credentials."""
+    """redis-py's :class:`Retry` on connection errors; never on rejected credentials/certs."""
 
     def call_with_retry(
         self,
@@ -92,6 +102,9 @@ class _ConnectionRetry(Retry):
     ) -> _T:
         def retryable(error: Exception) -> bool:
             if isinstance(error, _NOT_RETRIED):
+                return False
+            cause = tls_cause(error)
+            if cause is not None and cause.configuration:
                 return False
             return is_retryable is None or is_retryable(error)
 
@@ -330,8 +343,83 @@ def sentinel_master(
     }
     for_sentinels["retry"] = connection_retry(0)
     for_sentinels.update(sentinel_kwargs or {})
-    manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    manager = _Sentinel(  # type: ignore[no-untyped-call]
         sentinels, sentinel_kwargs=for_sentinels, **connection_kwargs
     )
     primary: redis.Redis = manager.master_for(service_name)  # type: ignore[no-untyped-call]
     return primary, manager
+
+
+class NoPrimaryFound(redis.sentinel.MasterNotFoundError):
+    """redis-py's "no master" error, saying why: ``detail`` is a whole sentence, no password.
+
+    A :class:`redis.sentinel.MasterNotFoundError` (so redis-py retries it as a
+    connection error), with the failing sentinel's exception as ``__cause__``
+    when one failed.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class _Sentinel(redis.sentinel.Sentinel):
+    """redis-py's :class:`~redis.sentinel.Sentinel`, whose "no master" error names its cause.
+
+    Discovery is redis-py's own; only its failure is explained.  If every
+    sentinel answered, none knows a usable primary.  If some failed, redis-py
+    kept only their exception classes, so :func:`_probe` connects to the
+    sentinels once more -- on this failure path only, each attempt bounded by
+    :data:`PROBE_TIMEOUT` -- and the first failure is reported.
+    """
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        try:
+            found: tuple[str, int] = super().discover_master(  # type: ignore[no-untyped-call]
+                service_name
+            )
+        except redis.sentinel.MasterNotFoundError as exc:
+            # redis-py (8.1) lists the sentinels that failed after " : "; none: all answered.
+            if " : " not in str(exc):
+                raise NoPrimaryFound(
+                    f"No master found for {service_name!r}: the sentinels answer, but none "
+                    "reports a usable primary (it is down and no replica has been promoted "
+                    "yet, or service_name is wrong)"
+                ) from None
+            failed = _probe(self.sentinels)
+            if failed is None:  # they answer now: a transient failure
+                raise NoPrimaryFound(
+                    f"No master found for {service_name!r}: a sentinel did not answer (it "
+                    "does now) and none reported a usable primary"
+                ) from None
+            where, error = failed
+            raise NoPrimaryFound(
+                f"No master found for {service_name!r}: sentinel {where} failed: {error}"
+            ) from error
+        return found
+
+
+def _probe(sentinels: Sequence[redis.Redis]) -> tuple[str, RedisError] | None:
+    """Connect to each sentinel and ``PING`` it (no retry); the first failure, or ``None``.
+
+    Uses each sentinel's own connection settings (TLS, credentials) with both
+    timeouts capped at :data:`PROBE_TIMEOUT`, on a connection of its own that is
+    closed at once (the sentinel's pool is not touched).
+    """
+    for client in sentinels:
+        pool = client.connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        for name in ("socket_timeout", "socket_connect_timeout"):
+            kwargs[name] = min(kwargs.get(name) or PROBE_TIMEOUT, PROBE_TIMEOUT)
+        kwargs["retry"] = Retry(NoBackoff(), 0)
+        where = f"{kwargs.get('host')}:{kwargs.get('port')}"
+        connection = pool.connection_class(**kwargs)
+        try:
+            connection.connect()  # TCP, TLS, AUTH: where a wrong CA or password shows
+            connection.send_command("PING")
+            connection.read_response()
+        except RedisError as error:
+            return where, error
+        finally:
+            connection.disconnect()
+    return None

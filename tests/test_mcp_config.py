@@ -248,3 +248,17 @@ def test_a_failing_principal_resolver_refuses(make_plugin: Any) -> None:
     assert status == "500 Internal Server Error"
     with pytest.raises(TypeError, match="principal_resolver must be a callable"):
         McpServer(plugin, principal_resolver="alice")  # type: ignore[arg-type]
+
+
+def test_max_value_bytes_from_the_environment_sets_the_body_limit(tmp_path: Path) -> None:
+    """REMEMBER_MAX_VALUE_BYTES bounds values; the HTTP body limit follows it."""
+    from remember_sync.mcp.server import default_max_body_bytes
+
+    app = create_app(environ={"REMEMBER_SECRET": TEST_SECRET, "REMEMBER_MAX_VALUE_BYTES": "100"})
+    try:
+        assert app.plugin.core.max_value_bytes == 100
+        assert app.max_body_bytes == default_max_body_bytes(100)
+    finally:
+        app.close()
+    with pytest.raises(RememberConfigurationError, match="REMEMBER_MAX_VALUE_BYTES"):
+        create_app(environ={"REMEMBER_SECRET": TEST_SECRET, "REMEMBER_MAX_VALUE_BYTES": "0"})

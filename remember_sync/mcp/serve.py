@@ -45,6 +45,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
 from ..keys import layout_marker_key
 from ..stores.base import Store
@@ -64,6 +65,7 @@ from .server import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ENTRIES,
     DEFAULT_PATH,
+    MAX_VALUE_BYTES_ENV,
     McpServer,
     plugin_from_options,
 )
@@ -251,6 +253,14 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         f"${BOUND_ENV['max_entries'][0]} or {DEFAULT_MAX_ENTRIES})",
     )
     parser.add_argument(
+        "--max-value-bytes",
+        type=_positive,
+        metavar="N",
+        help="largest value a memory may hold, in bytes of its JSON text (default: "
+        f"${MAX_VALUE_BYTES_ENV} or {DEFAULT_MAX_VALUE_BYTES} = 1 MiB); the HTTP body limit "
+        "follows it",
+    )
+    parser.add_argument(
         "--path", default=DEFAULT_PATH, help="the MCP endpoint path (default: %(default)s)"
     )
     parser.add_argument(
@@ -387,6 +397,7 @@ def run_serve(args: argparse.Namespace) -> int:
             default_ttl=args.default_ttl,
             max_bytes=args.max_bytes,
             max_entries=args.max_entries,
+            max_value_bytes=args.max_value_bytes,
         )
     except RememberError as exc:
         sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")

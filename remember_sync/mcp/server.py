@@ -1012,6 +1012,9 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 #: ``max_entries`` of that store; ``--max-entries`` / ``REMEMBER_MAX_ENTRIES`` change it.
 DEFAULT_MAX_ENTRIES = 100_000
 #: The environment variable of each bound, and its default.
+#: The environment variable of the largest value (``max_value_bytes``) for
+#: ``serve`` and ``create_app``; ``--max-value-bytes`` changes it.
+MAX_VALUE_BYTES_ENV = "REMEMBER_MAX_VALUE_BYTES"
 BOUND_ENV = {
     "max_bytes": ("REMEMBER_MAX_BYTES", DEFAULT_MAX_BYTES),
     "max_entries": ("REMEMBER_MAX_ENTRIES", DEFAULT_MAX_ENTRIES),
@@ -1041,6 +1044,7 @@ def plugin_from_options(
     default_ttl: int = 0,
     max_bytes: int | None = None,
     max_entries: int | None = None,
+    max_value_bytes: int | None = None,
     **extra: Any,
 ) -> RememberPlugin:
     """A plugin with the memory tools enabled: memory store, or Redis, or Vercel KV.
@@ -1052,6 +1056,8 @@ def plugin_from_options(
     with Redis or Vercel KV is refused (it only applies to the memory store).
     With Redis or Vercel KV a configured secret is required
     (``encryption={"require_secret": True}`` unless *encryption* says otherwise).
+    *max_value_bytes* (else ``REMEMBER_MAX_VALUE_BYTES``, else the plugin's
+    default) bounds each value; the server's HTTP body limit follows it.
     Extra keyword arguments go to :meth:`RememberPlugin.init`.
     """
     if redis_url and vercel_kv:
@@ -1083,6 +1089,10 @@ def plugin_from_options(
             value = default
         if value is not None:
             options[option] = value  # with Redis or Vercel KV, init names the mistake
+    if max_value_bytes is None:
+        max_value_bytes = _env_whole(env, MAX_VALUE_BYTES_ENV, minimum=1, unit="a whole number")
+    if max_value_bytes is not None:
+        options["max_value_bytes"] = max_value_bytes
     if redis_url:
         options.update(type="redis", config={"url": redis_url})
     elif vercel_kv:
@@ -1123,7 +1133,7 @@ def create_app(
     :mod:`remember_sync.mcp.auth`), and for the memory store
     ``REMEMBER_MAX_BYTES`` / ``REMEMBER_MAX_ENTRIES`` (defaults
     :data:`DEFAULT_MAX_BYTES`, :data:`DEFAULT_MAX_ENTRIES`; see
-    :func:`plugin_from_options`).  The master secret comes from
+    :func:`plugin_from_options`), ``REMEMBER_MAX_VALUE_BYTES``.  The master secret comes from
     ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
     :class:`McpServer`.
 

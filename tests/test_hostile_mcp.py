@@ -600,6 +600,7 @@ _FORGED: list[tuple[str, Callable[[Harness], str]]] = [
     ),
     ("garbage", lambda h: "not-a-session"),
     ("empty", lambda h: ""),
+    ("blank", lambda h: " "),
     ("dots-only", lambda h: "..."),
     ("truncated-by-one", lambda h: h.sessions["alice"][:-1]),
     ("truncated-mac", lambda h: h.sessions["alice"].rsplit(".", 1)[0]),
@@ -639,11 +640,19 @@ _FORGED: list[tuple[str, Callable[[Harness], str]]] = [
 def test_session_ids_not_issued_to_this_caller_get_404(
     hostile: Harness, make: Callable[[Harness], str]
 ) -> None:
-    """Forged, truncated, foreign-secret, expired or another user's session ids get 404."""
+    """Forged, truncated, foreign-secret, expired or another user's session ids get 404.
+
+    An empty or blank header names no session at all: 400, as a missing one (the TS SDK
+    server's rule, and this server's for DELETE).
+    """
     session = make(hostile)
     reply = hostile.tool("recall", {"key": "secret", "scope": "session"}, session=session)
-    hostile.check(reply, actor="alice", status=404)
-    assert reply.json["error"]["message"] == "Session not found"
+    if session.strip():
+        hostile.check(reply, actor="alice", status=404)
+        assert reply.json["error"]["message"] == "Session not found"
+    else:
+        hostile.check(reply, actor="alice", status=400)
+        assert reply.json["error"]["message"] == "Bad Request: Mcp-Session-Id header is required"
 
 
 def test_another_users_session_with_my_token_reads_nothing(hostile: Harness) -> None:

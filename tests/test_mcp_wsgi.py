@@ -419,7 +419,8 @@ def test_requests_without_a_session_get_400(app: McpServer) -> None:
         reply = sessionless.request(body)
         assert reply.status == 400, body
         assert reply.error["message"] == "Bad Request: Mcp-Session-Id header is required"
-    assert sessionless.request(rpc("ping"), headers={"Mcp-Session-Id": ""}).status == 404
+    # An empty header names no session: 400 as well (not 404, which means "start over").
+    assert sessionless.request(rpc("ping"), headers={"Mcp-Session-Id": ""}).status == 400
 
 
 @pytest.mark.parametrize("kind", ["random", "tampered", "other-secret", "garbage"])

@@ -67,6 +67,7 @@ from .server import (
     DEFAULT_PATH,
     MAX_VALUE_BYTES_ENV,
     McpServer,
+    check_cors_origin,
     plugin_from_options,
 )
 
@@ -132,19 +133,14 @@ def _user(text: str) -> str:
 
 
 def _origin(text: str) -> str:
-    parts = urlsplit(text.strip())
-    if (
-        parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or parts.path not in ("", "/")
-        or parts.query
-        or parts.fragment
-        or parts.username is not None
-    ):
+    try:
+        # McpServer's own rule, so a value passing here never fails the start later.
+        return check_cors_origin(text.strip())
+    except ValueError:
         raise argparse.ArgumentTypeError(
-            f"must be a browser origin scheme://host[:port] (http or https, no path); got {text!r}"
-        )
-    return text.strip().rstrip("/")
+            f"must be a browser origin scheme://host[:port] (http or https, a valid port, no "
+            f"path or wildcard); got {text!r}"
+        ) from None
 
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

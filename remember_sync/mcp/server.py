@@ -98,6 +98,7 @@ __all__ = [
     "BODY_ENVELOPE_BYTES",
     "DEFAULT_PATH",
     "McpServer",
+    "check_cors_origin",
     "create_app",
     "default_max_body_bytes",
     "plugin_from_options",
@@ -157,8 +158,13 @@ def default_max_body_bytes(max_value_bytes: int) -> int:
     return 3 * max_value_bytes + BODY_ENVELOPE_BYTES
 
 
-def _check_cors_origin(origin: object) -> str:
-    """*origin* normalised (``scheme://host[:port]``, lower case); ``ValueError`` otherwise."""
+def check_cors_origin(origin: object) -> str:
+    """A CORS origin (``McpServer(cors_origins=...)``, ``serve --cors-origin``), normalised.
+
+    :returns: ``scheme://host[:port]`` in lower case, without a trailing ``/``.
+    :raises ValueError: not an ``http``/``https`` origin with a valid port and no
+        user, path, query, fragment or wildcard.
+    """
     text = origin.rstrip("/").lower() if isinstance(origin, str) else ""
     parts = urlsplit(text)
     try:
@@ -172,7 +178,7 @@ def _check_cors_origin(origin: object) -> str:
         or parts.path
         or parts.query
         or parts.fragment
-        or "*" in text
+        or any(c in text for c in "*?#")
     ):
         raise ValueError(
             f"cors_origins: {origin!r} is not an origin; give scheme://host[:port], "
@@ -196,7 +202,13 @@ class _Response:
 
     @classmethod
     def json(cls, status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()) -> _Response:
-        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        try:
+            body = text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate the client sent (valid JSON "\ud800", not Unicode), echoed
+            # in an id, a method or a name: escaped, it goes back exactly as it came.
+            body = json.dumps(payload, separators=(",", ":")).encode("ascii")
         return cls(status, body, [("Content-Type", "application/json"), *headers])
 
     @classmethod
@@ -295,7 +307,7 @@ class McpServer:
             max_body_bytes = default_max_body_bytes(plugin.core.max_value_bytes)
         if isinstance(cors_origins, str):
             raise TypeError("cors_origins must be a list of origins, not one string")
-        cors = frozenset(_check_cors_origin(o) for o in cors_origins)
+        cors = frozenset(check_cors_origin(o) for o in cors_origins)
         if (
             isinstance(max_body_bytes, bool)
             or not isinstance(max_body_bytes, int)
@@ -648,7 +660,7 @@ class McpServer:
         return None
 
     def _delete(self, environ: Mapping[str, Any], principal: str | None) -> _Response:
-        session_id = environ.get("HTTP_MCP_SESSION_ID")
+        session_id = self._session_header(environ)
         if not session_id:
             return _Response.error(400, "Bad request: DELETE needs the Mcp-Session-Id to end")
         refused = self._refuse_session(session_id, principal)
@@ -668,6 +680,12 @@ class McpServer:
                 headers=[("Retry-After", "60")],
             )
         return _Response(204)
+
+    @staticmethod
+    def _session_header(environ: Mapping[str, Any]) -> str | None:
+        """The ``Mcp-Session-Id`` header; ``None`` when absent or blank (a missing id, 400)."""
+        value = str(environ.get("HTTP_MCP_SESSION_ID") or "").strip()
+        return value or None
 
     def _require_session(
         self, session_id: str | None, principal: str | None, request_id: Any = None
@@ -720,7 +738,7 @@ class McpServer:
                 "revision 2025-03-26, a batch array of them)",
             )
         request_id = message.get("id") if is_request_id(message.get("id")) else None
-        session_id = environ.get("HTTP_MCP_SESSION_ID")
+        session_id = self._session_header(environ)
         if message.get("method") != "initialize" or session_id is not None:
             # Never bind (or even look at) a session this server did not issue to this
             # caller, or one that was ended.
@@ -758,7 +776,7 @@ class McpServer:
             return _Response.error(
                 400, "Invalid request: initialize must not be part of a JSON-RPC batch"
             )
-        session_id = environ.get("HTTP_MCP_SESSION_ID")
+        session_id = self._session_header(environ)
         refused = self._require_session(session_id, principal)
         if refused is not None:
             return refused

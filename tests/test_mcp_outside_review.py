@@ -174,3 +174,31 @@ def test_serve_refuses_a_bad_cors_origin_as_a_usage_error(tmp_path: Path, origin
     assert "Traceback" not in done.stderr
     assert "--cors-origin" in done.stderr and origin in done.stderr
     assert not (tmp_path / "config").exists()  # a refused start creates no token file
+
+
+@pytest.mark.parametrize("length", ["5_0", "+50", "٥٠", "50 50"])
+def test_content_length_is_digits_only(length: str) -> None:
+    """RFC 9110 Content-Length is 1*DIGIT: Python's int() spellings are refused with 400."""
+    with RememberPlugin.init(tools={"enabled": True}, encryption={"secrets": [TEST_SECRET]},
+                             skip_legacy_purge=True) as plugin:
+        app = McpServer(plugin, path=None)
+        body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}' + b" " * 100
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/", "CONTENT_LENGTH": length,
+                   "CONTENT_TYPE": "application/json", "wsgi.input": io.BytesIO(body)}
+        statuses: list[str] = []
+        b"".join(app(environ, lambda status, headers: statuses.append(status)))
+        assert statuses == ["400 Bad Request"]
+
+
+@pytest.mark.parametrize("principal", ["", " ", " alice", "anon:x"])
+def test_a_resolver_returning_a_blank_or_padded_principal_is_refused(principal: str) -> None:
+    """Such a principal would key memory by a name no token or --user could produce."""
+    with RememberPlugin.init(tools={"enabled": True}, encryption={"secrets": [TEST_SECRET]},
+                             skip_legacy_purge=True) as plugin:
+        app = McpServer(plugin, path=None, principal_resolver=lambda environ: principal)
+        body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}'
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/", "CONTENT_LENGTH": str(len(body)),
+                   "CONTENT_TYPE": "application/json", "wsgi.input": io.BytesIO(body)}
+        statuses: list[str] = []
+        b"".join(app(environ, lambda status, headers: statuses.append(status)))
+        assert statuses == ["500 Internal Server Error"]

@@ -553,10 +553,15 @@ class McpServer:
                     headers=[("Retry-After", "5")],
                 )
             if resolved is not None:
-                if not isinstance(resolved, str) or not resolved or is_anonymous(resolved):
+                if (
+                    not isinstance(resolved, str)
+                    or not resolved.strip()
+                    or resolved != resolved.strip()
+                    or is_anonymous(resolved)
+                ):
                     raise TypeError(
-                        "principal_resolver must return a non-empty, non-anonymous str or None; "
-                        f"got {resolved!r}"
+                        "principal_resolver must return None or a non-blank, non-anonymous str "
+                        f"without surrounding spaces; got {resolved!r}"
                     )
                 return resolved
         if self.token_verifier is None:
@@ -589,12 +594,10 @@ class McpServer:
         limit = self.max_body_bytes
         length_text = str(environ.get("CONTENT_LENGTH") or "").strip()
         if length_text:
-            try:
-                length = int(length_text)
-                if length < 0:
-                    raise ValueError(length_text)
-            except ValueError:
+            # RFC 9110: 1*DIGIT (int() would also take "+5", "5_0" and non-ASCII digits).
+            if not (length_text.isascii() and length_text.isdigit()):
                 return _Response.error(400, f"Bad Content-Length {length_text!r}")
+            length = int(length_text)
             if length > limit:
                 return self._too_large(length)
             body: bytes = stream.read(length)

@@ -50,6 +50,7 @@ from .redis_connect import (
     RedisOptionError,
     check_options,
     check_sentinels,
+    check_url_userinfo,
     connection_retry,
     parse_sentinel_url,
     redacted_url,
@@ -359,6 +360,14 @@ class RedisStore:
         """
         if not isinstance(url, str) or not url:
             raise RememberConfigurationError("Redis url must be a non-empty string")
+        scheme = url.partition("://")[0].lower()
+        if scheme in (*SENTINEL_SCHEMES, "redis", "rediss"):
+            try:
+                check_url_userinfo(url)
+            except ValueError as exc:
+                raise RememberConfigurationError(
+                    f"invalid Redis url {redacted_url(url)!r}: {exc}"
+                ) from None
         timeouts: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": socket_connect_timeout,
@@ -367,7 +376,6 @@ class RedisStore:
         }
         if wait_timeout_ms is not None:
             timeouts["wait_timeout_ms"] = wait_timeout_ms
-        scheme = url.partition("://")[0].lower()
         if scheme in SENTINEL_SCHEMES:
             return cls._from_sentinel_url(url, timeouts, client_options)
         if "sentinel_kwargs" in client_options:

@@ -51,6 +51,7 @@ __all__ = [
     "SentinelURL",
     "check_options",
     "check_sentinels",
+    "check_url_userinfo",
     "connection_retry",
     "parse_sentinel_url",
     "redacted_url",
@@ -103,6 +104,8 @@ class _ConnectionRetry(Retry):
         def retryable(error: Exception) -> bool:
             if isinstance(error, _NOT_RETRIED):
                 return False
+            if isinstance(error, NoPrimaryFound) and error.timed_out:
+                return False  # sentinels that are there but silent: a timeout
             cause = tls_cause(error)
             if cause is not None and cause.configuration:
                 return False
@@ -254,10 +257,14 @@ class SentinelURL:
 
 def _host_port(text: str) -> tuple[str, int]:
     if text.startswith("["):  # [IPv6]:port
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"sentinel {text!r}: write an IPv6 host in brackets, [::1]:26379")
+        port_text = rest[1:]
     else:
         host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
+        if ":" in host or "[" in host or "]" in host:
+            raise ValueError(f"sentinel {text!r}: write an IPv6 host in brackets, [::1]:26379")
     if not host:
         raise ValueError(f"sentinel {text!r} has no host")
     if not port_text:
@@ -265,6 +272,29 @@ def _host_port(text: str) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise ValueError(f"sentinel {text!r} has a bad port")
     return host, int(port_text)
+
+
+#: Characters that end the user-info part of a URL early unless percent-encoded.
+_USERINFO_BREAKERS = "/?#"
+
+
+def check_url_userinfo(url: str) -> None:
+    """Refuse a URL whose user name or password holds an unencoded ``/``, ``?`` or ``#``.
+
+    A URL parser ends the host part at the first of them, so the rest of the
+    password would be read as a path or query (and echoed in error messages).
+    Raises :class:`ValueError` with a message that repeats no part of the URL.
+    """
+    rest = url.partition("://")[2]
+    netloc = rest
+    for breaker in _USERINFO_BREAKERS:
+        netloc = netloc.partition(breaker)[0]
+    userinfo, at, _ = rest.rpartition("@")
+    if at and "@" not in netloc and any(c in userinfo for c in _USERINFO_BREAKERS):
+        raise ValueError(
+            "the user name or password holds '/', '?' or '#' (or the URL has a stray '@'): "
+            "percent-encode them in the URL ('/' as %2F, '?' as %3F, '#' as %23, '@' as %40)"
+        )
 
 
 def parse_sentinel_url(url: str) -> SentinelURL:
@@ -278,6 +308,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in SENTINEL_SCHEMES:
         raise ValueError("not a redis+sentinel:// or rediss+sentinel:// URL")
+    check_url_userinfo(url)
     if "?" in rest or "#" in rest:
         raise ValueError("query strings are not supported; pass options in config")
     netloc, _, path = rest.partition("/")
@@ -309,12 +340,15 @@ def redacted_url(url: str) -> str:
         scheme, sep, rest = url.partition("://")
         if not sep:
             return url if urlsplit(url).password is None else "<unparseable URL>"
-        netloc, slash, path = rest.partition("/")
-        userinfo, at, hosts = netloc.rpartition("@")
+        # The last "@" of the whole rest, not of the part before the first "/": a
+        # password with an unencoded "/", "?" or "#" is hidden whole too.
+        userinfo, at, after = rest.rpartition("@")
         if not at or ":" not in userinfo:
             return url
         user = userinfo.partition(":")[0]
-        return f"{scheme}://{user}:***@{hosts}{slash}{path}"
+        if any(c in user for c in _USERINFO_BREAKERS):
+            user = ""
+        return f"{scheme}://{user}:***@{after}"
     except ValueError:
         return "<unparseable URL>"
 
@@ -341,6 +375,10 @@ def sentinel_master(
         for k, v in connection_kwargs.items()
         if k.startswith("socket_") or k.startswith("ssl")
     }
+    # A sentinel's reply is tiny: wait at most PROBE_TIMEOUT for it, so that the
+    # sentinels, asked in turn, cannot add up to more than the request-path bound.
+    if for_sentinels.get("socket_timeout") is not None:
+        for_sentinels["socket_timeout"] = min(for_sentinels["socket_timeout"], PROBE_TIMEOUT)
     for_sentinels["retry"] = connection_retry(0)
     for_sentinels.update(sentinel_kwargs or {})
     manager = _Sentinel(  # type: ignore[no-untyped-call]
@@ -358,9 +396,11 @@ class NoPrimaryFound(redis.sentinel.MasterNotFoundError):
     when one failed.
     """
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, *, timed_out: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
+        #: A sentinel did not answer in time: not retried (see the module docstring).
+        self.timed_out = timed_out
 
 
 class _Sentinel(redis.sentinel.Sentinel):
@@ -385,6 +425,14 @@ class _Sentinel(redis.sentinel.Sentinel):
                     f"No master found for {service_name!r}: the sentinels answer, but none "
                     "reports a usable primary (it is down and no replica has been promoted "
                     "yet, or service_name is wrong)"
+                ) from None
+            # redis-py lists "<sentinel> - network:TimeoutError" (8.x; TimeoutError(...) before)
+            if "TimeoutError" in str(exc).partition(" : ")[2]:
+                raise NoPrimaryFound(
+                    f"No master found for {service_name!r}: a sentinel did not answer in "
+                    "time (frozen, overloaded or unreachable) and none reported a usable "
+                    "primary",
+                    timed_out=True,
                 ) from None
             failed = _probe(self.sentinels)
             if failed is None:  # they answer now: a transient failure

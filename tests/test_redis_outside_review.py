@@ -128,3 +128,19 @@ def test_all_sentinels_frozen_fails_within_the_bound(
     finally:
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
+
+
+def test_a_url_that_turns_certificate_checks_off_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """rediss://...?ssl_cert_reqs=none works (providers suggest it) but never silently."""
+    from remember_sync.stores.redis import RedisStore
+
+    with caplog.at_level("WARNING", logger="remember_sync"):
+        store = RedisStore.from_url("rediss://127.0.0.1:1/0?ssl_cert_reqs=none")
+        store.close()
+    assert any("NOT verified" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="remember_sync"):
+        RedisStore.from_url("rediss://127.0.0.1:1/0").close()
+    assert not any("NOT verified" in r.getMessage() for r in caplog.records)

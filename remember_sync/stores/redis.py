@@ -21,6 +21,8 @@ driver's exception as ``__cause__``.
 from __future__ import annotations
 
 import contextlib
+import logging
+import ssl
 from collections.abc import Iterator, Mapping, MutableSet, Sequence
 from typing import Any
 
@@ -57,6 +59,8 @@ from .redis_connect import (
     sentinel_master,
 )
 from .redis_tls import sends_no_client_cert, tls_cause
+
+log = logging.getLogger("remember_sync")
 
 __all__ = ["RedisStore", "redacted_url"]
 
@@ -395,6 +399,14 @@ class RedisStore:
             raise RememberConfigurationError(
                 f"invalid Redis url {redacted_url(url)!r}: {exc}"
             ) from exc
+        kwargs = client.connection_pool.connection_kwargs
+        if kwargs.get("ssl_cert_reqs") in ("none", ssl.CERT_NONE):
+            # Opt-in only (the URL says so), but worth one line in every log.
+            log.warning(
+                "remember_sync: the Redis URL sets ssl_cert_reqs=none: the server's TLS "
+                "certificate is NOT verified (anyone on the path can read and change the "
+                "memory); prefer ssl_ca_certs"
+            )
         store = cls.__new__(cls)
         store._init(client, True, wait=(wait_replicas, wait_timeout_ms))
         return store

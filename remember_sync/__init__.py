@@ -20,6 +20,7 @@ from .errors import (
     RememberInputTypeError,
     RememberScopeNotAllowedError,
     RememberStoreError,
+    RememberUnavailableError,
 )
 from .identity import current_identity, identity
 from .plugin import RememberPlugin
@@ -40,6 +41,7 @@ __all__ = [
     "RememberPlugin",
     "RememberScopeNotAllowedError",
     "RememberStoreError",
+    "RememberUnavailableError",
     "SCOPES",
     "current_identity",
     "identity",

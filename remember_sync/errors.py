@@ -19,6 +19,7 @@ __all__ = [
     "RememberInputTypeError",
     "RememberScopeNotAllowedError",
     "RememberStoreError",
+    "RememberUnavailableError",
 ]
 
 
@@ -85,6 +86,27 @@ class RememberStoreError(RememberError):
 
     code = "REMEMBER_STORE_ERROR"
     http_status = 503
+
+
+class RememberUnavailableError(RememberError):
+    """A service needed to answer could not be reached; nothing was decided, retry later.
+
+    Raised, for example, by :class:`~remember_sync.mcp.oauth.OAuthVerifier` when
+    the issuer's keys cannot be fetched: the token is neither valid nor invalid
+    yet.  :class:`~remember_sync.mcp.McpServer` answers ``503`` with
+    ``Retry-After`` (never ``401``, never an anonymous caller).
+
+    :param retry_after_s: seconds after which a retry may succeed (``None``: unknown).
+    """
+
+    code = "REMEMBER_UNAVAILABLE"
+    http_status = 503
+
+    def __init__(
+        self, message: str, *, code: str | None = None, retry_after_s: int | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
 
 
 class RememberConflictError(RememberStoreError):

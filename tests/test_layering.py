@@ -49,6 +49,7 @@ DRIVERS = {
     "flask": {"integrations"},
     "django": {"integrations"},
     "mcp": {"integrations"},
+    "jwt": {"mcp"},
 }
 
 

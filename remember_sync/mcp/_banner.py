@@ -20,7 +20,7 @@ __all__ = ["Access", "INSPECTOR", "MCP_REMOTE", "access_lines", "client_lines", 
 MCP_REMOTE = "mcp-remote@0.15.1"
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 
-Mode = Literal["token", "no-token", "anonymous", "auth-tokens", "verifier"]
+Mode = Literal["token", "no-token", "anonymous", "auth-tokens", "oauth", "verifier"]
 _HTTP_OK_FOR_MCP_REMOTE = ("127.0.0.1", "localhost")  # other http:// URLs need --allow-http
 _WILDCARD = ("0.0.0.0", "::", "")  # noqa: S104 - names, not a bind
 
@@ -31,7 +31,8 @@ class Access:
 
     :param mode: ``token`` (a local token; holders are *user*), ``no-token``
         (every caller is *user*), ``anonymous``, ``auth-tokens`` (a token
-        table from *auth_tokens_file*) or ``verifier`` (any other verifier).
+        table from *auth_tokens_file*), ``oauth`` (access tokens of *issuer*) or
+        ``verifier`` (any other verifier).
     :param token: the local token; printed only with ``show_token``.
     :param created: the token file was created by this start.
     """
@@ -43,6 +44,7 @@ class Access:
     created: bool = False
     auth_tokens_file: str | None = None
     principals: int = 0
+    issuer: str | None = None
 
     def summary(self) -> str:
         """The short ``auth:`` part of the first startup line."""
@@ -54,6 +56,8 @@ class Access:
             return "none (anonymous callers)"
         if self.mode == "auth-tokens":
             return f"bearer tokens for {self.principals} principal(s)"
+        if self.mode == "oauth":
+            return f"OAuth access tokens of {self.issuer}"
         return "bearer tokens"
 
 
@@ -80,6 +84,11 @@ def access_lines(access: Access, scopes: list[str]) -> list[str]:
         lines.append(
             f"bearer tokens from {access.auth_tokens_file}: each caller is its token's "
             "principal; others get 401"
+        )
+    elif access.mode == "oauth":
+        lines.append(
+            f"OAuth: access tokens (JWTs) signed by {access.issuer}; each caller is its token's "
+            "sub; others get 401 linking /.well-known/oauth-protected-resource"
         )
     else:
         lines.append("bearer tokens: each caller is the principal its token verifies as")
@@ -169,6 +178,8 @@ def _token_forms(access: Access, *, show_token: bool) -> _TokenForms | None:
         shell = f"$(cat {shlex.quote(path)})"
         return _TokenForms(f"<the token in {path}>", shell, code_ts, code_py)
     where = f"<your token from {access.auth_tokens_file}>" if access.auth_tokens_file else ""
+    if access.mode == "oauth":
+        where = f"<an access token from {access.issuer}>"
     text = where or "<your token>"
     return _TokenForms(text, text, "process.env.REMEMBER_TOKEN", 'os.environ["REMEMBER_TOKEN"]')
 

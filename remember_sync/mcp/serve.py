@@ -4,7 +4,9 @@
 
     remember-sync serve [--host 127.0.0.1] [--port 8765] [--redis-url URL | --vercel-kv]
                         [--tools-prefix P] [--allowed-scopes session,user,tool]
-                        [--auth-tokens FILE | --no-token | --allow-anonymous]
+                        [--auth-tokens FILE | --no-token | --allow-anonymous |
+                         --oauth-issuer URL --oauth-audience AUD [--oauth-jwks-url URL]
+                         [--oauth-resource URL]]
                         [--user NAME] [--token-file PATH] [--cors-origin ORIGIN ...]
                         [--default-ttl SECONDS] [--max-bytes N] [--max-entries N]
 
@@ -18,7 +20,10 @@ Who the callers are (see ``docs/clients.rst``):
 * ``--no-token`` (loopback only): every caller is the local user;
 * ``--allow-anonymous``: callers are anonymous; required to listen on any
   other address without ``--auth-tokens`` (else ``serve`` refuses, exit 2);
-* ``--auth-tokens FILE``: a table of tokens and their principals.
+* ``--auth-tokens FILE``: a table of tokens and their principals;
+* ``--oauth-issuer URL --oauth-audience AUD``: OAuth access tokens (JWTs) of
+  that issuer; each caller is the token's ``sub`` (the ``oauth`` extra, see
+  :mod:`remember_sync.mcp.oauth`).
 
 The in-memory store is the default (memory lives as long as the process),
 bounded to 256 MiB and 100,000 entries unless ``--max-bytes``/``--max-entries``
@@ -60,6 +65,7 @@ from .auth import (
     load_or_create_local_token,
 )
 from .httpd import KeepAliveWSGIServer, WSGIApp, make_server
+from .oauth import OAuthVerifier
 from .server import (
     BOUND_ENV,
     DEFAULT_MAX_BYTES,
@@ -203,6 +209,29 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="check no token; callers are anonymous (no user memory; session memory lasts "
         "one MCP session). Needed to listen on a non-loopback host without --auth-tokens",
     )
+    auth.add_argument(
+        "--oauth-issuer",
+        metavar="URL",
+        help="require OAuth access tokens (JWTs) of this authorization server; each caller is "
+        "its token's sub. Needs --oauth-audience and the oauth extra "
+        "(pip install 'remember-sync[oauth]')",
+    )
+    parser.add_argument(
+        "--oauth-audience",
+        metavar="AUD",
+        help="the audience (aud) the access tokens must name, e.g. this server's URL",
+    )
+    parser.add_argument(
+        "--oauth-jwks-url",
+        metavar="URL",
+        help="the issuer's JWKS (default: the jwks_uri of its RFC 8414 / OpenID metadata)",
+    )
+    parser.add_argument(
+        "--oauth-resource",
+        metavar="URL",
+        help="this server's public MCP URL, published in /.well-known/oauth-protected-resource "
+        "(default: from each request's Host; set it behind a proxy)",
+    )
     parser.add_argument(
         "--user",
         type=_user,
@@ -334,6 +363,24 @@ def _check_usage(args: argparse.Namespace) -> None:
     """Refuse flag combinations that cannot mean anything (argparse exit 2, nothing started)."""
     parser: argparse.ArgumentParser = args.subparser
     loopback = args.host in _LOOPBACK_HOSTS
+    if args.oauth_issuer and not args.oauth_audience:
+        parser.error("--oauth-issuer needs --oauth-audience (the aud its tokens must name)")
+    oauth_extras = [
+        flag
+        for flag, value in (
+            ("--oauth-audience", args.oauth_audience),
+            ("--oauth-jwks-url", args.oauth_jwks_url),
+            ("--oauth-resource", args.oauth_resource),
+        )
+        if value
+    ]
+    if oauth_extras and not args.oauth_issuer:
+        parser.error(f"{', '.join(oauth_extras)} only go with --oauth-issuer URL")
+    if args.oauth_issuer and (args.user is not None or args.token_file is not None):
+        parser.error(
+            "--user and --token-file belong to the local token; with --oauth-issuer each "
+            "caller is its access token's sub"
+        )
     if args.user is not None and (args.auth_tokens or args.allow_anonymous):
         parser.error(
             "--user names the local user of the default token or of --no-token; with "
@@ -349,11 +396,12 @@ def _check_usage(args: argparse.Namespace) -> None:
             f"--no-token is only allowed on a loopback host (127.0.0.1, ::1, localhost), not "
             f"{args.host!r}: it would make anyone who can reach the port the local user"
         )
-    if not loopback and not (args.auth_tokens or args.allow_anonymous):
+    if not loopback and not (args.auth_tokens or args.allow_anonymous or args.oauth_issuer):
         parser.error(
             f"refusing to listen on {args.host!r} without authentication: anyone who can "
-            "reach the port could use the memory tools. Pass --auth-tokens FILE (and put TLS "
-            "in front), or --allow-anonymous to accept anonymous callers"
+            "reach the port could use the memory tools. Pass --auth-tokens FILE or "
+            "--oauth-issuer URL (and put TLS in front), or --allow-anonymous to accept "
+            "anonymous callers"
         )
 
 
@@ -365,6 +413,14 @@ def _access(args: argparse.Namespace) -> tuple[Access, TokenVerifier | None]:
             "auth-tokens", auth_tokens_file=args.auth_tokens, principals=len(table.principals)
         )
         return access, table
+    if args.oauth_issuer:
+        oauth = OAuthVerifier(
+            args.oauth_issuer,
+            args.oauth_audience,
+            jwks_url=args.oauth_jwks_url,
+            resource=args.oauth_resource,
+        )
+        return Access("oauth", issuer=oauth.issuer), oauth
     if args.allow_anonymous:
         return Access("anonymous"), None
     user = check_local_user(args.user)
@@ -450,6 +506,8 @@ def _default_access(app: McpServer) -> Access:
         return Access("anonymous")
     if isinstance(verifier, StaticTokenVerifier):
         return Access("auth-tokens", principals=len(verifier.principals))
+    if isinstance(verifier, OAuthVerifier):
+        return Access("oauth", issuer=verifier.issuer)
     return Access("verifier")
 
 

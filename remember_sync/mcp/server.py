@@ -39,7 +39,12 @@ Browsers may call the server from the origins given as ``cors_origins``
 every reply to those origins, error replies included).
 
 The caller's principal comes from the optional bearer-token verifier
-(:mod:`remember_sync.mcp.auth`); without one every caller is anonymous.  For
+(:mod:`remember_sync.mcp.auth`); without one every caller is anonymous.  A
+verifier that raises :class:`~remember_sync.errors.RememberUnavailableError`
+(it cannot tell now) gets ``503`` with ``Retry-After``.  A verifier that is a
+:class:`~remember_sync.mcp.oauth.ProtectedResource` (OAuth) has its RFC 9728
+metadata served at ``/.well-known/oauth-protected-resource[/<path>]`` and
+linked from every ``401``.  For
 each tool call the identity ``(verified session, principal, tool name)`` is
 bound with :func:`remember_sync.identity` and reset afterwards.
 """
@@ -57,7 +62,7 @@ from importlib import metadata
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ..errors import RememberConfigurationError, RememberStoreError
+from ..errors import RememberConfigurationError, RememberStoreError, RememberUnavailableError
 from ..identity import identity as bind_identity
 from ..identity import is_anonymous
 from ..plugin import RememberPlugin
@@ -67,6 +72,13 @@ from ..tools import memory_tools
 from ..types import SCOPES, Identity
 from .auth import PrincipalResolver, StaticTokenVerifier, TokenVerifier
 from .authoring import ToolContext, ToolFunction, UserTool
+from .oauth import (
+    ProtectedResource,
+    metadata_url,
+    oauth_verifier_from_env,
+    request_resource,
+    well_known_resource,
+)
 from .protocol import (
     ALL_PROTOCOL_VERSIONS,
     BATCH_PROTOCOL_VERSIONS,
@@ -246,7 +258,8 @@ class McpServer:
     :param token_verifier: ``token -> principal | None`` (see
         :mod:`remember_sync.mcp.auth`).  Given, every request needs a valid
         ``Authorization: Bearer`` token (else ``401``); omitted, every caller
-        is anonymous.
+        is anonymous.  An :class:`~remember_sync.mcp.oauth.OAuthVerifier`
+        also publishes RFC 9728 metadata (:mod:`remember_sync.mcp.oauth`).
     :param principal_resolver: ``environ -> principal | None``: the host's own
         idea of the caller (``serve --no-token`` returns the local user; a
         framework passes its signed-in user).  Asked first on every request; a
@@ -476,6 +489,10 @@ class McpServer:
         return [response.body] if response.body else []
 
     def _handle(self, environ: Mapping[str, Any]) -> _Response:
+        if isinstance(self.token_verifier, ProtectedResource) and well_known_resource(
+            str(environ.get("PATH_INFO", "")), self.path
+        ):
+            return self._resource_metadata(environ, self.token_verifier)
         if self.path is not None and environ.get("PATH_INFO", "") not in (
             self.path,
             self.path + "/",
@@ -570,19 +587,60 @@ class McpServer:
         scheme, _, token = header.partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
-            return self._unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+            return self._unauthorized(
+                environ, "a bearer token is required (Authorization: Bearer <token>)"
+            )
         try:
             principal = self.token_verifier(token)
+        except RememberUnavailableError as exc:
+            # The verifier cannot tell now (e.g. the OAuth issuer is down): neither 401 nor
+            # an anonymous caller.
+            log.warning("remember-sync MCP: cannot verify bearer tokens now: %s", exc.message)
+            return _Response.error(
+                503,
+                "Service unavailable: the bearer token cannot be verified now; try again later",
+                code=INTERNAL_ERROR,
+                headers=[("Retry-After", str(exc.retry_after_s or 5))],
+            )
         except Exception:  # noqa: BLE001 - a failing verifier refuses, it never lets in
             log.warning("remember-sync MCP: the token verifier raised", exc_info=True)
             principal = None
         if not isinstance(principal, str) or not principal:
-            return self._unauthorized("the bearer token is not valid", invalid=True)
+            return self._unauthorized(environ, "the bearer token is not valid", invalid=True)
         return principal
 
-    @staticmethod
-    def _unauthorized(message: str, *, invalid: bool = False) -> _Response:
+    def _resource_url(self, environ: Mapping[str, Any], protected: ProtectedResource) -> str:
+        return protected.resource or request_resource(environ, self.path)
+
+    def _resource_metadata(
+        self, environ: Mapping[str, Any], protected: ProtectedResource
+    ) -> _Response:
+        """``GET /.well-known/oauth-protected-resource[/<path>]``: the RFC 9728 document."""
+        refused = self._check_host_and_origin(environ)  # it names the Host: guard it too
+        if refused is not None:
+            return refused
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method == "OPTIONS" and self._cors_origin(environ) is not None:
+            return _Response(
+                204,
+                headers=[
+                    ("Access-Control-Allow-Methods", "GET"),
+                    ("Access-Control-Allow-Headers", _CORS_ALLOW_HEADERS),
+                    ("Access-Control-Max-Age", _CORS_MAX_AGE),
+                ],
+            )
+        if method != "GET":
+            return _Response.error(405, "Method not allowed", headers=[("Allow", "GET")])
+        document = protected.resource_metadata(self._resource_url(environ, protected))
+        return _Response.json(200, document, [("Cache-Control", "no-store")])
+
+    def _unauthorized(
+        self, environ: Mapping[str, Any], message: str, *, invalid: bool = False
+    ) -> _Response:
         challenge = 'Bearer realm="remember-sync"'
+        if isinstance(self.token_verifier, ProtectedResource):
+            url = metadata_url(self._resource_url(environ, self.token_verifier))
+            challenge += f', resource_metadata="{url}"'
         if invalid:
             challenge += ', error="invalid_token"'
         return _Response.error(
@@ -1151,7 +1209,10 @@ def create_app(
     ``REMEMBER_VERCEL_KV=1`` (with ``KV_REST_API_URL``/``KV_REST_API_TOKEN``),
     ``REMEMBER_TOOLS_PREFIX``, ``REMEMBER_ALLOWED_SCOPES`` (comma-separated),
     ``REMEMBER_DEFAULT_TTL``, ``REMEMBER_AUTH_TOKENS`` (a token file, see
-    :mod:`remember_sync.mcp.auth`), and for the memory store
+    :mod:`remember_sync.mcp.auth`) or ``REMEMBER_OAUTH_ISSUER`` +
+    ``REMEMBER_OAUTH_AUDIENCE`` (+ optional ``REMEMBER_OAUTH_JWKS_URL``,
+    ``REMEMBER_OAUTH_RESOURCE``: OAuth access tokens, see
+    :mod:`remember_sync.mcp.oauth`), and for the memory store
     ``REMEMBER_MAX_BYTES`` / ``REMEMBER_MAX_ENTRIES`` (defaults
     :data:`DEFAULT_MAX_BYTES`, :data:`DEFAULT_MAX_ENTRIES`; see
     :func:`plugin_from_options`), ``REMEMBER_MAX_VALUE_BYTES``.  The master secret comes from
@@ -1167,6 +1228,14 @@ def create_app(
     """
     env = os.environ if environ is None else environ
     tokens = auth_tokens if auth_tokens is not None else env.get("REMEMBER_AUTH_TOKENS") or None
+    oauth = None if "token_verifier" in server_options else oauth_verifier_from_env(env)
+    if tokens is not None and oauth is not None:
+        raise RememberConfigurationError(
+            "give either REMEMBER_AUTH_TOKENS (static tokens) or REMEMBER_OAUTH_ISSUER (OAuth), "
+            "not both"
+        )
+    if oauth is not None:
+        server_options["token_verifier"] = oauth
     if tokens is not None and "token_verifier" not in server_options:
         server_options["token_verifier"] = StaticTokenVerifier.from_file(tokens)
     owns = plugin is None

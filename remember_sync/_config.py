@@ -171,7 +171,8 @@ def store_settings(
     own_url, own_kv = _get(env, REDIS_URL_ENV), env_flag(env, VERCEL_KV_ENV)
     if own_url and own_kv:
         raise RememberConfigurationError(
-            f"both {REDIS_URL_ENV} and {VERCEL_KV_ENV} are set: unset the one you do not mean"
+            f"both {REDIS_URL_ENV} and {VERCEL_KV_ENV} are set: give a Redis URL or Vercel KV, "
+            "not both (unset one)"
         )
     platform_url = _get(env, PLATFORM_REDIS_URL_ENV)
     if own_url:

@@ -66,7 +66,14 @@ from ..secret_source import resolve_keyring
 from ..sessions import SessionSigner
 from ..tools import memory_tools
 from ..types import SCOPES, Identity
-from .auth import PrincipalResolver, StaticTokenVerifier, TokenVerifier
+from .auth import (
+    FROM_HOST,
+    PrincipalResolver,
+    StaticTokenVerifier,
+    TokenVerifier,
+    _FromHost,
+    host_auth,
+)
 from .authoring import ToolContext, ToolFunction, UserTool
 from .protocol import (
     ALL_PROTOCOL_VERSIONS,
@@ -233,9 +240,11 @@ class McpServer:
     :param name: the server name clients see.
     :param version: the server version clients see (default: this package's).
     :param token_verifier: ``token -> principal | None`` (see
-        :mod:`remember_sync.mcp.auth`).  Given, every request needs a valid
-        ``Authorization: Bearer`` token (else ``401``); omitted, every caller
-        is anonymous.
+        :mod:`remember_sync.mcp.auth`).  Given, every request the principal
+        resolver does not identify needs a valid ``Authorization: Bearer``
+        token (else ``401``); ``None``: such callers are anonymous.  Default:
+        the verifier of the host that built *plugin* (the Flask extension's
+        ``REMEMBER_TOKEN_VERIFIER``, Django's ``token_verifier``), else ``None``.
     :param principal_resolver: ``environ -> principal | None``: the host's own
         idea of the caller (``serve --no-token`` returns the local user; a
         framework passes its signed-in user).  Asked first on every request; a
@@ -243,6 +252,10 @@ class McpServer:
         falls through to ``token_verifier`` (or to an anonymous caller when
         there is none).  A resolver that raises fails the request with ``503``:
         it never lets a caller in, and never demotes one to anonymous.
+        Default: the signed-in user of the host that built *plugin* (the
+        Flask extension and the Django middleware register theirs with
+        :func:`~remember_sync.mcp.auth.register_host_auth`), else ``None``;
+        pass ``None`` to ignore the host's users.
     :param session_signer: signs and verifies ``Mcp-Session-Id`` values
         (default: a :class:`~remember_sync.sessions.SessionSigner` over the
         plugin's master secrets, or over :func:`~remember_sync.secret_source.resolve_keyring`
@@ -278,8 +291,8 @@ class McpServer:
         *,
         name: str = "remember-sync",
         version: str | None = None,
-        token_verifier: TokenVerifier | None = None,
-        principal_resolver: PrincipalResolver | None = None,
+        token_verifier: TokenVerifier | None | _FromHost = FROM_HOST,
+        principal_resolver: PrincipalResolver | None | _FromHost = FROM_HOST,
         session_signer: SessionSigner | None = None,
         max_body_bytes: int | None = None,
         instructions: str | None = None,
@@ -297,6 +310,12 @@ class McpServer:
         if isinstance(cors_origins, str):
             raise TypeError("cors_origins must be a list of origins, not one string")
         cors = frozenset(_check_cors_origin(o) for o in cors_origins)
+        if principal_resolver is FROM_HOST or token_verifier is FROM_HOST:
+            host = host_auth(plugin)
+            if principal_resolver is FROM_HOST:
+                principal_resolver = host.principal_resolver if host is not None else None
+            if token_verifier is FROM_HOST:
+                token_verifier = host.token_verifier if host is not None else None
         if (
             isinstance(max_body_bytes, bool)
             or not isinstance(max_body_bytes, int)

@@ -207,7 +207,9 @@ def test_cli_both_own_variables_is_a_usage_error() -> None:
     assert "REMEMBER_REDIS_URL" in result.stderr and "REMEMBER_VERCEL_KV" in result.stderr
 
 
-def test_serve_with_only_redis_url(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> None:
+def test_serve_with_only_redis_url(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
     """`remember-sync serve` with only REDIS_URL keeps memory in that Redis (the banner says so)."""
     from tests.test_mcp_server import Served
 

@@ -17,7 +17,9 @@ Per request the middleware
    resolver: :func:`remote_user_resolver` (the default, ``REMOTE_USER`` set by
    the server or an auth middleware in front) or
    :func:`bearer_token_resolver` (``Authorization: Bearer <token>`` checked by
-   your verifier, ``token -> principal | None``);
+   your verifier, ``token -> principal | None``), or both with
+   :func:`user_or_token_resolver` (the signed-in user first, then a token --
+   the order of the MCP server too);
 2. reads the session header (``Mcp-Session-Id``) and binds it **only if** it
    verifies with :class:`~remember_sync.sessions.SessionSigner` for that
    principal -- the same signed ids the MCP server (:mod:`remember_sync.mcp`)

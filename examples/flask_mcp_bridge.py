@@ -95,8 +95,9 @@ def create_app(redis_url: str | None = None, auth_tokens: str | None = None) -> 
     def healthz() -> dict[str, Any]:
         return {"ok": True}
 
-    # The MCP server shares the extension's plugin, so its sessions and memory are the app's.
-    mcp = McpServer(get_plugin(app), name="flask-mcp-bridge", token_verifier=verifier, path=None)
+    # The MCP server shares the extension's plugin, so its sessions and memory are the app's,
+    # and takes the app's callers by default: REMOTE_USER, else REMEMBER_TOKEN_VERIFIER.
+    mcp = McpServer(get_plugin(app), name="flask-mcp-bridge", path=None)
     app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {"/mcp": mcp})  # type: ignore[method-assign]
     return app
 

@@ -42,10 +42,14 @@ SHOWN = 20
 
 Handler = Callable[[argparse.Namespace], int]
 
-_NEEDS_STORE = "needs a real store: give --redis-url URL (or set {env}) or --vercel-kv"
+_NEEDS_STORE = (
+    "needs a real store: give --redis-url URL (or set {env} or REDIS_URL) or --vercel-kv "
+    "(or set KV_REST_API_URL and KV_REST_API_TOKEN)"
+)
 _STORE_EPILOG = (
-    "Store: --redis-url URL (or the environment variable {env}, which keeps a password off the "
-    "command line) or --vercel-kv (KV_REST_API_URL and KV_REST_API_TOKEN). Secrets come from "
+    "Store: --redis-url URL (or the environment variable {env}, then REDIS_URL, which keep a "
+    "password off the command line) or --vercel-kv (KV_REST_API_URL and KV_REST_API_TOKEN; "
+    "also chosen by REMEMBER_VERCEL_KV=1 or by those two alone). Secrets come from "
     "REMEMBER_SECRET (or MCP_MEMORY_SECRET / MCP_SESSION_SECRET) plus REMEMBER_PREVIOUS_SECRETS "
     "(comma-separated, older secrets that still decrypt), else --secret-file, else "
     ".frontmcp/remember-secret.json in the working directory. The CLI never creates a secret."
@@ -434,19 +438,27 @@ def _identity(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Identit
 
 
 def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> StoreChoice:
+    from ._config import store_settings
+    from .errors import RememberConfigurationError
     from .ops.context import REDIS_URL_ENV, StoreChoice
 
     if getattr(args, "vercel_kv", False):
         if getattr(args, "redis_url", None) is not None:
             sub.error("argument --vercel-kv: not allowed with argument --redis-url")
         return StoreChoice("vercel-kv")
-    url = getattr(args, "redis_url", None)
-    if url is None and os.environ.get(REDIS_URL_ENV):
-        try:
-            url = _redis_url(os.environ[REDIS_URL_ENV])
-        except argparse.ArgumentTypeError as exc:
-            sub.error(f"environment variable {REDIS_URL_ENV}: {exc}")
-    if url is not None:
+    try:
+        found = store_settings(os.environ, redis_url=getattr(args, "redis_url", None))
+    except RememberConfigurationError as exc:
+        sub.error(exc.message)
+    if found.kind == "vercel-kv":
+        return StoreChoice("vercel-kv")
+    if found.kind == "redis" and found.redis_url is not None:
+        url = found.redis_url
+        if found.source != "argument":
+            try:
+                url = _redis_url(url)
+            except argparse.ArgumentTypeError as exc:
+                sub.error(f"environment variable {found.source}: {exc}")
         return StoreChoice("redis", url)
     if args.needs_store:
         sub.error(_NEEDS_STORE.format(env=REDIS_URL_ENV))

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from ._config import store_settings
 from .accessor import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore, RememberAccessor
 from .codec import EntryCodec
 from .crypto import Keyring
@@ -455,7 +456,7 @@ def _build_store(
 
 
 def _global_store(environ: Mapping[str, str]) -> Store:
-    """Resolve the host's store: an integration's config, else REDIS_URL, else Vercel KV env."""
+    """Resolve the host's store: an integration's config, else the environment (``_config``)."""
     for resolver in _global_store_resolvers:
         found = resolver()
         if not found:
@@ -464,14 +465,15 @@ def _global_store(environ: Mapping[str, str]) -> Store:
             return _redis_store({"url": found["redis_url"]}, None)
         if found.get("url") and found.get("token"):
             return _vercel_store(found["url"], found["token"], environ)
-    if environ.get("REDIS_URL"):
-        return _redis_store({"url": environ["REDIS_URL"]}, None)
-    if environ.get("KV_REST_API_URL") and environ.get("KV_REST_API_TOKEN"):
-        return _vercel_store(environ["KV_REST_API_URL"], environ["KV_REST_API_TOKEN"], environ)
+    found_env = store_settings(environ)
+    if found_env.kind == "redis":
+        return _redis_store({"url": found_env.redis_url}, None)
+    if found_env.kind == "vercel-kv":
+        return _vercel_store(None, None, environ)
     raise RememberConfigurationError(
         "type='global-store' found no store: configure the Flask/Django integration "
-        "(REMEMBER_REDIS_URL / settings.REMEMBER), or set REDIS_URL, or set both "
-        "KV_REST_API_URL and KV_REST_API_TOKEN",
+        "(REMEMBER_REDIS_URL / settings.REMEMBER), or set REMEMBER_REDIS_URL or REDIS_URL, "
+        "or set both KV_REST_API_URL and KV_REST_API_TOKEN (see docs/configuration.rst)",
         code="GLOBAL_CONFIG_NOT_FOUND",
     )
 

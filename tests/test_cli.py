@@ -49,6 +49,7 @@ _SCRUBBED = (
     "KV_REST_API_URL",
     "KV_REST_API_TOKEN",
     "REDIS_URL",
+    "REMEMBER_VERCEL_KV",
 )
 
 

@@ -444,6 +444,23 @@ def test_flask_mcp_bridge_with_auth_tokens(tmp_path: Path, monkeypatch: pytest.M
     assert client.get("/memories?scope=user", headers=alice).json == {"scope": "user", "keys": []}
 
 
+def _mcp_remember(url: str, headers: dict[str, str], key: str, value: Any) -> None:
+    """remember_this (user scope) through the official mcp client."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from tests.mcp_client import run, structured
+
+    async def main() -> None:
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(20)) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                args = {"key": key, "value": value, "scope": "user"}
+                await structured(client, "remember_this", args)
+
+    run(main)
+
+
 def test_django_bridge_serves_notes_per_user(
     serve: Callable[..., Any], redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -474,6 +491,13 @@ def test_django_bridge_serves_notes_per_user(
     assert anonymous.status_code == 403
     assert anonymous.json()["error"]["code"] == "REMEMBER_IDENTITY_REQUIRED"
     assert redis_client.keys("remember:v2:user:*") == [b"remember:v2:user:alice:todo"]
+    # The MCP endpoint takes the same principal: the model's user memory is alice's notes.
+    _mcp_remember(f"{base}/mcp", alice, "color", "blue")
+    assert requests.get(f"{base}/notes/", headers=alice, timeout=10).json()["notes"] == {
+        "color": "blue",
+        "todo": "buy milk",
+    }
+    assert requests.get(f"{base}/notes/", headers=bob, timeout=10).json()["notes"] == {}
     # The docstring's curl transcript matches what the server said.
     doc = ast_docstring(manage)
     assert '# {"user": "alice", "notes": {"todo": "buy milk"}}' in doc

@@ -52,7 +52,9 @@ from django.urls import path  # noqa: E402
 from remember_sync.integrations.django import (  # noqa: E402
     get_plugin,
     issue_session,
+    mcp_view,
 )
+from remember_sync.mcp import McpServer  # noqa: E402
 
 TOKENS = {"token-alice-0123456789": "alice", "token-bob-0123456789ab": "bob"}
 STREAM_EVENTS: list[tuple[str, Identity]] = []
@@ -111,7 +113,13 @@ class FakeAuthMiddleware:
         return self.get_response(request)
 
 
+def mcp(request: HttpRequest) -> HttpResponse:
+    # Built per request: override_settings rebuilds the plugin between tests.
+    return mcp_view(McpServer(get_plugin(), path=None))(request)
+
+
 urlpatterns = [
+    path("mcp", mcp),
     path("mem/<str:scope>/<str:key>", mem),
     path("whoami", whoami),
     path("session", session),
@@ -260,6 +268,72 @@ def test_token_verifier_sets_the_principal(use_redis: Callable[..., Any]) -> Non
             "/mem/user/x", {"value": "A"}, "application/json", **auth("token-alice-0123456789")
         )
         assert body(client.get("/mem/user/x", **auth("token-bob-0123456789ab"))) == {"value": None}
+
+
+def _rpc(client: Client, message: dict[str, Any], **headers: str) -> Any:
+    return client.post(
+        "/mcp", message, "application/json", headers={"Accept": "application/json", **headers}
+    )
+
+
+def test_users_and_tokens_reach_the_mcp_view(use_redis: Callable[..., Any]) -> None:
+    """principal_resolver + token_verifier combine, and mcp_view's server takes the result.
+
+    With Django's own test client: a user (REMOTE_USER here) and a token holder
+    each store ``user`` memory through MCP and read it back in a view; nobody
+    else sees it; a caller with neither gets 401 from the MCP endpoint.
+    """
+    resolver = "remember_sync.integrations.django.remote_user_resolver"
+    with use_redis(principal_resolver=resolver, token_verifier=TOKENS.get, tools={"enabled": True}):
+        client = Client()
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        callers: list[tuple[dict[str, Any], dict[str, str]]] = [
+            ({"REMOTE_USER": "carol"}, {}),
+            ({}, {"Authorization": "Bearer token-alice-0123456789"}),
+        ]
+        for extra, headers in callers:
+            reply = client.post(
+                "/mcp",
+                init,
+                "application/json",
+                headers={"Accept": "application/json", **headers},
+                **extra,
+            )
+            assert reply.status_code == 200, reply.content
+            sid = reply["Mcp-Session-Id"]
+            call = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {
+                    "name": "remember_this",
+                    "arguments": {"key": "color", "value": "blue", "scope": "user"},
+                },
+            }
+            answer = client.post(
+                "/mcp",
+                call,
+                "application/json",
+                headers={"Accept": "application/json", "Mcp-Session-Id": sid, **headers},
+                **extra,
+            )
+            assert answer.json()["result"]["isError"] is False, answer.content
+            assert body(client.get("/mem/user/color", headers=headers, **extra)) == {
+                "value": "blue"
+            }
+        bob = {"Authorization": "Bearer token-bob-0123456789ab"}
+        assert body(client.get("/mem/user/color", headers=bob)) == {"value": None}
+        assert body(client.get("/mem/user/color", REMOTE_USER="dave")) == {"value": None}
+        assert _rpc(client, init).status_code == 401
 
 
 def test_context_is_unbound_after_the_response(remote_user: None) -> None:

@@ -4,18 +4,31 @@ Pins (SPEC section 9): ``plugin.accessor(Identity(...))`` needs no server or
 bound context; Jupyter's display machinery picks ``_repr_html_``; the table
 shows keys, scopes, brands and expiry and never values (unless
 ``table_rows(values=True)`` asks); keys are HTML-escaped; scopes the identity
-cannot use are left out instead of failing.
+cannot use are left out instead of failing; the notebook's own stated command
+(``jupyter nbconvert --to notebook --execute examples/notebook.ipynb``, what
+the ``notebook`` extra installs) runs it.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from remember_sync import RememberPlugin, current_identity
 from remember_sync.types import Identity
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, require_component
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOK = REPO / "examples" / "notebook.ipynb"
 
 SECRET_VALUE = "sk-live-DO-NOT-SHOW-0123"
 
@@ -92,3 +105,64 @@ def test_keys_are_escaped_and_unusable_scopes_skipped(mem: RememberPlugin) -> No
     anonymous.set("shared", 1, scope="global")
     assert [(r["scope"], r["key"]) for r in anonymous.table_rows()] == [("global", "shared")]
     assert "shared" in anonymous._repr_html_()
+
+
+def _stated_command() -> list[str]:
+    """The nbconvert command the notebook's first cell tells its reader to run."""
+    first = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"][0]
+    found = re.search(r"`(jupyter nbconvert [^`]+)`", "".join(first["source"]))
+    assert found is not None, "the notebook no longer says how to run it"
+    return found.group(1).split()
+
+
+def test_the_notebooks_own_command_runs_it(tmp_path: Path) -> None:
+    """`jupyter nbconvert --to notebook --execute examples/notebook.ipynb` executes every cell."""
+    command = _stated_command()
+    assert command == [
+        "jupyter",
+        "nbconvert",
+        "--to",
+        "notebook",
+        "--execute",
+        "examples/notebook.ipynb",
+    ]
+    jupyter = shutil.which("jupyter", path=os.path.dirname(sys.executable)) or shutil.which(
+        "jupyter"
+    )
+    require_component(
+        "nbconvert",
+        jupyter is not None and importlib.util.find_spec("nbconvert") is not None,
+        "pip install -e '.[notebook]' (or '.[test]')",
+    )
+    assert jupyter is not None
+    # A copy, so the command's output file (notebook.nbconvert.ipynb) lands outside the repo.
+    (tmp_path / "examples").mkdir()
+    shutil.copy(NOTEBOOK, tmp_path / "examples" / "notebook.ipynb")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    env.pop("REMEMBER_SECRET", None)
+    result = subprocess.run(
+        [jupyter, *command[1:]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    executed = json.loads(
+        (tmp_path / "examples" / "notebook.nbconvert.ipynb").read_text(encoding="utf-8")
+    )
+    code = [c for c in executed["cells"] if c["cell_type"] == "code"]
+    assert code and all(c["execution_count"] for c in code)
+    errors = [o for c in code for o in c["outputs"] if o.get("output_type") == "error"]
+    assert errors == []
+    html = [
+        o["data"]["text/html"]
+        for c in code
+        for o in c["outputs"]
+        if "text/html" in o.get("data", {})
+    ]
+    assert html, "the accessor's HTML table is shown"

@@ -31,15 +31,18 @@ ALLOWED: dict[str, set[str]] = {
     "purge": {"errors", "types", "keys", "crypto", "codec", "stores", "_fork"},
     "accessor": CORE | {"stores", "_fork"},
     "tools": CORE | {"stores", "accessor"},
-    "plugin": CORE | {"stores", "accessor", "purge", "tools"},
+    "plugin": CORE | {"stores", "accessor", "purge", "tools", "_config"},
     "progress": set(),
-    "ops": CORE | {"stores", "accessor", "purge", "plugin", "progress", "tools"},
-    "mcp": CORE | {"stores", "accessor", "purge", "plugin", "tools", "mcp", "progress", "_fork"},
-    "cli": CORE | {"stores", "accessor", "purge", "plugin", "tools", "ops", "progress", "mcp"},
+    "_config": {"errors", "types"},
+    "ops": CORE | {"stores", "accessor", "purge", "plugin", "progress", "tools", "_config"},
+    "mcp": CORE
+    | {"stores", "accessor", "purge", "plugin", "tools", "mcp", "progress", "_fork", "_config"},
+    "cli": CORE
+    | {"stores", "accessor", "purge", "plugin", "tools", "ops", "progress", "mcp", "_config"},
     "__main__": {"cli"},
     "__init__": CORE | {"stores", "accessor", "plugin"},
     "integrations": CORE
-    | {"stores", "accessor", "plugin", "tools", "mcp", "integrations", "_fork"},
+    | {"stores", "accessor", "plugin", "tools", "mcp", "integrations", "_fork", "_config"},
     "testing": {"errors", "stores", "testing"},
 }
 # Third-party packages and the only places that may import them.

@@ -22,6 +22,10 @@ Then, as alice and bob (the demo bearer tokens in ``bridge/settings.py``)::
     # {"user": "bob", "notes": {}}
     curl -s http://127.0.0.1:8000/notes/
     # 403 {"error": {"code": "REMEMBER_IDENTITY_REQUIRED", ...}}
+
+``/mcp`` serves the memory tools to MCP clients with the same tokens: what a
+model stores there with ``remember_this`` and ``scope: "user"`` is one of that
+user's notes.
 """
 
 import os

@@ -31,8 +31,10 @@ their own names (``type``, ``config``, ``url``, ``token``, ``default_ttl``,
     :func:`user_resolver`, the primary key of an authenticated
     ``request.user`` -- put this middleware after ``AuthenticationMiddleware``.
 ``token_verifier``
-    ``token -> principal | None`` (a callable or its dotted path): take the
-    principal from ``Authorization: Bearer <token>`` instead.
+    ``token -> principal | None`` (a callable or its dotted path) for
+    ``Authorization: Bearer <token>``: a caller the principal resolver does
+    not identify (no signed-in user) is the token's principal.  Signed-in
+    users keep working beside tokens (:func:`user_or_token_resolver`).
 ``session_header`` (``"Mcp-Session-Id"``), ``reject_unverified_session`` (``False``)
     as in :class:`remember_sync.integrations.wsgi.RememberMiddleware`: a
     session header is bound only if it is a session id signed (with the
@@ -44,6 +46,16 @@ their own names (``type``, ``config``, ``url``, ``token``, ``default_ttl``,
     ``config["url"]`` or ``url``/``token`` of ``settings.REMEMBER``, then the
     ``LOCATION`` of a ``django.core.cache.backends.redis.RedisCache`` in
     ``settings.CACHES``, then the environment (``REDIS_URL``, ``KV_REST_API_*``).
+
+The MCP endpoint: route a path to :func:`mcp_view` of an
+:class:`~remember_sync.mcp.McpServer` on this plugin, so MCP requests pass
+this middleware and the server takes its user::
+
+    # urls.py
+    from remember_sync.integrations.django import get_plugin, mcp_view
+    from remember_sync.mcp import McpServer
+
+    urlpatterns = [path("mcp", mcp_view(McpServer(get_plugin(), path=None)))]
 
 Per request the middleware sets ``request.remember`` (an accessor bound to
 the request's identity), ``request.remember_identity`` and binds
@@ -69,7 +81,7 @@ from typing import Any
 try:
     from django.conf import settings
     from django.core.signals import setting_changed
-    from django.http import HttpRequest, HttpResponseBase, JsonResponse
+    from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
     from django.utils.module_loading import import_string
 except ImportError as exc:  # pragma: no cover - exercised by the no-framework import test
     raise ImportError(
@@ -79,12 +91,15 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-framework i
 from .._fork import after_fork_in_child
 from ..errors import RememberConfigurationError, RememberError
 from ..identity import identity
+from ..mcp.auth import register_host_auth
 from ..plugin import RememberPlugin, register_global_store_resolver
 from ..sessions import SessionSigner
 from ..types import Identity
 from .wsgi import (
+    ENVIRON_IDENTITY,
     SESSION_NOT_FOUND,
     error_payload,
+    mounted_principal_resolver,
     principal_from_authorization,
     session_signer,
     verified_session,
@@ -95,7 +110,9 @@ __all__ = [
     "close_plugin",
     "get_plugin",
     "issue_session",
+    "mcp_view",
     "remote_user_resolver",
+    "user_or_token_resolver",
     "user_resolver",
 ]
 
@@ -129,6 +146,26 @@ def remote_user_resolver(request: HttpRequest) -> str | None:
     """``REMOTE_USER`` as set by the server or an auth layer in front."""
     value = request.META.get("REMOTE_USER")
     return value if isinstance(value, str) and value else None
+
+
+def user_or_token_resolver(
+    verify: Callable[[str], str | None], user: RequestPrincipalResolver = user_resolver
+) -> RequestPrincipalResolver:
+    """The signed-in user (*user*, default :func:`user_resolver`); else a bearer token's principal.
+
+    What the middleware uses when ``settings.REMEMBER`` has a ``token_verifier``:
+    browser sessions and API tokens side by side.  A request with both a
+    signed-in user and a token is the signed-in user's.  A token *verify*
+    refuses, or a verifier that raises (logged), leaves the caller anonymous.
+    """
+
+    def resolve(request: HttpRequest) -> str | None:
+        principal = user(request)
+        if principal:
+            return principal
+        return principal_from_authorization(verify, request.headers.get("Authorization"))
+
+    return resolve
 
 
 def _config_error(key: str, message: str) -> RememberConfigurationError:
@@ -219,13 +256,10 @@ def _build() -> _Runtime:
     resolver: Callable[..., Any] = user_resolver
     if integration.get("principal_resolver") is not None:
         resolver = _callable(integration["principal_resolver"], "principal_resolver")
+    verify: Callable[[str], Any] | None = None
     if integration.get("token_verifier") is not None:
-        if integration.get("principal_resolver") is not None:
-            raise _config_error(
-                "token_verifier", "give principal_resolver or token_verifier, not both"
-            )
         verify = _callable(integration["token_verifier"], "token_verifier")
-        resolver = _bearer_resolver(verify)
+        resolver = user_or_token_resolver(verify, resolver)
     header = integration.get("session_header", "Mcp-Session-Id")
     if not isinstance(header, str) or not header.strip():
         raise _config_error("session_header", "must be a non-empty header name")
@@ -242,6 +276,15 @@ def _build() -> _Runtime:
         if owns:
             plugin.close()
         raise
+    # An McpServer on this plugin, served through mcp_view, takes the identity this
+    # middleware resolved; without one (a caller with no user), the token verifier.
+    register_host_auth(
+        plugin,
+        "django",
+        principal_resolver=mounted_principal_resolver(None),
+        token_verifier=verify,
+        host="Django",
+    )
     return _Runtime(
         plugin=plugin,
         owns_plugin=owns,
@@ -250,13 +293,6 @@ def _build() -> _Runtime:
         session_header=header.strip(),
         reject_unverified_session=bool(integration.get("reject_unverified_session", False)),
     )
-
-
-def _bearer_resolver(verify: Callable[[str], Any]) -> RequestPrincipalResolver:
-    def resolve(request: HttpRequest) -> str | None:
-        return principal_from_authorization(verify, request.headers.get("Authorization"))
-
-    return resolve
 
 
 def _get_runtime() -> _Runtime:
@@ -347,6 +383,7 @@ class RememberMiddleware:
             return JsonResponse(SESSION_NOT_FOUND, status=404)
         bound = Identity(session_id=session, user_id=principal)
         request.remember_identity = bound
+        request.META[ENVIRON_IDENTITY] = bound  # for an McpServer called through mcp_view
         request.remember_session_rejected = bool(presented) and session is None
         request.remember = runtime.plugin.accessor(bound)
         with identity(bound=bound):
@@ -369,3 +406,47 @@ class RememberMiddleware:
         if isinstance(exception, RememberError):
             return _json_error(exception)
         return None
+
+
+def mcp_view(server: Callable[..., Iterable[bytes]]) -> Callable[[HttpRequest], HttpResponse]:
+    """A Django view serving the WSGI app *server*, an :class:`~remember_sync.mcp.McpServer`.
+
+    Route the MCP path to it (``path("mcp", mcp_view(McpServer(get_plugin(),
+    path=None)))``): the request then passes :class:`RememberMiddleware` and
+    the rest of ``MIDDLEWARE`` first, and the server takes the identity the
+    middleware resolved -- a signed-in user, else a token's principal.  The
+    view is exempt from Django's CSRF check (MCP clients send JSON with a bearer
+    token or a session cookie, not a form; the server's own ``Origin`` check
+    refuses browser pages of other origins).  The body is streamed to the
+    server, not read into memory by Django first.
+    """
+    if not callable(server):
+        raise TypeError("mcp_view(server) takes a WSGI application, e.g. an McpServer")
+
+    def view(request: HttpRequest) -> HttpResponse:
+        environ = dict(request.META)
+        environ["wsgi.input"] = request  # HttpRequest.read() streams the (unread) body
+        started: list[Any] = []
+
+        def start_response(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
+            started[:] = [status, headers]
+            return lambda data: None
+
+        result = server(environ, start_response)
+        try:
+            body = b"".join(result)
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+        status, headers = started
+        response = HttpResponse(body, status=int(status.split(" ", 1)[0]))
+        for name, value in headers:
+            response[name] = value
+        return response
+
+    # What django.views.decorators.csrf.csrf_exempt sets (CsrfViewMiddleware reads it).
+    view.csrf_exempt = True  # type: ignore[attr-defined]
+    return view

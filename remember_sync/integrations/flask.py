@@ -35,12 +35,22 @@ Configuration (every key optional):
 ``REMEMBER_PLUGIN``
     a ready :class:`~remember_sync.RememberPlugin` to use instead (not closed
     by the extension); every store option above is then ignored.
-``REMEMBER_PRINCIPAL_RESOLVER`` / ``REMEMBER_TOKEN_VERIFIER``
-    who the caller is: an ``environ -> principal | None`` callable, or a
-    bearer-token verifier ``token -> principal | None``.  Default: the
-    ``REMOTE_USER`` the server or an auth layer in front sets.
+``REMEMBER_PRINCIPAL_RESOLVER`` / ``REMEMBER_USER_LOADER``
+    who the signed-in user is: an ``environ -> principal | None`` callable,
+    or a zero-argument callable run inside the app's request context (so it
+    may read ``flask.session`` or Flask-Login's ``current_user``).  Default:
+    the ``REMOTE_USER`` the server or an auth layer in front sets.
+``REMEMBER_TOKEN_VERIFIER``
+    ``token -> principal | None`` for ``Authorization: Bearer`` tokens,
+    asked for a caller the user resolver does not identify.
 ``REMEMBER_SESSION_HEADER``, ``REMEMBER_REJECT_UNVERIFIED_SESSION``
     see :class:`~remember_sync.integrations.wsgi.RememberMiddleware`.
+
+An :class:`~remember_sync.mcp.McpServer` built on the extension's plugin
+(``McpServer(get_plugin(app), path=None)``, mounted with werkzeug's
+``DispatcherMiddleware`` or returned from a view) takes the same user and
+token verifier by default, so the model's ``user`` memory is the signed-in
+user's (see :func:`remember_sync.mcp.auth.register_host_auth`).
 
 The plugin is ``app.extensions["remember_sync"]``.  ``init_app`` wraps
 ``app.wsgi_app`` in :class:`~remember_sync.integrations.wsgi.RememberMiddleware`,
@@ -77,16 +87,20 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-framework i
         "remember_sync.integrations.flask needs Flask: pip install 'remember-sync[flask]'"
     ) from exc
 
+from .._config import REDIS_URL_ENV
 from ..accessor import RememberAccessor
 from ..errors import RememberConfigurationError, RememberError
+from ..mcp.auth import TokenVerifier, register_host_auth
 from ..plugin import RememberPlugin, register_global_store_resolver
 from ..types import Identity
 from .wsgi import (
     ENVIRON_IDENTITY,
     PrincipalResolver,
     RememberMiddleware,
-    bearer_token_resolver,
     error_payload,
+    mounted_principal_resolver,
+    remote_user_resolver,
+    user_or_token_resolver,
 )
 
 __all__ = [
@@ -117,7 +131,7 @@ _DIRECT = {
 _KNOWN = frozenset(
     {
         *_DIRECT,
-        "REMEMBER_REDIS_URL",
+        REDIS_URL_ENV,
         "REMEMBER_KV_URL",
         "REMEMBER_KV_TOKEN",
         "REMEMBER_SECRET",
@@ -125,6 +139,7 @@ _KNOWN = frozenset(
         "REMEMBER_PLUGIN",
         "REMEMBER_PRINCIPAL_RESOLVER",
         "REMEMBER_TOKEN_VERIFIER",
+        "REMEMBER_USER_LOADER",
         "REMEMBER_SESSION_HEADER",
         "REMEMBER_REJECT_UNVERIFIED_SESSION",
     }
@@ -164,13 +179,13 @@ def options_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
             options[option] = config[key]
     store_type = options.setdefault("type", "memory")
 
-    redis_url = config.get("REMEMBER_REDIS_URL")
+    redis_url = config.get(REDIS_URL_ENV)
     if store_type == "redis":
         if redis_url:
             options["config"] = {**(options.get("config") or {}), "url": redis_url}
         elif not options.get("config"):
             raise _config_error(
-                "REMEMBER_REDIS_URL",
+                REDIS_URL_ENV,
                 "REMEMBER_STORE='redis' needs it (e.g. redis://127.0.0.1:6379/0)",
             )
     kv_url, kv_token = config.get("REMEMBER_KV_URL"), config.get("REMEMBER_KV_TOKEN")
@@ -197,22 +212,44 @@ def options_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _principal_resolver(config: Mapping[str, Any]) -> PrincipalResolver | None:
+def _user_resolver(app: Flask, config: Mapping[str, Any]) -> PrincipalResolver:
+    """The signed-in user: REMEMBER_PRINCIPAL_RESOLVER, REMEMBER_USER_LOADER or REMOTE_USER."""
     resolver = config.get("REMEMBER_PRINCIPAL_RESOLVER")
+    loader = config.get("REMEMBER_USER_LOADER")
+    if resolver is not None and loader is not None:
+        raise _config_error(
+            "REMEMBER_USER_LOADER", "set REMEMBER_PRINCIPAL_RESOLVER or it, not both"
+        )
+    if loader is not None:
+        if not callable(loader):
+            raise _config_error("REMEMBER_USER_LOADER", "must be a callable: () -> principal")
+        return _in_request_context(app, loader)
+    if resolver is not None:
+        if not callable(resolver):
+            raise _config_error(
+                "REMEMBER_PRINCIPAL_RESOLVER", "must be a callable: environ -> principal"
+            )
+        return cast("PrincipalResolver", resolver)
+    return remote_user_resolver
+
+
+def _in_request_context(app: Flask, loader: Any) -> PrincipalResolver:
+    def resolve(environ: Mapping[str, Any]) -> str | None:
+        if has_request_context() and request.environ is environ:
+            return cast("str | None", loader())
+        # The middleware runs before Flask pushes the request context (and a mounted MCP
+        # server never gets one): push one, on a copy so the app's own Request is untouched.
+        with app.request_context(dict(environ)):
+            return cast("str | None", loader())
+
+    return resolve
+
+
+def _token_verifier(config: Mapping[str, Any]) -> TokenVerifier | None:
     verifier = config.get("REMEMBER_TOKEN_VERIFIER")
-    if resolver is not None and verifier is not None:
-        raise _config_error(
-            "REMEMBER_TOKEN_VERIFIER", "set REMEMBER_PRINCIPAL_RESOLVER or it, not both"
-        )
-    if verifier is not None:
-        if not callable(verifier):
-            raise _config_error("REMEMBER_TOKEN_VERIFIER", "must be a callable: token -> principal")
-        return bearer_token_resolver(verifier)
-    if resolver is not None and not callable(resolver):
-        raise _config_error(
-            "REMEMBER_PRINCIPAL_RESOLVER", "must be a callable: environ -> principal"
-        )
-    return cast("PrincipalResolver | None", resolver)
+    if verifier is not None and not callable(verifier):
+        raise _config_error("REMEMBER_TOKEN_VERIFIER", "must be a callable: token -> principal")
+    return cast("TokenVerifier | None", verifier)
 
 
 def _global_store_from_app() -> Mapping[str, Any] | None:
@@ -220,8 +257,8 @@ def _global_store_from_app() -> Mapping[str, Any] | None:
     if not has_app_context():
         return None
     config = current_app.config
-    if config.get("REMEMBER_REDIS_URL"):
-        return {"redis_url": config["REMEMBER_REDIS_URL"]}
+    if config.get(REDIS_URL_ENV):
+        return {"redis_url": config[REDIS_URL_ENV]}
     if config.get("REMEMBER_KV_URL") and config.get("REMEMBER_KV_TOKEN"):
         return {"url": config["REMEMBER_KV_URL"], "token": config["REMEMBER_KV_TOKEN"]}
     return None
@@ -249,7 +286,9 @@ class RememberSync:
             raise RuntimeError(f"RememberSync is already initialised on app {app.name!r}")
         register_global_store_resolver(_global_store_from_app)
         config = app.config
-        resolver = _principal_resolver(config)
+        user = _user_resolver(app, config)
+        verifier = _token_verifier(config)
+        resolver = user if verifier is None else user_or_token_resolver(user, verifier)
         given = config.get("REMEMBER_PLUGIN")
         if given is not None:
             if not isinstance(given, RememberPlugin):
@@ -277,6 +316,14 @@ class RememberSync:
                 plugin.close()
             raise
         app.wsgi_app = middleware  # type: ignore[method-assign]
+        # An McpServer built on this plugin (mounted beside the views) takes the same users.
+        register_host_auth(
+            plugin,
+            app,
+            principal_resolver=mounted_principal_resolver(user),
+            token_verifier=verifier,
+            host=f"Flask app {app.name!r}",
+        )
         app.extensions[EXTENSION_KEY] = plugin
         app.extensions[_STATE_KEY] = _State(plugin, middleware, owns)
         app.register_error_handler(RememberError, _error_response)

@@ -17,7 +17,9 @@ Per request the middleware
    resolver: :func:`remote_user_resolver` (the default, ``REMOTE_USER`` set by
    the server or an auth middleware in front) or
    :func:`bearer_token_resolver` (``Authorization: Bearer <token>`` checked by
-   your verifier, ``token -> principal | None``);
+   your verifier, ``token -> principal | None``), or both with
+   :func:`user_or_token_resolver` (the signed-in user first, then a token --
+   the order of the MCP server too);
 2. reads the session header (``Mcp-Session-Id``) and binds it **only if** it
    verifies with :class:`~remember_sync.sessions.SessionSigner` for that
    principal -- the same signed ids the MCP server (:mod:`remember_sync.mcp`)
@@ -83,9 +85,11 @@ __all__ = [
     "bearer_token",
     "bearer_token_resolver",
     "error_payload",
+    "mounted_principal_resolver",
     "principal_from_authorization",
     "remote_user_resolver",
     "session_signer",
+    "user_or_token_resolver",
     "verified_session",
 ]
 
@@ -133,6 +137,45 @@ def bearer_token_resolver(verify: TokenVerifier) -> PrincipalResolver:
 
     def resolve(environ: Mapping[str, Any]) -> str | None:
         return principal_from_authorization(verify, environ.get("HTTP_AUTHORIZATION"))
+
+    return resolve
+
+
+def user_or_token_resolver(user: PrincipalResolver, verify: TokenVerifier) -> PrincipalResolver:
+    """The host's signed-in user from *user*; for a caller without one, a bearer token.
+
+    This is the order :class:`~remember_sync.mcp.McpServer` uses too (its
+    ``principal_resolver`` first, then its ``token_verifier``), so a browser
+    user and an agent holding a token are told apart the same way in the
+    application's views and at its MCP endpoint.  A request with both a
+    signed-in user and a token is the signed-in user's.
+    """
+    if not callable(user) or not callable(verify):
+        raise TypeError("user_or_token_resolver(user, verify) takes two callables")
+    bearer = bearer_token_resolver(verify)
+
+    def resolve(environ: Mapping[str, Any]) -> str | None:
+        principal = _principal(user(environ), user)
+        return principal if principal is not None else bearer(environ)
+
+    return resolve
+
+
+def mounted_principal_resolver(fallback: PrincipalResolver | None) -> PrincipalResolver:
+    """The resolver a host gives an MCP server mounted in it.
+
+    The principal :class:`RememberMiddleware` (or the Django middleware)
+    already resolved for this request (``environ["remember_sync.identity"]``)
+    when the server runs inside it -- e.g. called from a view --, else
+    *fallback* (for a server mounted beside the app, e.g. with werkzeug's
+    ``DispatcherMiddleware``, whose requests never pass the middleware).
+    """
+
+    def resolve(environ: Mapping[str, Any]) -> str | None:
+        bound = environ.get(ENVIRON_IDENTITY)
+        if isinstance(bound, Identity):
+            return bound.user_id
+        return None if fallback is None else _principal(fallback(environ), fallback)
 
     return resolve
 

@@ -19,10 +19,17 @@ JSON object ``{"<token>": "<principal>", ...}``.
 (:func:`default_token_file`, read or created by :func:`load_or_create_local_token`)
 whose holders are the local user (:func:`check_local_user`).  See
 ``docs/clients.rst``.
+
+A *host* -- a web framework whose users are already signed in -- tells every
+:class:`~remember_sync.mcp.McpServer` built on its plugin who the caller is
+with :func:`register_host_auth`; the Flask extension and the Django middleware
+do this, so the MCP endpoint they mount takes the app's signed-in user (and
+its token verifier) without being told (``docs/authentication.rst``).
 """
 
 from __future__ import annotations
 
+import enum
 import getpass
 import hashlib
 import hmac
@@ -30,7 +37,10 @@ import json
 import os
 import re
 import secrets
+import threading
+import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +49,17 @@ from ..identity import is_anonymous
 from ..secret_source import check_private_mode, read_or_create_private_file
 
 __all__ = [
+    "FROM_HOST",
+    "HostAuth",
     "PrincipalResolver",
     "StaticTokenVerifier",
     "TokenVerifier",
     "check_local_user",
     "default_token_file",
+    "host_auth",
     "load_or_create_local_token",
     "load_token_file",
+    "register_host_auth",
 ]
 
 #: ``token -> principal`` (``None``: not a valid token).
@@ -54,6 +68,86 @@ TokenVerifier = Callable[[str], "str | None"]
 PrincipalResolver = Callable[[Mapping[str, Any]], "str | None"]
 
 _MIN_TOKEN_CHARS = 16
+
+
+class _FromHost(enum.Enum):
+    FROM_HOST = "from the host"
+
+    def __repr__(self) -> str:
+        return "FROM_HOST"
+
+
+#: The default of ``McpServer(principal_resolver=..., token_verifier=...)``: take
+#: what the host registered for the plugin (:func:`register_host_auth`), else none.
+FROM_HOST = _FromHost.FROM_HOST
+
+
+@dataclass(frozen=True)
+class HostAuth:
+    """How a host identifies callers: what :class:`~remember_sync.mcp.McpServer` inherits.
+
+    :attr principal_resolver: ``environ -> principal | None``, the host's
+        signed-in user (asked first).
+    :attr token_verifier: ``token -> principal | None`` for callers without
+        one, or ``None``.
+    :attr host: who registered it, for messages (e.g. ``"Flask app 'shop'"``).
+    """
+
+    principal_resolver: PrincipalResolver | None
+    token_verifier: TokenVerifier | None
+    host: str
+
+
+# plugin -> (registering owner's key, its HostAuth); a plugin two different hosts registered
+# maps to None: nothing says which host's users an MCP server on it should take.
+_hosts: weakref.WeakKeyDictionary[Any, tuple[object, HostAuth | None]] = (
+    weakref.WeakKeyDictionary()
+)
+_hosts_lock = threading.Lock()
+
+
+def register_host_auth(
+    plugin: Any,
+    owner: object,
+    *,
+    principal_resolver: PrincipalResolver | None,
+    token_verifier: TokenVerifier | None = None,
+    host: str,
+) -> None:
+    """Declare how the host owning *plugin* identifies its callers.
+
+    An :class:`~remember_sync.mcp.McpServer` built later on *plugin* without
+    ``principal_resolver``/``token_verifier`` arguments uses these, so a model
+    connected to the MCP endpoint acts as the same user the host's own views
+    see.  *owner* is a key for the host (the Flask app, ``"django"``): the same
+    owner registering again replaces its entry; a second owner registering the
+    same plugin makes the choice ambiguous, and such a server must then be
+    given its resolver explicitly.
+    """
+    entry = HostAuth(principal_resolver, token_verifier, host)
+    with _hosts_lock:
+        known = _hosts.get(plugin)
+        if known is not None and known[0] is not owner and known[0] != owner:
+            _hosts[plugin] = (known[0], None)
+        else:
+            _hosts[plugin] = (owner, entry)
+
+
+def host_auth(plugin: Any) -> HostAuth | None:
+    """What the host registered for *plugin* (``None``: no host did).
+
+    :raises RememberConfigurationError: two hosts registered *plugin*.
+    """
+    with _hosts_lock:
+        known = _hosts.get(plugin)
+    if known is None:
+        return None
+    if known[1] is None:
+        raise RememberConfigurationError(
+            "two hosts (Flask apps / Django) registered this plugin with their own users: "
+            "give McpServer principal_resolver= (and token_verifier=) explicitly"
+        )
+    return known[1]
 
 
 def _digest(token: str) -> bytes:

@@ -50,6 +50,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._config import REDIS_URL_ENV, store_settings
 from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
 from ..keys import layout_marker_key
@@ -80,7 +81,6 @@ from .server import (
 __all__ = ["add_serve_command", "build_parser", "main", "run_serve", "run_server"]
 
 PROG = "remember-sync"
-REDIS_URL_ENV = "REMEMBER_REDIS_URL"
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -167,8 +167,9 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     store.add_argument(
         "--redis-url",
         metavar="URL",
-        help=f"keep memory in Redis (or set {REDIS_URL_ENV}, which keeps a "
-        "password off the command line); default: in-process memory",
+        help=f"keep memory in Redis (or set {REDIS_URL_ENV} or REDIS_URL, which keep a "
+        "password off the command line; see docs/configuration.rst); default: in-process "
+        "memory",
     )
     store.add_argument(
         "--vercel-kv",
@@ -439,8 +440,10 @@ def run_serve(args: argparse.Namespace) -> int:
         logging.getLogger("remember_sync.mcp.access").setLevel(logging.INFO)
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    redis_url = args.redis_url or (None if args.vercel_kv else os.environ.get(REDIS_URL_ENV))
     try:
+        chosen = store_settings(os.environ, redis_url=args.redis_url, vercel_kv=args.vercel_kv)
+        redis_url = chosen.redis_url
+        args.vercel_kv = chosen.kind == "vercel-kv"  # the environment may have chosen it
         plugin = plugin_from_options(
             redis_url=redis_url,
             vercel_kv=args.vercel_kv,

@@ -62,6 +62,7 @@ from importlib import metadata
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from .. import _config
 from ..errors import RememberConfigurationError, RememberStoreError, RememberUnavailableError
 from ..identity import identity as bind_identity
 from ..identity import is_anonymous
@@ -70,7 +71,14 @@ from ..secret_source import resolve_keyring
 from ..sessions import SessionSigner
 from ..tools import memory_tools
 from ..types import SCOPES, Identity
-from .auth import PrincipalResolver, StaticTokenVerifier, TokenVerifier
+from .auth import (
+    FROM_HOST,
+    PrincipalResolver,
+    StaticTokenVerifier,
+    TokenVerifier,
+    _FromHost,
+    host_auth,
+)
 from .authoring import ToolContext, ToolFunction, UserTool
 from .oauth import (
     ProtectedResource,
@@ -256,10 +264,13 @@ class McpServer:
     :param name: the server name clients see.
     :param version: the server version clients see (default: this package's).
     :param token_verifier: ``token -> principal | None`` (see
-        :mod:`remember_sync.mcp.auth`).  Given, every request needs a valid
-        ``Authorization: Bearer`` token (else ``401``); omitted, every caller
-        is anonymous.  An :class:`~remember_sync.mcp.oauth.OAuthVerifier`
-        also publishes RFC 9728 metadata (:mod:`remember_sync.mcp.oauth`).
+        :mod:`remember_sync.mcp.auth`).  Given, every request the principal
+        resolver does not identify needs a valid ``Authorization: Bearer``
+        token (else ``401``); ``None``: such callers are anonymous.  Default:
+        the verifier of the host that built *plugin* (the Flask extension's
+        ``REMEMBER_TOKEN_VERIFIER``, Django's ``token_verifier``), else ``None``.
+        An :class:`~remember_sync.mcp.oauth.OAuthVerifier` also publishes
+        RFC 9728 metadata (:mod:`remember_sync.mcp.oauth`).
     :param principal_resolver: ``environ -> principal | None``: the host's own
         idea of the caller (``serve --no-token`` returns the local user; a
         framework passes its signed-in user).  Asked first on every request; a
@@ -267,6 +278,10 @@ class McpServer:
         falls through to ``token_verifier`` (or to an anonymous caller when
         there is none).  A resolver that raises fails the request with ``503``:
         it never lets a caller in, and never demotes one to anonymous.
+        Default: the signed-in user of the host that built *plugin* (the
+        Flask extension and the Django middleware register theirs with
+        :func:`~remember_sync.mcp.auth.register_host_auth`), else ``None``;
+        pass ``None`` to ignore the host's users.
     :param session_signer: signs and verifies ``Mcp-Session-Id`` values
         (default: a :class:`~remember_sync.sessions.SessionSigner` over the
         plugin's master secrets, or over :func:`~remember_sync.secret_source.resolve_keyring`
@@ -302,8 +317,8 @@ class McpServer:
         *,
         name: str = "remember-sync",
         version: str | None = None,
-        token_verifier: TokenVerifier | None = None,
-        principal_resolver: PrincipalResolver | None = None,
+        token_verifier: TokenVerifier | None | _FromHost = FROM_HOST,
+        principal_resolver: PrincipalResolver | None | _FromHost = FROM_HOST,
         session_signer: SessionSigner | None = None,
         max_body_bytes: int | None = None,
         instructions: str | None = None,
@@ -321,6 +336,12 @@ class McpServer:
         if isinstance(cors_origins, str):
             raise TypeError("cors_origins must be a list of origins, not one string")
         cors = frozenset(check_cors_origin(o) for o in cors_origins)
+        if principal_resolver is FROM_HOST or token_verifier is FROM_HOST:
+            host = host_auth(plugin)
+            if principal_resolver is FROM_HOST:
+                principal_resolver = host.principal_resolver if host is not None else None
+            if token_verifier is FROM_HOST:
+                token_verifier = host.token_verifier if host is not None else None
         if (
             isinstance(max_body_bytes, bool)
             or not isinstance(max_body_bytes, int)
@@ -1090,28 +1111,14 @@ class McpServer:
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 #: ``max_entries`` of that store; ``--max-entries`` / ``REMEMBER_MAX_ENTRIES`` change it.
 DEFAULT_MAX_ENTRIES = 100_000
-#: The environment variable of each bound, and its default.
 #: The environment variable of the largest value (``max_value_bytes``) for
 #: ``serve`` and ``create_app``; ``--max-value-bytes`` changes it.
-MAX_VALUE_BYTES_ENV = "REMEMBER_MAX_VALUE_BYTES"
+MAX_VALUE_BYTES_ENV = _config.MAX_VALUE_BYTES_ENV
+#: The environment variable of each bound, and its default.
 BOUND_ENV = {
-    "max_bytes": ("REMEMBER_MAX_BYTES", DEFAULT_MAX_BYTES),
-    "max_entries": ("REMEMBER_MAX_ENTRIES", DEFAULT_MAX_ENTRIES),
+    "max_bytes": (_config.MAX_BYTES_ENV, DEFAULT_MAX_BYTES),
+    "max_entries": (_config.MAX_ENTRIES_ENV, DEFAULT_MAX_ENTRIES),
 }
-
-
-def _env_whole(env: Mapping[str, str], name: str, *, minimum: int, unit: str) -> int | None:
-    """The whole number in environment variable *name* (``None`` if unset or blank)."""
-    text = env.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        value = int(text, 10)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise RememberConfigurationError(f"{name} must be {unit}, at least {minimum}; got {text!r}")
-    return value
 
 
 def plugin_from_options(
@@ -1163,13 +1170,15 @@ def plugin_from_options(
     for option, (name, default) in BOUND_ENV.items():
         value = given[option]
         if value is None:
-            value = _env_whole(env, name, minimum=1, unit="a whole number")
+            value = _config.env_whole(env, name, minimum=1, unit="a whole number")
         if value is None and not (redis_url or vercel_kv):
             value = default
         if value is not None:
             options[option] = value  # with Redis or Vercel KV, init names the mistake
     if max_value_bytes is None:
-        max_value_bytes = _env_whole(env, MAX_VALUE_BYTES_ENV, minimum=1, unit="a whole number")
+        max_value_bytes = _config.env_whole(
+            env, MAX_VALUE_BYTES_ENV, minimum=1, unit="a whole number"
+        )
     if max_value_bytes is not None:
         options["max_value_bytes"] = max_value_bytes
     if redis_url:
@@ -1182,10 +1191,6 @@ def plugin_from_options(
         # store dies with the process, so it keeps the library's fallbacks.
         options["encryption"] = {"require_secret": True, **options.get("encryption", {})}
     return RememberPlugin.init(**options)
-
-
-def _env_flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def create_app(
@@ -1205,9 +1210,11 @@ def create_app(
     """An :class:`McpServer` for a WSGI server: ``gunicorn 'remember_sync.mcp:create_app()'``.
 
     Without *plugin*, builds one with the memory tools enabled from the
-    arguments, falling back to the environment: ``REMEMBER_REDIS_URL``,
-    ``REMEMBER_VERCEL_KV=1`` (with ``KV_REST_API_URL``/``KV_REST_API_TOKEN``),
-    ``REMEMBER_TOOLS_PREFIX``, ``REMEMBER_ALLOWED_SCOPES`` (comma-separated),
+    arguments, falling back to the environment: the store as every entry point
+    reads it (``REMEMBER_REDIS_URL``, ``REMEMBER_VERCEL_KV=1``, ``REDIS_URL``,
+    ``KV_REST_API_URL``/``KV_REST_API_TOKEN``, in that order; see
+    ``docs/configuration.rst``), ``REMEMBER_TOOLS_PREFIX``,
+    ``REMEMBER_ALLOWED_SCOPES`` (comma-separated),
     ``REMEMBER_DEFAULT_TTL``, ``REMEMBER_AUTH_TOKENS`` (a token file, see
     :mod:`remember_sync.mcp.auth`) or ``REMEMBER_OAUTH_ISSUER`` +
     ``REMEMBER_OAUTH_AUDIENCE`` (+ optional ``REMEMBER_OAUTH_JWKS_URL``,
@@ -1227,7 +1234,7 @@ def create_app(
     one ``<token> <user>`` line does the same (``docs/clients.rst``).
     """
     env = os.environ if environ is None else environ
-    tokens = auth_tokens if auth_tokens is not None else env.get("REMEMBER_AUTH_TOKENS") or None
+    tokens = auth_tokens if auth_tokens is not None else env.get(_config.AUTH_TOKENS_ENV) or None
     oauth = None if "token_verifier" in server_options else oauth_verifier_from_env(env)
     if tokens is not None and oauth is not None:
         raise RememberConfigurationError(
@@ -1240,20 +1247,20 @@ def create_app(
         server_options["token_verifier"] = StaticTokenVerifier.from_file(tokens)
     owns = plugin is None
     if plugin is None:
-        scopes_text = env.get("REMEMBER_ALLOWED_SCOPES", "")
+        store = _config.store_settings(env, redis_url=redis_url, vercel_kv=bool(vercel_kv))
         if default_ttl is None:
-            default_ttl = _env_whole(env, "REMEMBER_DEFAULT_TTL", minimum=0, unit="whole seconds")
+            default_ttl = _config.env_whole(
+                env, _config.DEFAULT_TTL_ENV, minimum=0, unit="whole seconds"
+            )
         plugin = plugin_from_options(
-            redis_url=redis_url if redis_url is not None else env.get("REMEMBER_REDIS_URL") or None,
-            vercel_kv=vercel_kv
-            if vercel_kv is not None
-            else _env_flag(env.get("REMEMBER_VERCEL_KV")),
+            redis_url=store.redis_url,
+            vercel_kv=store.kind == "vercel-kv",
             tools_prefix=tools_prefix
             if tools_prefix is not None
-            else env.get("REMEMBER_TOOLS_PREFIX", ""),
+            else env.get(_config.TOOLS_PREFIX_ENV, ""),
             allowed_scopes=allowed_scopes
             if allowed_scopes is not None
-            else [s.strip() for s in scopes_text.split(",") if s.strip()] or None,
+            else _config.env_scopes(env, _config.ALLOWED_SCOPES_ENV),
             default_ttl=default_ttl or 0,
             max_bytes=max_bytes,
             max_entries=max_entries,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from .. import _config
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
 from ..secret_source import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
@@ -41,8 +42,9 @@ __all__ = [
 ]
 
 #: Environment variable the CLI reads a Redis URL from when ``--redis-url`` is not given,
-#: so a password need not appear on a command line (and in ``ps``).
-REDIS_URL_ENV = "REMEMBER_REDIS_URL"
+#: so a password need not appear on a command line (and in ``ps``); ``REDIS_URL`` after
+#: it (see :mod:`remember_sync._config`).
+REDIS_URL_ENV = _config.REDIS_URL_ENV
 
 #: Seconds the CLI waits for a Redis reply / connection (the library defaults are
 #: 1 s / 0.5 s, sized for request paths; see docs/redis.rst).

@@ -38,4 +38,5 @@ REMEMBER = {
     # Redis outlives the process: require REMEMBER_SECRET rather than a development file.
     "encryption": {"require_secret": bool(_redis_url)},
     "token_verifier": "bridge.auth.verify_token",
+    "tools": {"enabled": True},  # the MCP endpoint at /mcp (bridge/urls.py)
 }

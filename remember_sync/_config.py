@@ -1,0 +1,194 @@
+"""The one reader of the environment: ``REMEMBER_*``, ``REDIS_URL``, ``KV_REST_API_*``.
+
+Every entry point -- ``RememberPlugin.init(type="global-store")``,
+``remember-sync serve``, :func:`remember_sync.mcp.create_app` and the other CLI
+commands -- asks this module which store the environment names, so one
+environment means one store everywhere.  The precedence, highest first
+(``docs/configuration.rst`` has the full table):
+
+1. an explicit argument: a command-line flag (``--redis-url``,
+   ``--vercel-kv``) or a keyword argument (``create_app(redis_url=...)``);
+2. ``REMEMBER_REDIS_URL`` -- or ``REMEMBER_VERCEL_KV=1`` (Vercel KV from
+   ``KV_REST_API_URL`` / ``KV_REST_API_TOKEN``); both set is an error, since
+   nothing says which one was meant;
+3. ``REDIS_URL``, the name hosting platforms (Heroku, Render, Railway, Vercel)
+   set;
+4. ``KV_REST_API_URL`` together with ``KV_REST_API_TOKEN``;
+5. nothing: the in-process memory store (``global-store`` refuses instead).
+
+A more specific name wins over a generic one: ``REMEMBER_REDIS_URL`` is this
+library's own, ``REDIS_URL`` may belong to another part of the application.
+When both are set to different URLs the specific one is used and a warning
+names both variables (never their values: a URL may carry a password).
+
+Keyword arguments are the configuration; this module only turns environment
+text into plain arguments (STYLE.md rule 5) and never builds a store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import RememberConfigurationError
+from .types import SCOPES
+
+__all__ = [
+    "ALLOWED_SCOPES_ENV",
+    "AUTH_TOKENS_ENV",
+    "DEFAULT_TTL_ENV",
+    "KV_TOKEN_ENV",
+    "KV_URL_ENV",
+    "MAX_BYTES_ENV",
+    "MAX_ENTRIES_ENV",
+    "MAX_VALUE_BYTES_ENV",
+    "PLATFORM_REDIS_URL_ENV",
+    "REDIS_URL_ENV",
+    "StoreSettings",
+    "TOOLS_PREFIX_ENV",
+    "VERCEL_KV_ENV",
+    "env_flag",
+    "env_scopes",
+    "env_whole",
+    "store_settings",
+]
+
+log = logging.getLogger("remember_sync")
+
+#: This library's Redis URL variable (precedence 2).
+REDIS_URL_ENV = "REMEMBER_REDIS_URL"
+#: ``1``/``true``/``yes``/``on``: use Vercel KV (precedence 2, beside ``REMEMBER_REDIS_URL``).
+VERCEL_KV_ENV = "REMEMBER_VERCEL_KV"
+#: The platforms' Redis URL variable (precedence 3).
+PLATFORM_REDIS_URL_ENV = "REDIS_URL"
+#: Vercel KV / Upstash REST endpoint and token (precedence 4, and what ``vercel-kv`` reads).
+KV_URL_ENV = "KV_REST_API_URL"
+KV_TOKEN_ENV = "KV_REST_API_TOKEN"  # noqa: S105 - a variable name, not a secret
+#: Server settings read by ``create_app`` (``serve`` has flags for them).
+TOOLS_PREFIX_ENV = "REMEMBER_TOOLS_PREFIX"
+ALLOWED_SCOPES_ENV = "REMEMBER_ALLOWED_SCOPES"
+DEFAULT_TTL_ENV = "REMEMBER_DEFAULT_TTL"
+AUTH_TOKENS_ENV = "REMEMBER_AUTH_TOKENS"
+#: Bounds read by ``serve`` and ``create_app`` when no flag or argument gives them.
+MAX_BYTES_ENV = "REMEMBER_MAX_BYTES"
+MAX_ENTRIES_ENV = "REMEMBER_MAX_ENTRIES"
+MAX_VALUE_BYTES_ENV = "REMEMBER_MAX_VALUE_BYTES"
+
+StoreKind = Literal["memory", "redis", "vercel-kv"]
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """The store an environment (and the explicit arguments) name.
+
+    :attr kind: ``memory``, ``redis`` or ``vercel-kv``.
+    :attr redis_url: the URL for ``redis`` (may hold a password: never print it).
+    :attr source: what decided, for messages: ``"argument"`` (a flag or
+        keyword argument), the variable's name, or ``"default"``.
+    """
+
+    kind: StoreKind
+    redis_url: str | None = None
+    source: str = "default"
+
+
+def _get(env: Mapping[str, str], name: str) -> str:
+    return (env.get(name) or "").strip()
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    """A boolean variable: ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``/unset.
+
+    :raises RememberConfigurationError: any other value (a typo must not read as "off").
+    """
+    text = _get(env, name).lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise RememberConfigurationError(
+        f"{name} must be 1/true/yes/on or 0/false/no/off; got {text!r}"
+    )
+
+
+def env_whole(env: Mapping[str, str], name: str, *, minimum: int, unit: str) -> int | None:
+    """The whole number in variable *name* (``None`` if unset or blank).
+
+    :raises RememberConfigurationError: not a whole number, or below *minimum*.
+    """
+    text = _get(env, name)
+    if not text:
+        return None
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise RememberConfigurationError(f"{name} must be {unit}, at least {minimum}; got {text!r}")
+    return value
+
+
+def env_scopes(env: Mapping[str, str], name: str = ALLOWED_SCOPES_ENV) -> list[str] | None:
+    """A comma-separated scope list (``None`` if unset or blank).
+
+    :raises RememberConfigurationError: a name that is not a scope.
+    """
+    scopes = [s.strip() for s in _get(env, name).split(",") if s.strip()]
+    bad = [s for s in scopes if s not in SCOPES]
+    if bad:
+        raise RememberConfigurationError(
+            f"{name}: unknown scope(s) {', '.join(bad)}; choose from {', '.join(SCOPES)}"
+        )
+    return scopes or None
+
+
+def store_settings(
+    env: Mapping[str, str] | None = None,
+    *,
+    redis_url: str | None = None,
+    vercel_kv: bool = False,
+) -> StoreSettings:
+    """The store named by the explicit arguments, else by *env* (default :data:`os.environ`).
+
+    See the module documentation for the precedence.
+
+    :raises RememberConfigurationError: both arguments given, or both
+        ``REMEMBER_REDIS_URL`` and ``REMEMBER_VERCEL_KV=1`` set, or a bad
+        ``REMEMBER_VERCEL_KV`` value.
+    """
+    if redis_url and vercel_kv:
+        raise RememberConfigurationError("give either a Redis URL or Vercel KV, not both")
+    if redis_url:
+        return StoreSettings("redis", redis_url, "argument")
+    if vercel_kv:
+        return StoreSettings("vercel-kv", None, "argument")
+    env = os.environ if env is None else env
+    own_url, own_kv = _get(env, REDIS_URL_ENV), env_flag(env, VERCEL_KV_ENV)
+    if own_url and own_kv:
+        raise RememberConfigurationError(
+            f"both {REDIS_URL_ENV} and {VERCEL_KV_ENV} are set: give a Redis URL or Vercel KV, "
+            "not both (unset one)"
+        )
+    platform_url = _get(env, PLATFORM_REDIS_URL_ENV)
+    if own_url:
+        if platform_url and platform_url != own_url:
+            log.warning(
+                "remember: %s and %s name different Redis servers; using %s",
+                REDIS_URL_ENV,
+                PLATFORM_REDIS_URL_ENV,
+                REDIS_URL_ENV,
+            )
+        return StoreSettings("redis", own_url, REDIS_URL_ENV)
+    if own_kv:
+        return StoreSettings("vercel-kv", None, VERCEL_KV_ENV)
+    if platform_url:
+        return StoreSettings("redis", platform_url, PLATFORM_REDIS_URL_ENV)
+    if _get(env, KV_URL_ENV) and _get(env, KV_TOKEN_ENV):
+        return StoreSettings("vercel-kv", None, KV_URL_ENV)
+    return StoreSettings("memory")
+

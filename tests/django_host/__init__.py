@@ -1,0 +1,1 @@
+"""A Django project with real session users, served by tests/test_host_principal_django.py."""

@@ -45,6 +45,7 @@ __all__ = [
     "MAX_BYTES_ENV",
     "MAX_ENTRIES_ENV",
     "MAX_VALUE_BYTES_ENV",
+    "OAUTH_ENV",
     "PLATFORM_REDIS_URL_ENV",
     "REDIS_URL_ENV",
     "StoreSettings",
@@ -76,6 +77,14 @@ AUTH_TOKENS_ENV = "REMEMBER_AUTH_TOKENS"
 MAX_BYTES_ENV = "REMEMBER_MAX_BYTES"
 MAX_ENTRIES_ENV = "REMEMBER_MAX_ENTRIES"
 MAX_VALUE_BYTES_ENV = "REMEMBER_MAX_VALUE_BYTES"
+#: OAuth resource server settings read by ``create_app`` (``serve``: ``--oauth-*``), name ->
+#: :class:`~remember_sync.mcp.oauth.OAuthVerifier` argument.
+OAUTH_ENV = {
+    "REMEMBER_OAUTH_ISSUER": "issuer",
+    "REMEMBER_OAUTH_AUDIENCE": "audience",
+    "REMEMBER_OAUTH_JWKS_URL": "jwks_url",
+    "REMEMBER_OAUTH_RESOURCE": "resource",
+}
 
 StoreKind = Literal["memory", "redis", "vercel-kv"]
 _TRUE = frozenset({"1", "true", "yes", "on"})

@@ -54,6 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
+from .._config import OAUTH_ENV
 from ..errors import RememberConfigurationError, RememberUnavailableError
 from ..identity import is_anonymous
 
@@ -76,13 +77,6 @@ METADATA_PATH = "/.well-known/oauth-protected-resource"
 DEFAULT_ALGORITHMS = (
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA",
 )
-#: The environment variables ``create_app`` reads (name -> ``OAuthVerifier`` argument).
-OAUTH_ENV = {
-    "REMEMBER_OAUTH_ISSUER": "issuer",
-    "REMEMBER_OAUTH_AUDIENCE": "audience",
-    "REMEMBER_OAUTH_JWKS_URL": "jwks_url",
-    "REMEMBER_OAUTH_RESOURCE": "resource",
-}
 # The key type (and EC curve / OKP curves) each asymmetric algorithm verifies with.
 _KEY_TYPES: dict[str, tuple[str, frozenset[str] | None]] = {
     **{a: ("RSA", None) for a in ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")},

@@ -256,6 +256,18 @@ class _Call:
     modern: bool
 
 
+def _preflight(methods: str) -> _Response:
+    """``204`` to a CORS preflight from an allowed origin (the origin header is added later)."""
+    return _Response(
+        204,
+        headers=[
+            ("Access-Control-Allow-Methods", methods),
+            ("Access-Control-Allow-Headers", _CORS_ALLOW_HEADERS),
+            ("Access-Control-Max-Age", _CORS_MAX_AGE),
+        ],
+    )
+
+
 class McpServer:
     """A WSGI application serving MCP (Streamable HTTP, JSON responses).
 
@@ -524,14 +536,7 @@ class McpServer:
             return refused
         method = environ.get("REQUEST_METHOD", "GET")
         if method == "OPTIONS" and self._cors_origin(environ) is not None:
-            return _Response(
-                204,
-                headers=[
-                    ("Access-Control-Allow-Methods", _CORS_ALLOW_METHODS),
-                    ("Access-Control-Allow-Headers", _CORS_ALLOW_HEADERS),
-                    ("Access-Control-Max-Age", _CORS_MAX_AGE),
-                ],
-            )
+            return _preflight(_CORS_ALLOW_METHODS)
         if method not in ("POST", "DELETE"):
             return _Response.error(
                 405,
@@ -642,14 +647,7 @@ class McpServer:
             return refused
         method = environ.get("REQUEST_METHOD", "GET")
         if method == "OPTIONS" and self._cors_origin(environ) is not None:
-            return _Response(
-                204,
-                headers=[
-                    ("Access-Control-Allow-Methods", "GET"),
-                    ("Access-Control-Allow-Headers", _CORS_ALLOW_HEADERS),
-                    ("Access-Control-Max-Age", _CORS_MAX_AGE),
-                ],
-            )
+            return _preflight("GET")
         if method != "GET":
             return _Response.error(405, "Method not allowed", headers=[("Allow", "GET")])
         document = protected.resource_metadata(self._resource_url(environ, protected))

@@ -437,8 +437,15 @@ def _identity(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Identit
     return Identity(session_id=session, user_id=user, tool_name=tool)
 
 
+def _changes_store(args: argparse.Namespace) -> bool:
+    """Whether the command writes or deletes entries (a dry run does not)."""
+    if args.command in ("set", "forget", "import"):
+        return True
+    return args.command in ("rotate", "purge-legacy") and not getattr(args, "dry_run", False)
+
+
 def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> StoreChoice:
-    from ._config import store_settings
+    from ._config import KV_URL_ENV, PLATFORM_REDIS_URL_ENV, store_settings
     from .errors import RememberConfigurationError
     from .ops.context import REDIS_URL_ENV, StoreChoice
 
@@ -451,15 +458,23 @@ def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Sto
     except RememberConfigurationError as exc:
         sub.error(exc.message)
     if found.kind == "vercel-kv":
-        return StoreChoice("vercel-kv")
-    if found.kind == "redis" and found.redis_url is not None:
+        choice = StoreChoice("vercel-kv")
+    elif found.kind == "redis" and found.redis_url is not None:
         url = found.redis_url
         if found.source != "argument":
             try:
                 url = _redis_url(url)
             except argparse.ArgumentTypeError as exc:
                 sub.error(f"environment variable {found.source}: {exc}")
-        return StoreChoice("redis", url)
+        choice = StoreChoice("redis", url)
+    else:
+        choice = None
+    if choice is not None:
+        if found.source in (PLATFORM_REDIS_URL_ENV, KV_URL_ENV) and _changes_store(args):
+            # A hosting platform's variable may name the application's own (production)
+            # store, not one meant for this command: say which store is about to change.
+            _stderr(f"{PROG}: store: {choice.describe()} (chosen by {found.source})")
+        return choice
     if args.needs_store:
         sub.error(_NEEDS_STORE.format(env=REDIS_URL_ENV))
     return StoreChoice("memory")

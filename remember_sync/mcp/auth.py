@@ -121,13 +121,16 @@ def register_host_auth(
     connected to the MCP endpoint acts as the same user the host's own views
     see.  *owner* is a key for the host (the Flask app, ``"django"``): the same
     owner registering again replaces its entry; a second owner registering the
-    same plugin makes the choice ambiguous, and such a server must then be
-    given its resolver explicitly.
+    same plugin makes the choice ambiguous for good (whoever registers later),
+    and such a server must then be given its resolver explicitly.
     """
     entry = HostAuth(principal_resolver, token_verifier, host)
     with _hosts_lock:
         known = _hosts.get(plugin)
-        if known is not None and known[0] is not owner and known[0] != owner:
+        if known is not None and (known[1] is None or (known[0] is not owner
+                                                       and known[0] != owner)):
+            # Once two hosts registered, it stays ambiguous: the first one registering
+            # again (Django rebuilds on a settings change) does not make the other's go away.
             _hosts[plugin] = (known[0], None)
         else:
             _hosts[plugin] = (owner, entry)

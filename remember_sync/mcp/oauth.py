@@ -23,7 +23,9 @@ A token is accepted when, checked by PyJWT:
 
 The JWKS comes from ``jwks_url`` or from the issuer's metadata
 (``/.well-known/oauth-authorization-server``, RFC 8414, then
-``/.well-known/openid-configuration``).  It is cached; a token naming an
+``/.well-known/openid-configuration``); every URL fetched, redirects included,
+must be ``https://`` (``http://`` only on loopback), and each fetch ends within
+``timeout_s`` as a whole.  It is cached; a token naming an
 unknown ``kid`` triggers a refetch (the issuer rotated its keys), at most once
 per ``refresh_cooldown_s`` so that a flood of made-up ``kid`` values cannot
 hammer the issuer.  When the keys cannot be fetched the verifier raises
@@ -158,13 +160,55 @@ class _FetchFailed(Exception):
     """The issuer's keys could not be fetched; the message says why."""
 
 
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow a redirect only to a URL :func:`_check_url` accepts (no https -> http, no ftp)."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        try:
+            _check_url(newurl, "a redirect")
+        except RememberConfigurationError:
+            raise OSError(f"refused a redirect to {newurl[:200]!r}") from None
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_opener = urllib.request.build_opener(_CheckedRedirects)
+
+
+def _read_body(response: Any, deadline: float) -> bytes:
+    """The body, at most ``_MAX_DOCUMENT_BYTES + 1`` bytes, read before *deadline* (monotonic).
+
+    The socket timeout bounds each read; a server trickling bytes would pass it
+    for ever, so the whole body gets the same time.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while size <= _MAX_DOCUMENT_BYTES:
+        if time.monotonic() > deadline:
+            raise OSError("timed out reading the reply")
+        chunk = response.read1(min(65536, _MAX_DOCUMENT_BYTES + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 def _fetch_json(url: str, timeout_s: float) -> dict[str, Any]:
-    """GET *url* as a JSON object; ``_NotFound`` for 404, ``OSError``/``ValueError`` otherwise."""
-    # Every URL fetched passed _check_url (http or https).
+    """GET *url* as a JSON object; ``_NotFound`` for 404, ``OSError``/``ValueError`` otherwise.
+
+    The whole exchange takes at most about *timeout_s* (twice that when the
+    connection and the reply are both slow); redirects are followed only to
+    URLs :func:`_check_url` accepts.
+    """
+    # Every URL fetched passed _check_url (http or https), and so does every redirect.
     request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310
+    deadline = time.monotonic() + timeout_s
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
-            body = response.read(_MAX_DOCUMENT_BYTES + 1)
+        with _opener.open(request, timeout=timeout_s) as response:
+            body = _read_body(response, deadline)
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code == 404:

@@ -11,6 +11,7 @@ ROOT_URLCONF.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -268,6 +269,22 @@ def test_token_verifier_sets_the_principal(use_redis: Callable[..., Any]) -> Non
             "/mem/user/x", {"value": "A"}, "application/json", **auth("token-alice-0123456789")
         )
         assert body(client.get("/mem/user/x", **auth("token-bob-0123456789ab"))) == {"value": None}
+
+
+def _issuer_down(token: str) -> str | None:
+    from remember_sync.errors import RememberUnavailableError
+
+    raise RememberUnavailableError("the issuer's keys could not be fetched", retry_after_s=5)
+
+
+def test_a_verifier_that_cannot_decide_gives_503(use_redis: Callable[..., Any]) -> None:
+    """An OAuth issuer that is down: 503 from the middleware, never an anonymous view."""
+    with use_redis(token_verifier=_issuer_down):
+        client = Client()
+        r = client.get("/whoami", headers={"Authorization": "Bearer some-token-0123456789"})
+        assert r.status_code == 503
+        assert json.loads(r.content)["error"]["code"] == "REMEMBER_UNAVAILABLE"
+        assert body(client.get("/whoami"))["user_id"] is None  # no token: not asked
 
 
 def _rpc(client: Client, message: dict[str, Any], **headers: str) -> Any:

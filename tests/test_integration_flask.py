@@ -377,3 +377,20 @@ def test_given_plugin_is_used_and_not_closed() -> None:
         plugin.accessor(Identity(user_id="x")).set("still", "open", scope="user")
     finally:
         plugin.close()
+
+
+def test_a_verifier_that_cannot_decide_gives_503_not_an_anonymous_caller() -> None:
+    """An OAuth issuer that is down: the app's own views answer 503, never anonymous."""
+    from remember_sync.errors import RememberUnavailableError
+
+    def issuer_down(token: str) -> str | None:
+        raise RememberUnavailableError("the issuer's keys could not be fetched", retry_after_s=5)
+
+    app = build_app(REMEMBER_TOKEN_VERIFIER=issuer_down)
+    client = app.test_client()
+    r = client.get("/whoami", headers={"Authorization": "Bearer some-token-0123456789"})
+    assert r.status_code == 503
+    assert r.json["error"]["code"] == "REMEMBER_UNAVAILABLE"  # type: ignore[index]
+    assert app.config["SEEN"] == []  # the view never ran
+    # Without a token the verifier is not asked: the view runs, anonymous.
+    assert client.get("/whoami").status_code == 200

@@ -89,7 +89,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-framework i
     ) from exc
 
 from .._fork import after_fork_in_child
-from ..errors import RememberConfigurationError, RememberError
+from ..errors import RememberConfigurationError, RememberError, RememberUnavailableError
 from ..identity import identity
 from ..mcp.auth import register_host_auth
 from ..plugin import RememberPlugin, register_global_store_resolver
@@ -371,7 +371,10 @@ class RememberMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         runtime = _get_runtime()
-        principal = runtime.resolver(request)
+        try:
+            principal = runtime.resolver(request)
+        except RememberUnavailableError as exc:  # e.g. an OAuth issuer that is down: 503
+            return _json_error(exc)
         if principal is not None and not isinstance(principal, str):
             raise TypeError(
                 f"principal resolver returned {type(principal).__name__}; expected a str or None"

@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RememberError
+from ..errors import RememberError, RememberUnavailableError
 from ..identity import identity
 from ..plugin import RememberPlugin
 from ..secret_source import resolve_keyring
@@ -184,13 +184,18 @@ def principal_from_authorization(verify: TokenVerifier, header: str | None) -> s
     """The principal *verify* gives the bearer token in an ``Authorization`` header.
 
     ``None`` when there is no token, the verifier refuses it, or the verifier raises
-    (logged): a broken verifier never lets anyone in under a name.
+    (logged): a broken verifier never lets anyone in under a name.  A verifier
+    that cannot decide now (:class:`~remember_sync.errors.RememberUnavailableError`,
+    e.g. an OAuth issuer that is down) is re-raised: the caller gets ``503``,
+    never an anonymous identity.
     """
     token = bearer_token(header)
     if token is None:
         return None
     try:
         principal = verify(token)
+    except RememberUnavailableError:
+        raise
     except Exception:  # noqa: BLE001 - a failing verifier refuses, it never lets in
         log.warning("remember: the bearer token verifier raised", exc_info=True)
         return None
@@ -372,7 +377,13 @@ class RememberMiddleware:
         return Identity(session_id=session, user_id=principal), bool(presented) and session is None
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        bound, rejected = self.resolve(environ)
+        try:
+            bound, rejected = self.resolve(environ)
+        except RememberUnavailableError as exc:  # who the caller is cannot be known now
+            # Always answered here: the application has not run, so no handler of its
+            # own could turn this into a response.
+            status, payload = error_payload(exc)
+            return _json_response(start_response, status, payload)
         environ[ENVIRON_IDENTITY] = bound
         environ[ENVIRON_SESSION_REJECTED] = rejected
         if rejected and self.reject_unverified_session:

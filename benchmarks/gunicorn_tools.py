@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import math
 import os
 import re
 import shutil
@@ -49,6 +48,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from .harness import run_clients
 
 __all__ = ["CANNED_ENV", "canned_app", "main", "run"]
 
@@ -279,28 +280,11 @@ def _client(
 def _round(port: int, clients: int, seconds: float) -> tuple[float, list[float]]:
     """*clients* keep-alive clients for *seconds*; return (requests/s, latencies)."""
     latencies: list[list[float]] = [[] for _ in range(clients)]
-    errors: list[BaseException] = []
-    stop_at = [math.inf]
-    start = threading.Barrier(clients + 1)
-    threads = [
-        threading.Thread(
-            target=_client, args=(port, start, stop_at, latencies[i], errors), daemon=True
-        )
-        for i in range(clients)
-    ]
-    for t in threads:
-        t.start()
-    try:
-        start.wait(60)
-    except threading.BrokenBarrierError:
-        pass
-    began = time.perf_counter()
-    stop_at[0] = began + seconds
-    for t in threads:
-        t.join(seconds + 60)
-    elapsed = time.perf_counter() - began
-    if errors:
-        raise RuntimeError(f"a client failed: {errors[0]!r}") from errors[0]
+    elapsed = run_clients(
+        lambda i, start, stop_at, errors: _client(port, start, stop_at, latencies[i], errors),
+        clients,
+        seconds,
+    )
     done = [x for part in latencies for x in part]
     return len(done) / elapsed, done
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -280,3 +281,39 @@ def render(rows: list[Row], *, title: str = "") -> str:
         lines.append("notes:")
         lines.extend(notes)
     return "\n".join(lines)
+
+
+#: A load client: ``(index, start barrier, stop_at, errors)``; it waits on the barrier,
+#: works until ``time.perf_counter() >= stop_at[0]``, and on failure appends to *errors*
+#: and aborts the barrier.
+LoadClient = Callable[[int, threading.Barrier, list[float], list[BaseException]], None]
+
+
+def run_clients(
+    client: LoadClient, clients: int, seconds: float, *, start_timeout: float = 60
+) -> float:
+    """Run *clients* threads of *client* for *seconds* together; return the elapsed seconds.
+
+    :raises RuntimeError: a client failed (its exception is the cause).
+    """
+    errors: list[BaseException] = []
+    stop_at = [float("inf")]
+    start = threading.Barrier(clients + 1)
+    threads = [
+        threading.Thread(target=client, args=(i, start, stop_at, errors), daemon=True)
+        for i in range(clients)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        start.wait(start_timeout)
+    except threading.BrokenBarrierError:
+        pass
+    began = time.perf_counter()
+    stop_at[0] = began + seconds
+    for t in threads:
+        t.join(seconds + 60)
+    elapsed = time.perf_counter() - began
+    if errors:
+        raise RuntimeError(f"a client failed: {errors[0]!r}") from errors[0]
+    return elapsed

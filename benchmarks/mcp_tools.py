@@ -215,27 +215,16 @@ def _client(
 
 
 def _measure(port: int, clients: int, seconds: float) -> tuple[int, float]:
+    # Here, not at the top: this file also runs as a script (the servers it measures).
+    from benchmarks.harness import run_clients
+
     counts = [0] * clients
-    errors: list[BaseException] = []
-    stop_at = [float("inf")]
-    start = threading.Barrier(clients + 1)
-    threads = [
-        threading.Thread(target=_client, args=(port, i, start, stop_at, counts, errors))
-        for i in range(clients)
-    ]
-    for t in threads:
-        t.start()
-    try:
-        start.wait(30)
-    except threading.BrokenBarrierError:
-        pass
-    began = time.perf_counter()
-    stop_at[0] = began + seconds
-    for t in threads:
-        t.join(seconds + 60)
-    elapsed = time.perf_counter() - began
-    if errors:
-        raise RuntimeError(f"a client failed: {errors[0]!r}") from errors[0]
+    elapsed = run_clients(
+        lambda i, start, stop_at, errors: _client(port, i, start, stop_at, counts, errors),
+        clients,
+        seconds,
+        start_timeout=30,
+    )
     return sum(counts), elapsed
 
 

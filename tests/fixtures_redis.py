@@ -148,7 +148,7 @@ class SentinelSet:
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
         return f"redis+sentinel://{hosts}/{SENTINEL_SERVICE}/0"
 
-    def start(self, timeout: float = 30.0) -> SentinelSet:
+    def start(self, timeout: float = 60.0) -> SentinelSet:
         """Start everything; return once the replica is in sync and every sentinel knows all."""
         deadline = time.monotonic() + timeout
         self.primary.start()
@@ -195,10 +195,20 @@ class SentinelSet:
             client.close()
 
     def _converged(self) -> bool:
-        states = [self._master_state(port) for port in self.sentinel_ports]
-        return all(
-            int(s["num-slaves"]) >= 1 and int(s["num-other-sentinels"]) == 2 for s in states
-        )
+        # Each sentinel knows the replica and THIS set's other sentinels, by port: a count
+        # (num-other-sentinels == 2) never converges when a sentinel of an earlier set, still
+        # shutting down, announced itself on a primary port that was reused.
+        for port in self.sentinel_ports:
+            if int(self._master_state(port)["num-slaves"]) < 1:
+                return False
+            client = self.connect(port)
+            try:
+                known = {int(s["port"]) for s in client.sentinel_sentinels(SENTINEL_SERVICE)}
+            finally:
+                client.close()
+            if not set(self.sentinel_ports) - {port} <= known:
+                return False
+        return True
 
     def primary_port(self) -> int:
         """The port the first answering sentinel names as the primary now."""

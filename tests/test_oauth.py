@@ -39,6 +39,7 @@ from remember_sync.mcp.serve import main as serve_main
 from tests.client_drivers import node_binary, node_env, run_node_driver, run_python
 from tests.conftest import TEST_SECRET, require_component
 from tests.test_cli import child_env
+from tests.test_mcp_http_conformance import Reply
 from tests.test_mcp_server import Served
 
 AUDIENCE = "remember-mcp-test"
@@ -143,17 +144,6 @@ def issuer() -> Iterator[Issuer]:
         yield running
     finally:
         running.stop()
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: http.client.HTTPMessage
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
 
 
 def send(base: str, method: str, path: str, body: Any = None,

@@ -27,9 +27,11 @@ __all__ = [
     "DELETE_INDEXED",
     "INDEX_ADD",
     "INDEX_CANDIDATES",
+    "INDEX_MEMBERS",
     "INDEX_PAGE",
     "INDEX_REMOVE",
     "PERSISTENT_SCORE",
+    "PRUNE_MISSING",
     "REINDEX",
     "SET_INDEXED",
     "STANDALONE_SLACK_MS",
@@ -48,6 +50,26 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function extend_ttl(idx, score, slack)
+  -- After adding a member with *score*: the index must live until score + slack.
+  local ttl = redis.call('PTTL', idx)
+  if ttl == -1 then
+    if score < 9000000000000000 then
+      local top = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
+      if tonumber(top[2]) < 9000000000000000 then
+        redis.call('PEXPIREAT', idx, math.floor(tonumber(top[2])) + slack)
+      end
+    end
+  elseif score >= 9000000000000000 then
+    redis.call('PERSIST', idx)
+  elseif ttl >= 0 then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if now + ttl < score + slack then
+      redis.call('PEXPIREAT', idx, math.floor(score) + slack)
+    end
+  end
 end
 local function fix_ttl(idx, slack)
   local top = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
@@ -70,7 +92,7 @@ if not redis.call(unpack(args)) then return 0 end
 local score = 9000000000000000
 if ARGV[2] ~= '' then score = now_ms() + tonumber(ARGV[2]) end
 redis.call('ZADD', KEYS[2], score, KEYS[1])
-fix_ttl(KEYS[2], 1000)
+extend_ttl(KEYS[2], score, 1000)
 return 1
 """
 
@@ -85,7 +107,7 @@ else
   score = now_ms() + tonumber(ARGV[3])
 end
 redis.call('ZADD', KEYS[2], score, KEYS[1])
-fix_ttl(KEYS[2], 1000)
+extend_ttl(KEYS[2], score, 1000)
 return 1
 """
 
@@ -142,16 +164,59 @@ end
 return {page[1], outk, outv}
 """
 
+_PRUNE = """\
+local idx = KEYS[1]
+if ARGV[4] == '1' then
+  local now = now_ms()
+  local due = redis.call('ZRANGEBYSCORE', idx, '-inf', now, 'LIMIT', 0, 1000)
+  for _, m in ipairs(due) do
+    local ttl = redis.call('PTTL', m)
+    if ttl == -2 then
+      redis.call('ZREM', idx, m)
+    elseif ttl == -1 then
+      redis.call('ZADD', idx, 9000000000000000, m)
+    else
+      redis.call('ZADD', idx, now + ttl, m)
+    end
+  end
+  if #due > 0 then fix_ttl(idx, 1000) end
+end
+"""
+
+#: One page of an index's members (standalone): :data:`INDEX_PAGE` without the
+#: values, which the store reads with a plain ``MGET`` pipelined behind it.
+#: Returns {next cursor, members}.
+INDEX_MEMBERS = _HELPERS + _PRUNE + """\
+local page = redis.call('ZSCAN', idx, ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
+local flat, keys = page[2], {}
+for i = 1, #flat, 2 do keys[#keys + 1] = flat[i] end
+return {page[1], keys}
+"""
+
+#: Drop members whose entry is gone (checked here, atomically).  KEYS = index;
+#: ARGV = members.  Returns how many were dropped.
+PRUNE_MISSING = _HELPERS + """\
+local n = 0
+for _, m in ipairs(ARGV) do
+  if redis.call('EXISTS', m) == 0 then
+    n = n + redis.call('ZREM', KEYS[1], m)
+  end
+end
+if n > 0 then fix_ttl(KEYS[1], 1000) end
+return n
+"""
+
 #: Cluster write, step one (before the entry is written).  KEYS = index; ARGV =
 #: slack ms, then pairs of member and PX ms ("" for no deadline).
 INDEX_ADD = _HELPERS + """\
-local now = now_ms()
+local now, top = now_ms(), 0
 for i = 2, #ARGV, 2 do
   local score = 9000000000000000
   if ARGV[i + 1] ~= '' then score = now + tonumber(ARGV[i + 1]) end
   redis.call('ZADD', KEYS[1], score, ARGV[i])
+  if score > top then top = score end
 end
-fix_ttl(KEYS[1], tonumber(ARGV[1]))
+extend_ttl(KEYS[1], top, tonumber(ARGV[1]))
 return 1
 """
 

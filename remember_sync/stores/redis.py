@@ -337,12 +337,14 @@ class RedisStore:
         self._scripts = {
             name: client.register_script(getattr(index_lua, name))
             for name in (
-                "SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_PAGE", "INDEX_ADD",
-                "INDEX_REMOVE", "INDEX_CANDIDATES", "REINDEX",
+                "SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_MEMBERS", "INDEX_ADD",
+                "INDEX_REMOVE", "INDEX_CANDIDATES", "PRUNE_MISSING", "REINDEX",
             )
         }
         # (pattern, count, cursor) -> the keys that SCAN page held last time (standalone).
         self._page_keys: dict[tuple[bytes, int, int], list[bytes | str]] = {}
+        # (index, pattern, count, cursor) -> the members that index page held last time.
+        self._index_guess: dict[tuple[bytes, bytes, int, bytes], list[bytes | str]] = {}
 
     @classmethod
     def from_url(
@@ -613,10 +615,17 @@ class RedisStore:
     def _eval(self, name: str, keys: list[bytes], args: list[bytes], operation: str) -> bool:
         """Run index script *name* (and ``WAIT`` when configured); whether it returned 1."""
         script = self._scripts[name]
+        command = ["EVALSHA", script.sha, len(keys), *keys, *args]
         try:
             if self._wait is None:
-                return int(script(keys=keys, args=args, client=self._client)) == 1
-            command = ["EVALSHA", script.sha, len(keys), *keys, *args]
+                # execute_command, not script(): the same EVALSHA without redis-py's
+                # argument handling (a write's hot path).
+                try:
+                    done = self._client.execute_command(*command)
+                except NoScriptError:  # a restarted server: nothing ran; load, run again
+                    self._client.script_load(script.script)
+                    done = self._client.execute_command(*command)
+                return int(done) == 1
             try:
                 done, acked = self._with_wait(command)
             except NoScriptError:  # nothing was written; WAIT ran for nothing
@@ -719,21 +728,60 @@ class RedisStore:
     def _index_pages(
         self, index: bytes, pattern: bytes, count: int
     ) -> Iterator[list[tuple[str, str]]]:
+        # As _scan_pages: the members a page held last time are MGET in the same round
+        # trip as the page itself; members new since then take a second MGET.
         seen: set[bytes | str] = set()
-        cursor: Any = b"0"
-        script = self._scripts["INDEX_PAGE"]
-        first = True
+        cursor: bytes = b"0"
+        script = self._scripts["INDEX_MEMBERS"]
+        prune = b"1"
         while True:
-            args = [cursor, pattern, count, b"1" if first else b""]
+            where = (index, pattern, count, cursor)
+            guess = self._index_guess.get(where)
+            command = ["EVALSHA", script.sha, 1, index, cursor, pattern, count, prune]
             with _translate("index read", self._no_client_cert):
-                cursor, keys, values = script(keys=[index], args=args, client=self._client)
-            first = False
-            pairs = [(k, v) for k, v in zip(keys, values, strict=True) if k not in seen]
-            seen.update(k for k, _ in pairs)
+                values: list[Any] = []
+                try:
+                    if guess:
+                        pipe = self._client.pipeline(transaction=False)
+                        pipe.execute_command(*command)
+                        pipe.execute_command("MGET", *guess)
+                        (after, members), values = pipe.execute()
+                    else:
+                        after, members = self._client.execute_command(*command)
+                except NoScriptError:  # a restarted server: load it, read the page again
+                    self._client.script_load(script.script)
+                    continue
+                prune = b""
+                self._remember_index_page(where, members)
+                if members == guess and len(set(members)) == len(members):
+                    known = dict(zip(members, values, strict=True))
+                else:
+                    known = dict(zip(guess or (), values, strict=True))
+                    missing = [m for m in dict.fromkeys(members) if m not in known]
+                    if missing:
+                        known.update(zip(missing, self._client.mget(missing), strict=True))
+                fresh = [m for m in dict.fromkeys(members) if m not in seen]
+                seen.update(fresh)
+                gone = [m for m in fresh if known[m] is None]
+                if gone:  # deleted behind the index's back: re-checked and dropped atomically
+                    self._scripts["PRUNE_MISSING"](keys=[index], args=gone, client=self._client)
+            pairs = [(m, known[m]) for m in fresh if known[m] is not None]
             if pairs:
                 yield _decoded(pairs)
-            if int(cursor) == 0:
+            cursor = after if isinstance(after, bytes) else str(after).encode()
+            if cursor == b"0":
                 return
+
+    def _remember_index_page(
+        self, where: tuple[bytes, bytes, int, bytes], members: list[bytes | str]
+    ) -> None:
+        """Keep an index page's members for the next read (bounded, as _remember_page)."""
+        if not members or len(members) > _GUESS_KEYS:
+            self._index_guess.pop(where, None)
+            return
+        if len(self._index_guess) >= _GUESS_PAGES and where not in self._index_guess:
+            self._index_guess.clear()
+        self._index_guess[where] = members
 
     def _cluster_index_pages(
         self, index: bytes, pattern: bytes, count: int

@@ -49,6 +49,7 @@ _OPTIONS = frozenset(
         "on_decrypt_error",
         "read_doubled_prefix",
         "listing",
+        "background_reindex",
         "clock",
         "environ",
     }
@@ -241,6 +242,7 @@ class RememberPlugin:
         listing = options.get("listing", "scan" if compatible or read_doubled else "index")
         if listing not in ("index", "scan"):
             raise _config_error("listing", f"must be 'index' or 'scan'; got {listing!r}")
+        backfill = _check_bool(options.get("background_reindex", True), "background_reindex")
 
         store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:
@@ -276,7 +278,7 @@ class RememberPlugin:
             owns_store=owns,
             store_type=store_type,
             tools=tools,
-            purge_options={"delay_ms": delay, "skip": skip_purge},
+            purge_options={"delay_ms": delay, "skip": skip_purge, "reindex": backfill},
         )
 
     @staticmethod
@@ -375,6 +377,8 @@ class RememberPlugin:
         """
         core = self._core
         if core.listing != "index" or core.index_ready:
+            return
+        if not self.purge_options.get("reindex", True):
             return
         from .purge import IndexBackfill
 

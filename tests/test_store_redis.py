@@ -88,7 +88,9 @@ def redis_pair(request: pytest.FixtureRequest) -> tuple[RedisStore, Client]:
 
 
 def all_keys(client: Client) -> set[str]:
-    return {k.decode() for k in client.scan_iter(match="*", count=1000)}
+    """Every key but the bookkeeping ones (``remember:__``: listing indexes, records)."""
+    keys = {k.decode() for k in client.scan_iter(match="*", count=1000)}
+    return {k for k in keys if not k.startswith("remember:__")}
 
 
 # -- raw keys, values and TTLs ---------------------------------------------------------

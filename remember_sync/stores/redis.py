@@ -90,7 +90,10 @@ def _mapped(
             f"Redis {operation} failed: the server rejected the credentials ({exc}); "
             "check the Redis password (and username) in config / the URL"
         )
-    if isinstance(exc, _ACL_ERRORS):
+    if isinstance(exc, _ACL_ERRORS) or (
+        # A command a script runs, refused by the ACL (the listing index's scripts).
+        isinstance(exc, RedisError) and "executing the script can't run this command" in str(exc)
+    ):
         return RememberConfigurationError(
             f"Redis {operation} failed: the Redis user lacks a permission ({exc}); "
             "grant it the string, scan and scripting commands"

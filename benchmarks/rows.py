@@ -641,7 +641,7 @@ def rows_entries(env: Environment, sizes: Sizes) -> list[Row]:
                     own_floor = Row.from_comparison(
                         c,
                         group="4",
-                        operation=f"entries() of {n}",
+                        operation=f"entries() of {n}, vs its floor",
                         store=kind,
                         baseline="entries() floor, envelope",
                         ratio_kind="time",

@@ -450,3 +450,17 @@ def test_reindex_cli_with_progress(
     assert redis_client.exists(index_record_key(P)) == 1
     redis_store.use_index(lambda k: index_key_of(P, k))
     assert len(_index_members(redis_store)) == 4
+
+
+def test_cluster_index_scores_never_fall_below_the_entry_deadline(
+    redis_cluster_store: RedisStore,
+) -> None:
+    """A failed NX write on a cluster must not lower the score of the entry another left."""
+    store = redis_cluster_store
+    store.use_index(lambda k: index_key_of(P, k))
+    index = namespace_index_key(P, HEAD)
+    assert store.set(HEAD + "k", "forever") is True
+    assert store.set(HEAD + "k", "brief", ttl_ms=1_000, only_if_absent=True) is False
+    assert store._client.zscore(index, HEAD + "k") == 9_000_000_000_000_000
+    assert store._client.pttl(index) == -1
+    assert _index_members(store) == {HEAD + "k"}

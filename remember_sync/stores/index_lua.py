@@ -207,13 +207,19 @@ return n
 """
 
 #: Cluster write, step one (before the entry is written).  KEYS = index; ARGV =
-#: slack ms, then pairs of member and PX ms ("" for no deadline).
+#: slack ms, then pairs of member and PX ms ("" for no deadline).  Scores only
+#: rise here; a member whose entry now expires earlier is pruned late (harmless).
 INDEX_ADD = _HELPERS + """\
 local now, top = now_ms(), 0
 for i = 2, #ARGV, 2 do
   local score = 9000000000000000
   if ARGV[i + 1] ~= '' then score = now + tonumber(ARGV[i + 1]) end
-  redis.call('ZADD', KEYS[1], score, ARGV[i])
+  -- Never lower a score: the write may fail (NX, compare-and-set) and leave the
+  -- entry another writer set, whose deadline may be later.  Too late is harmless.
+  local old = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if not old or tonumber(old) < score then
+    redis.call('ZADD', KEYS[1], score, ARGV[i])
+  end
   if score > top then top = score end
 end
 extend_ttl(KEYS[1], top, tonumber(ARGV[1]))

@@ -27,7 +27,6 @@ __all__ = [
     "DELETE_INDEXED",
     "INDEX_ADD",
     "INDEX_CANDIDATES",
-    "INDEX_MEMBERS",
     "INDEX_PAGE",
     "INDEX_REMOVE",
     "PERSISTENT_SCORE",
@@ -119,7 +118,7 @@ fix_ttl(KEYS[1], 1000)
 return n
 """
 
-#: One page of an index with the values (standalone, Vercel KV).  KEYS = index;
+#: One page of an index with the values (Vercel KV: one request).  KEYS = index;
 #: ARGV = cursor, glob over members, count, "1" to prune first.  Pruning looks at
 #: members whose score has passed: gone ones leave the index, live ones (a TTL
 #: changed by a writer that does not keep the index) get their real deadline.
@@ -162,35 +161,6 @@ for i = 1, #gone, 1000 do
   redis.call('ZREM', idx, unpack(gone, i, math.min(i + 999, #gone)))
 end
 return {page[1], outk, outv}
-"""
-
-_PRUNE = """\
-local idx = KEYS[1]
-if ARGV[4] == '1' then
-  local now = now_ms()
-  local due = redis.call('ZRANGEBYSCORE', idx, '-inf', now, 'LIMIT', 0, 1000)
-  for _, m in ipairs(due) do
-    local ttl = redis.call('PTTL', m)
-    if ttl == -2 then
-      redis.call('ZREM', idx, m)
-    elseif ttl == -1 then
-      redis.call('ZADD', idx, 9000000000000000, m)
-    else
-      redis.call('ZADD', idx, now + ttl, m)
-    end
-  end
-  if #due > 0 then fix_ttl(idx, 1000) end
-end
-"""
-
-#: One page of an index's members (standalone): :data:`INDEX_PAGE` without the
-#: values, which the store reads with a plain ``MGET`` pipelined behind it.
-#: Returns {next cursor, members}.
-INDEX_MEMBERS = _HELPERS + _PRUNE + """\
-local page = redis.call('ZSCAN', idx, ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
-local flat, keys = page[2], {}
-for i = 1, #flat, 2 do keys[#keys + 1] = flat[i] end
-return {page[1], keys}
 """
 
 #: Drop members whose entry is gone (checked here, atomically).  KEYS = index;

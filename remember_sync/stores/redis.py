@@ -340,14 +340,14 @@ class RedisStore:
         self._scripts = {
             name: client.register_script(getattr(index_lua, name))
             for name in (
-                "SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_MEMBERS", "INDEX_ADD",
+                "SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_ADD",
                 "INDEX_REMOVE", "INDEX_CANDIDATES", "PRUNE_MISSING", "REINDEX",
             )
         }
         # (pattern, count, cursor) -> the keys that SCAN page held last time (standalone).
         self._page_keys: dict[tuple[bytes, int, int], list[bytes | str]] = {}
         # (index, pattern, count, cursor) -> the members that index page held last time.
-        self._index_guess: dict[tuple[bytes, bytes, int, bytes], list[bytes | str]] = {}
+        self._index_guess: dict[tuple[bytes, bytes, int, bytes], list[Any]] = {}
 
     @classmethod
     def from_url(
@@ -717,11 +717,12 @@ class RedisStore:
     ) -> Iterator[list[tuple[str, str]]]:
         """Yield the live ``(key, value)`` pairs of *index* matching *pattern*.
 
-        Standalone: one script call per ``ZSCAN`` page of the index -- members
-        and their ``MGET`` values in one round trip, pruning members whose entry
-        is gone.  Cluster: the page's members (candidates), then their values
-        per hash slot; a member without a value is left out but kept (a writer
-        may be between its two steps).
+        Standalone: a ``ZSCAN`` page of the index pipelined with an ``MGET`` of
+        the members it held last time (one round trip when nothing changed);
+        members whose entry is gone are dropped by a script that re-checks them.
+        Cluster: the page's members (candidates), then their values per hash
+        slot; a member without a value is left out but kept (a writer may be
+        between its two steps).
         """
         check_count(count)
         if self._cluster:
@@ -731,32 +732,27 @@ class RedisStore:
     def _index_pages(
         self, index: bytes, pattern: bytes, count: int
     ) -> Iterator[list[tuple[str, str]]]:
-        # As _scan_pages: the members a page held last time are MGET in the same round
-        # trip as the page itself; members new since then take a second MGET.
+        # As _scan_pages: a ZSCAN page of the index, with an MGET of the members that
+        # page held last time in the same round trip (no script: the cheapest read);
+        # members new since then take a second MGET.  Members without a value (expired,
+        # or deleted behind the index's back) are dropped by a script that re-checks them.
         seen: set[bytes | str] = set()
-        cursor: bytes = b"0"
-        script = self._scripts["INDEX_MEMBERS"]
-        prune = b"1"
+        cursor: Any = 0
         while True:
-            where = (index, pattern, count, cursor)
+            where = (index, pattern, count, str(cursor).encode())
             guess = self._index_guess.get(where)
-            command = ["EVALSHA", script.sha, 1, index, cursor, pattern, count, prune]
             with _translate("index read", self._no_client_cert):
                 values: list[Any] = []
-                try:
-                    if guess:
-                        pipe = self._client.pipeline(transaction=False)
-                        pipe.execute_command(*command)
-                        pipe.execute_command("MGET", *guess)
-                        (after, members), values = pipe.execute()
-                    else:
-                        after, members = self._client.execute_command(*command)
-                except NoScriptError:  # a restarted server: load it, read the page again
-                    self._client.script_load(script.script)
-                    continue
-                prune = b""
+                if guess:
+                    pipe = self._client.pipeline(transaction=False)
+                    pipe.zscan(index, cursor, match=pattern, count=count)
+                    pipe.execute_command("MGET", *guess)
+                    (after, scored), values = pipe.execute()
+                else:
+                    after, scored = self._client.zscan(index, cursor, match=pattern, count=count)
+                members = [m for m, _ in scored]
                 self._remember_index_page(where, members)
-                if members == guess and len(set(members)) == len(members):
+                if members == guess:
                     known = dict(zip(members, values, strict=True))
                 else:
                     known = dict(zip(guess or (), values, strict=True))
@@ -766,17 +762,17 @@ class RedisStore:
                 fresh = [m for m in dict.fromkeys(members) if m not in seen]
                 seen.update(fresh)
                 gone = [m for m in fresh if known[m] is None]
-                if gone:  # deleted behind the index's back: re-checked and dropped atomically
+                if gone:
                     self._scripts["PRUNE_MISSING"](keys=[index], args=gone, client=self._client)
             pairs = [(m, known[m]) for m in fresh if known[m] is not None]
             if pairs:
                 yield _decoded(pairs)
-            cursor = after if isinstance(after, bytes) else str(after).encode()
-            if cursor == b"0":
+            cursor = int(after)
+            if cursor == 0:
                 return
 
     def _remember_index_page(
-        self, where: tuple[bytes, bytes, int, bytes], members: list[bytes | str]
+        self, where: tuple[bytes, bytes, int, bytes], members: list[Any]
     ) -> None:
         """Keep an index page's members for the next read (bounded, as _remember_page)."""
         if not members or len(members) > _GUESS_KEYS:

@@ -464,3 +464,44 @@ def test_cluster_index_scores_never_fall_below_the_entry_deadline(
     assert store._client.zscore(index, HEAD + "k") == 9_000_000_000_000_000
     assert store._client.pttl(index) == -1
     assert _index_members(store) == {HEAD + "k"}
+
+
+def test_concurrent_writers_keep_index_and_entries_in_step(
+    make_plugin: Callable[..., RememberPlugin], store: Store
+) -> None:
+    """Threads racing set/forget/update/increment on the same keys: afterwards the
+    listing shows exactly the keys that hold an entry, and the index holds them all."""
+    import random
+    import threading
+
+    plugin = make_plugin()
+    keys = ["k0", "k1", "k2", "k3"]
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        mem = plugin.accessor(ME)
+        try:
+            for _ in range(60):
+                key, op = rng.choice(keys), rng.randrange(4)
+                if op == 0:
+                    mem.set(key, seed, ttl=rng.choice([None, 600]))
+                elif op == 1:
+                    mem.forget(key)
+                elif op == 2:
+                    mem.update(key, -seed)
+                else:
+                    mem.modify(key, lambda v: 0 if not isinstance(v, int) else v + 1, default=0)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    mem = plugin.accessor(ME)
+    live = sorted(k for k in keys if mem.get(k) is not None)
+    assert mem.list() == live
+    assert {k[len(HEAD) :] for k in _index_members(store)} >= set(live)

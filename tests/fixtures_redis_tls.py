@@ -43,7 +43,7 @@ ACL_COMMANDS = (
     "+evalsha", "+eval", "+script|load", "+ping",
     # The listing index's scripts (docs/redis.rst, "The listing index").
     "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zremrangebyscore", "+zscan",
-    "+pttl", "+pexpireat", "+persist", "+time",
+    "+pttl", "+pexpireat", "+pexpire", "+persist", "+time", "+zscore", "+exists",
 )
 #: What a redis-py cluster client needs on top, to learn the topology.
 ACL_CLUSTER_COMMANDS = ("+cluster|slots", "+command")

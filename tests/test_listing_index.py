@@ -452,18 +452,26 @@ def test_reindex_cli_with_progress(
     assert len(_index_members(redis_store)) == 4
 
 
-def test_cluster_index_scores_never_fall_below_the_entry_deadline(
+def test_cluster_index_keeps_recent_members_and_follows_entries_without_expiry(
     redis_cluster_store: RedisStore,
 ) -> None:
-    """A failed NX write on a cluster must not lower the score of the entry another left."""
+    """Cluster scores are add times: a failed NX write keeps the member; a delete drops
+    only members not added within the grace (a writer may be between its steps)."""
     store = redis_cluster_store
     store.use_index(lambda k: index_key_of(P, k))
     index = namespace_index_key(P, HEAD)
     assert store.set(HEAD + "k", "forever") is True
+    assert store._client.pttl(index) == -1  # an entry without expiry: no expiry
     assert store.set(HEAD + "k", "brief", ttl_ms=1_000, only_if_absent=True) is False
-    assert store._client.zscore(index, HEAD + "k") == 9_000_000_000_000_000
     assert store._client.pttl(index) == -1
     assert _index_members(store) == {HEAD + "k"}
+    assert store.delete(HEAD + "k") == 1
+    assert store._client.zscore(index, HEAD + "k") is not None  # added just now: kept
+    assert _index_members(store) == set()  # and hidden from readers
+    store.set(HEAD + "t", "v", ttl_ms=5_000)
+    store._client.delete(index)
+    store.set(HEAD + "t", "v", ttl_ms=5_000)
+    assert 60_000 < store._client.pttl(index) <= 65_000  # its TTL + the grace
 
 
 def test_concurrent_writers_keep_index_and_entries_in_step(

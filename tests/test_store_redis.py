@@ -595,7 +595,7 @@ def test_documented_acl_suffices_and_a_missing_permission_is_a_configuration_err
         admin = server.client()
         acl = "+get +set +mget +unlink +scan +evalsha +eval +script|load +ping".split()
         acl += "+zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscan".split()
-        acl += "+pttl +pexpireat +persist +time".split()
+        acl += "+pttl +pexpireat +pexpire +persist +time +zscore +exists".split()
         admin.execute_command("ACL", "SETUSER", "mem", "on", ">pw", "~remember:*", "-@all", *acl)
         plugin = RememberPlugin.init(
             store=RedisStore(port=server.port, username="mem", password="pw"),

@@ -11,8 +11,8 @@ Standalone servers and Vercel KV run the write and its index upkeep in one
 script (:data:`SET_INDEXED`, :data:`CAS_INDEXED`, :data:`DELETE_INDEXED`):
 atomic, scored by the same clock that expires the entry.  Redis Cluster keeps
 entry and index in different hash slots and uses the single-key scripts
-:data:`INDEX_ADD` (before the write) and :data:`INDEX_REMOVE` (after the
-delete): see ``docs/redis.rst``.
+:data:`INDEX_ADD` (before the write) and :data:`INDEX_PRUNE` (after a delete,
+and for members a read found without an entry): see ``docs/redis.rst``.
 
 Scripts that read entries named in their arguments rather than in ``KEYS``
 (:data:`INDEX_PAGE`, :data:`REINDEX`) are for standalone servers and Vercel
@@ -26,9 +26,8 @@ __all__ = [
     "CLUSTER_SLACK_MS",
     "DELETE_INDEXED",
     "INDEX_ADD",
-    "INDEX_CANDIDATES",
     "INDEX_PAGE",
-    "INDEX_REMOVE",
+    "INDEX_PRUNE",
     "PERSISTENT_SCORE",
     "PRUNE_MISSING",
     "REINDEX",
@@ -40,8 +39,8 @@ __all__ = [
 PERSISTENT_SCORE = 9_000_000_000_000_000
 #: How long an index outlives its latest deadline on a standalone server or Vercel KV.
 STANDALONE_SLACK_MS = 1_000
-#: Cluster: the index's clock is another node's, and its score is taken before the
-#: entry is written; members are pruned by score only this long after their deadline.
+#: Cluster: how long after its last add a member whose entry is missing is kept (a
+#: writer between its two steps), and how long an index outlives its longest TTL.
 CLUSTER_SLACK_MS = 60_000
 
 _HELPERS = """\
@@ -177,44 +176,50 @@ return n
 """
 
 #: Cluster write, step one (before the entry is written).  KEYS = index; ARGV =
-#: slack ms, then pairs of member and PX ms ("" for no deadline).  Scores only
-#: rise here; a member whose entry now expires earlier is pruned late (harmless).
+#: grace ms, then pairs of member and PX ms ("" for no deadline).  On a cluster
+#: the score is the member's **last add time** (the index node's clock, strictly
+#: rising per member), not its deadline: a member may only be dropped once its
+#: entry is missing *and* nobody added it for longer than the grace (a writer
+#: between its two steps re-adds first).  The index lives as long as the longest
+#: TTL added plus the grace, and without expiry once an entry without one is added.
 INDEX_ADD = _HELPERS + """\
-local now, top = now_ms(), 0
+local idx, grace = KEYS[1], tonumber(ARGV[1])
+local existed = redis.call('EXISTS', idx) == 1
+local now, persist, longest = now_ms(), false, 0
 for i = 2, #ARGV, 2 do
-  local score = 9000000000000000
-  if ARGV[i + 1] ~= '' then score = now + tonumber(ARGV[i + 1]) end
-  -- Never lower a score: the write may fail (NX, compare-and-set) and leave the
-  -- entry another writer set, whose deadline may be later.  Too late is harmless.
-  local old = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if not old or tonumber(old) < score then
-    redis.call('ZADD', KEYS[1], score, ARGV[i])
+  local old = redis.call('ZSCORE', idx, ARGV[i])
+  local score = now
+  if old and tonumber(old) >= now then score = tonumber(old) + 1 end
+  redis.call('ZADD', idx, score, ARGV[i])
+  if ARGV[i + 1] == '' then
+    persist = true
+  elseif tonumber(ARGV[i + 1]) > longest then
+    longest = tonumber(ARGV[i + 1])
   end
-  if score > top then top = score end
 end
-extend_ttl(KEYS[1], top, tonumber(ARGV[1]))
+local ttl = redis.call('PTTL', idx)
+if persist then
+  if ttl ~= -1 then redis.call('PERSIST', idx) end
+elseif (ttl == -1 and not existed) or (ttl >= 0 and ttl < longest + grace) then
+  redis.call('PEXPIRE', idx, longest + grace)
+end
 return 1
 """
 
-#: Cluster delete, step two (after the entries are unlinked).  KEYS = index;
-#: ARGV = slack ms, members...
-INDEX_REMOVE = _HELPERS + """\
-redis.call('ZREM', KEYS[1], unpack(ARGV, 2))
-fix_ttl(KEYS[1], tonumber(ARGV[1]))
-return 1
-"""
-
-#: Cluster read: one page of candidates.  KEYS = index; ARGV = cursor, glob,
-#: count, "1" to prune members whose deadline passed more than ARGV[5] ms ago.
-#: Returns {next cursor, members}; the caller verifies them with MGET.
-INDEX_CANDIDATES = _HELPERS + """\
-if ARGV[4] == '1' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms() - tonumber(ARGV[5]))
+#: Cluster: drop members not added for longer than the grace.  KEYS = index;
+#: ARGV = grace ms, then pairs of member and the score the caller saw ("": any).
+#: A member re-added since (its score changed) or recently is kept.  Callers
+#: only pass members whose entry they found missing, or just deleted.
+INDEX_PRUNE = _HELPERS + """\
+local idx = KEYS[1]
+local limit, n = now_ms() - tonumber(ARGV[1]), 0
+for i = 2, #ARGV, 2 do
+  local s = redis.call('ZSCORE', idx, ARGV[i])
+  if s and tonumber(s) < limit and (ARGV[i + 1] == '' or tonumber(s) == tonumber(ARGV[i + 1])) then
+    n = n + redis.call('ZREM', idx, ARGV[i])
+  end
 end
-local page = redis.call('ZSCAN', KEYS[1], ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
-local flat, keys = page[2], {}
-for i = 1, #flat, 2 do keys[#keys + 1] = flat[i] end
-return {page[1], keys}
+return n
 """
 
 #: Bring existing entries into their indexes (standalone, Vercel KV).  KEYS =

@@ -341,7 +341,7 @@ class RedisStore:
             name: client.register_script(getattr(index_lua, name))
             for name in (
                 "SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_ADD",
-                "INDEX_REMOVE", "INDEX_CANDIDATES", "PRUNE_MISSING", "REINDEX",
+                "INDEX_PRUNE", "PRUNE_MISSING", "REINDEX",
             )
         }
         # (pattern, count, cursor) -> the keys that SCAN page held last time (standalone).
@@ -650,10 +650,16 @@ class RedisStore:
             self._scripts["INDEX_ADD"](keys=[_b(index)], args=args, client=self._client)
 
     def _index_remove(self, index: str, keys: Sequence[str]) -> None:
-        """Cluster, step two of a delete: drop *keys* from *index*."""
-        args = [str(index_lua.CLUSTER_SLACK_MS).encode(), *(_b(k) for k in keys)]
+        """Cluster, step two of a delete: drop *keys* from *index* unless added recently.
+
+        A member added within the grace may belong to a writer between its two
+        steps (added, not yet written): it stays, and a later read drops it.
+        """
+        args = [str(index_lua.CLUSTER_SLACK_MS).encode()]
+        for key in keys:
+            args += [_b(key), b""]
         with _translate("index remove", self._no_client_cert):
-            self._scripts["INDEX_REMOVE"](keys=[_b(index)], args=args, client=self._client)
+            self._scripts["INDEX_PRUNE"](keys=[_b(index)], args=args, client=self._client)
 
     def _by_index(self, keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
         """*keys* grouped by index name, and those no index holds."""
@@ -785,20 +791,26 @@ class RedisStore:
     def _cluster_index_pages(
         self, index: bytes, pattern: bytes, count: int
     ) -> Iterator[list[tuple[str, str]]]:
+        # Candidates from the index, verified by MGET (per slot); candidates without an
+        # entry are dropped only if nobody added them for longer than the grace.
         seen: set[bytes | str] = set()
-        cursor: Any = b"0"
-        script = self._scripts["INDEX_CANDIDATES"]
-        first = True
-        slack = str(index_lua.CLUSTER_SLACK_MS).encode()
+        cursor: Any = 0
+        grace = str(index_lua.CLUSTER_SLACK_MS).encode()
         while True:
-            args = [cursor, pattern, count, b"1" if first else b"", slack]
             with _translate("index read", self._no_client_cert):
-                cursor, members = script(keys=[index], args=args, client=self._client)
-                fresh = [m for m in dict.fromkeys(members) if m not in seen]
-                seen.update(fresh)
-                values = self._client.mget_nonatomic(fresh) if fresh else []
-            first = False
-            pairs = [(k, v) for k, v in zip(fresh, values, strict=True) if v is not None]
+                cursor, scored = self._client.zscan(index, cursor, match=pattern, count=count)
+                fresh = [(m, s) for m, s in dict(scored).items() if m not in seen]
+                seen.update(m for m, _ in fresh)
+                values = self._client.mget_nonatomic([m for m, _ in fresh]) if fresh else []
+                gone: list[Any] = []
+                for (member, score), value in zip(fresh, values, strict=True):
+                    if value is None:
+                        gone += [member, str(int(score)).encode()]
+                if gone:
+                    self._scripts["INDEX_PRUNE"](
+                        keys=[index], args=[grace, *gone], client=self._client
+                    )
+            pairs = [(m, v) for (m, _), v in zip(fresh, values, strict=True) if v is not None]
             if pairs:
                 yield _decoded(pairs)
             if int(cursor) == 0:
@@ -809,7 +821,7 @@ class RedisStore:
 
         Standalone: one script per batch (atomic: a key deleted meanwhile is
         skipped).  Cluster: their ``PTTL`` (pipelined), then one index script
-        per index; a key deleted in between leaves a member that reads hide.
+        per index; a key deleted in between leaves a member that reads drop.
         """
         if self._index_of is None:
             raise RememberConfigurationError("add_to_index needs use_index() first")

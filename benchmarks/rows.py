@@ -79,6 +79,10 @@ class Sizes:
     list_keys: int = 10
     #: Keys of other namespaces in the database for the ``list()`` rows.
     list_db_sizes: tuple[int, ...] = (1_000, 100_000)
+    #: The same, memory and Redis only (filled with pipelined bulk writes).
+    list_big_db_sizes: tuple[int, ...] = (1_000_000,)
+    #: Older (unindexed) entries for the reindex row.
+    reindex_keys: int = 100_000
     #: Thread counts of row 6; the first is the reference.
     threads: tuple[int, ...] = (1, 2, 4, 8)
     #: Operations per thread-count run (split between the threads).
@@ -99,6 +103,8 @@ FULL = Sizes()
 QUICK = Sizes(
     seconds=1.0,
     list_db_sizes=(1_000, 20_000),
+    list_big_db_sizes=(),
+    reindex_keys=20_000,
     thread_ops=6_000,
     thread_rounds=4,
     purge_keys=20_000,
@@ -174,11 +180,12 @@ class Environment:
 
     # -- plugins -------------------------------------------------------------------------
 
-    def plugin(self, kind: str, *, db: int = 0) -> RememberPlugin:
+    def plugin(self, kind: str, *, db: int = 0, listing: str = "index") -> RememberPlugin:
         """An encrypted plugin on *kind*: memory, redis, redis-cluster or vercel-kv."""
         common: dict[str, Any] = {
             "encryption": {"secrets": [SECRET]},
             "skip_legacy_purge": True,
+            "listing": listing,
         }
         if kind == "memory":
             return RememberPlugin.init(**common)
@@ -198,8 +205,13 @@ class Environment:
 
 
 @contextmanager
-def _plugin(env: Environment, kind: str, *, db: int = 0) -> Iterator[RememberPlugin]:
-    plugin = env.plugin(kind, db=db)
+def _plugin(
+    env: Environment, kind: str, *, db: int = 0, listing: str = "index"
+) -> Iterator[RememberPlugin]:
+    plugin = env.plugin(kind, db=db, listing=listing)
+    backfill = plugin.index_backfill
+    if backfill is not None and not backfill.wait(60):  # its one pass, before any timing
+        raise RuntimeError("the background reindex did not finish")
     try:
         yield plugin
     finally:
@@ -284,7 +296,36 @@ def rows_redis_get_set(env: Environment, sizes: Sizes) -> list[Row]:
                     )
         finally:
             bare.close()
+    rows.append(_index_cost_row(env, sizes, "redis", "1"))
     return rows
+
+
+def _index_cost_row(env: Environment, sizes: Sizes, kind: str, group: str) -> Row:
+    """The listing index's write cost: ``set`` keeping it vs ``set`` with ``listing="scan"``."""
+    with _plugin(env, kind) as indexed, _plugin(env, kind, db=5, listing="scan") as scanning:
+        keys = _keys()
+        ours = indexed.accessor(Identity(session_id=SESSION))
+        base = scanning.accessor(Identity(session_id=BARE_SESSION))
+        _preload(ours, keys)
+        _preload(base, keys)
+        ours_set = _accessor_ops(ours, keys)[1]
+        base_set = _accessor_ops(base, keys)[1]
+        c = compare(ours_set, base_set, **_timing(sizes))
+    if kind == "redis":
+        client = env.client(db=5)
+        try:
+            client.flushdb()
+        finally:
+            client.close()
+    return Row.from_comparison(
+        c,
+        group=group,
+        operation="set, index upkeep",
+        store=kind,
+        baseline="set with listing='scan'",
+        ratio_kind="time",
+        note="what keeping the listing index adds to a write (one Lua script on Redis)",
+    )
 
 
 # -- row 2: memory store vs the inline floor -------------------------------------------------
@@ -381,6 +422,7 @@ def rows_memory_floor(env: Environment, sizes: Sizes) -> list[Row]:
                     target=2.0,
                 )
             )
+    rows.append(_index_cost_row(env, sizes, "memory", "2"))
     return rows
 
 
@@ -586,13 +628,26 @@ def rows_entries(env: Environment, sizes: Sizes) -> list[Row]:
                 # of n keys, as the others' do.
                 bare = env.client(db=1)
                 try:
-                    for name, floor in (
+                    floors = (
                         ("entries() floor, envelope", _envelope_floor(plugin, ident, n)),
                         ("entries() floor, binary", _binary_floor(bare, n)),
-                    ):
+                    )
+                    for name, floor in floors:
                         if floor(0) != [VALUE] * n:
                             raise RuntimeError(f"{name} did not read back what was written")
                         measured.append((name, compare(floor, one_by_one, **timing)))
+                    # Relative to its own floor: does not depend on the machine's speed.
+                    c = compare(batched, floors[0][1], **timing)
+                    own_floor = Row.from_comparison(
+                        c,
+                        group="4",
+                        operation=f"entries() of {n}, vs its floor",
+                        store=kind,
+                        baseline="entries() floor, envelope",
+                        ratio_kind="time",
+                        target=1.3,
+                        note="index read (ZSCAN+MGET pipelined) + decoding vs SCAN+MGET + decoding",
+                    )
                 finally:
                     bare.flushdb()
                     bare.close()
@@ -609,6 +664,8 @@ def rows_entries(env: Environment, sizes: Sizes) -> list[Row]:
                         note=_FLOOR_NOTES.get(operation, ""),
                     )
                 )
+            if kind == "redis":
+                rows.append(own_floor)
             if env.kv is not None:
                 env.kv.reset_log()  # the emulator records every request; keep it small
     env.flush()
@@ -618,62 +675,164 @@ def rows_entries(env: Environment, sizes: Sizes) -> list[Row]:
 # -- row 5: list() as the database grows -------------------------------------------------------
 
 
-def _fill_redis(client: redis.Redis, others: int) -> None:
+def _fill_redis(client: Any, others: int) -> None:
+    """*others* keys of other namespaces, pipelined ``MSET`` of 1,000 (per slot on a cluster)."""
+    cluster = isinstance(client, redis.cluster.RedisCluster)
     pipe = client.pipeline(transaction=False)
     batch: dict[str, str] = {}
     for i in range(others):
-        batch[_session_head(f"other-{i:07d}") + "note"] = "x"
+        key = _session_head(f"other-{i:07d}") + "note"
+        if cluster:
+            pipe.set(key, "x")
+            if (i + 1) % 10_000 == 0:
+                pipe.execute()
+            continue
+        batch[key] = "x"
         if len(batch) == 1000:
             pipe.mset(batch)
             batch = {}
+            if (i + 1) % 100_000 == 0:
+                pipe.execute()
     if batch:
         pipe.mset(batch)
     pipe.execute()
 
 
+@contextmanager
+def _list_pair(env: Environment, kind: str, others: int) -> Iterator[tuple[RememberPlugin, ...]]:
+    """Two plugins of *kind*: one on a database holding only the namespace, one beside
+    *others* keys of other namespaces.  Redis: databases 2 and 3; Vercel KV: a second
+    emulator on database 2 beside the environment's (database 1); Cluster: a second
+    3-primary cluster; memory: two stores."""
+    with ExitStack() as stack:
+        if kind == "redis":
+            alone = stack.enter_context(_plugin(env, kind, db=2))
+            filled = stack.enter_context(_plugin(env, kind, db=3))
+            fill: Any = env.client(db=3)
+            stack.callback(fill.close)
+        elif kind == "vercel-kv":
+            assert env.redis is not None
+            second = stack.enter_context(
+                KVEmulator(f"redis://127.0.0.1:{env.redis.port}/2", TOKEN)
+            )
+            alone = RememberPlugin.init(
+                type="vercel-kv", url=second.url, token=TOKEN, skip_legacy_purge=True,
+                encryption={"secrets": [SECRET]},
+            )
+            stack.callback(alone.close)
+            filled = stack.enter_context(_plugin(env, kind))
+            fill = env.client(db=1)
+            stack.callback(fill.close)
+        elif kind == "redis-cluster":
+            other = stack.enter_context(RedisCluster())
+            client = other.client()
+            stack.callback(client.close)
+            alone = RememberPlugin.init(
+                store=RedisStore(client=client), skip_legacy_purge=True,
+                encryption={"secrets": [SECRET]},
+            )
+            stack.callback(alone.close)
+            filled = stack.enter_context(_plugin(env, kind))
+            fill = env.cluster_client()
+            stack.callback(fill.close)
+        else:
+            alone = stack.enter_context(_plugin(env, kind))
+            filled = stack.enter_context(_plugin(env, kind))
+            fill = None
+        for plugin in (alone, filled):
+            backfill = plugin.index_backfill
+            if backfill is not None and not backfill.wait(60):
+                raise RuntimeError("the background reindex did not finish")
+        if fill is not None:
+            _fill_redis(fill, others)
+        else:
+            store = filled.store
+            for i in range(others):
+                store.set(_session_head(f"other-{i:07d}") + "note", "x")
+        yield alone, filled
+
+
 def rows_list(env: Environment, sizes: Sizes) -> list[Row]:
-    """Row 5: ``list()`` of a small namespace in a database holding many other keys."""
+    """Row 5: ``list()`` of a small namespace in a database holding many other keys.
+
+    With the listing index the namespace is read without walking the database,
+    so the ratio stays near 1 however many other keys there are.
+    """
     rows: list[Row] = []
-    env.flush()
     keys = _keys(sizes.list_keys)
-    for kind in ("redis", "memory"):
-        with ExitStack() as stack:
-            # db 2: only the namespace (the baseline); db 3, 4...: plus the other keys.
-            plugins = [
-                stack.enter_context(_plugin(env, kind, db=2 + i))
-                for i in range(1 + len(sizes.list_db_sizes))
-            ]
-            accessors = [p.accessor(Identity(session_id=SESSION)) for p in plugins]
-            for mem in accessors:
-                _preload(mem, keys)
-            filled = zip(plugins[1:], sizes.list_db_sizes, strict=True)
-            for db, (plugin, others) in enumerate(filled, 3):
-                if kind == "redis":
-                    client = env.client(db=db)
-                    try:
-                        _fill_redis(client, others)
-                    finally:
-                        client.close()
-                else:
-                    for i in range(others):
-                        plugin.store.set(_session_head(f"other-{i:07d}") + "note", "x")
-            alone = _list_op(accessors[0])
-            for mem, others in zip(accessors[1:], sizes.list_db_sizes, strict=True):
-                if mem.list() != sorted(keys):
-                    raise RuntimeError("list() returned the wrong keys")
-                c = compare(_list_op(mem), alone, **_timing(sizes, 1.0, 2.0))
-                rows.append(
-                    Row.from_comparison(
-                        c,
-                        group="5",
-                        operation=f"list() of {len(keys)}, db {others:,}",
-                        store=kind,
-                        baseline=f"list() of {len(keys)}, db {len(keys)}",
-                        ratio_kind="time",
-                    )
+    for kind in ("memory", "redis", "redis-cluster", "vercel-kv"):
+        big = sizes.list_big_db_sizes if kind in ("memory", "redis") else ()
+        for others in (*sizes.list_db_sizes, *big):
+            env.flush()
+            with _list_pair(env, kind, others) as (alone, filled):
+                accessors = [p.accessor(Identity(session_id=SESSION)) for p in (alone, filled)]
+                for mem in accessors:
+                    _preload(mem, keys)
+                    if mem.list() != sorted(keys):
+                        raise RuntimeError("list() returned the wrong keys")
+                c = compare(
+                    _list_op(accessors[1]), _list_op(accessors[0]), **_timing(sizes, 1.0, 2.0)
                 )
+            rows.append(
+                Row.from_comparison(
+                    c,
+                    group="5",
+                    operation=f"list() of {len(keys)}, db {others:,}",
+                    store=kind,
+                    baseline=f"list() of {len(keys)}, db {len(keys)}",
+                    ratio_kind="time",
+                    target=1.5 if others <= 100_000 else 2.0,
+                )
+            )
+            if env.kv is not None:
+                env.kv.reset_log()
     env.flush()
     return rows
+
+
+# -- row 9: reindex of older entries ----------------------------------------------------------
+
+
+def rows_reindex(env: Environment, sizes: Sizes) -> list[Row]:
+    """Row 9: ``remember-sync reindex`` of older (unindexed) entries, vs a bare SCAN walk."""
+    from remember_sync.ops.reindex import reindex
+
+    n = sizes.reindex_keys
+    env.flush()
+    client = env.client(db=6)
+    try:
+        _fill_redis(client, n)  # n namespaces of one entry, written without the index
+        began = time.perf_counter()
+        walked = sum(1 for _ in client.scan_iter(match=f"{PREFIX}*", count=1000))
+        scan_seconds = time.perf_counter() - began
+        assert env.redis is not None
+        store = RedisStore(port=env.redis.port, db=6)
+        try:
+            result = reindex(store, PREFIX)
+        finally:
+            store.close()
+        indexes = sum(1 for _ in client.scan_iter(match=f"{PREFIX}__index__:*", count=1000))
+    finally:
+        client.flushdb()
+        client.close()
+    if result.indexed != n or indexes != n or walked != n:
+        raise RuntimeError(f"reindex indexed {result.indexed} of {n} entries ({indexes} indexes)")
+    return [
+        Row(
+            group="9",
+            operation=f"reindex of {n:,} older entries",
+            store="redis",
+            ops_per_s=n / result.seconds,
+            p50_us=None,
+            p99_us=None,
+            baseline="SCAN COUNT 1000 of the same keys",
+            baseline_ops_per_s=n / scan_seconds,
+            ratio=(n / result.seconds) / (n / scan_seconds),
+            ratio_kind="throughput",
+            note="entries indexed per second (remember-sync reindex); one run",
+            extra={"seconds": result.seconds, "scan_seconds": scan_seconds},
+        )
+    ]
 
 
 # -- row 6: threads on the memory store -------------------------------------------------------
@@ -976,6 +1135,7 @@ GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
     "7b": ("tools/call", rows_tools),
     "7c": ("tools/call under gunicorn", rows_gunicorn),
     "8": ("modify / increment vs get + update", rows_modify),
+    "9": ("reindex of older entries", rows_reindex),
 }
 
 

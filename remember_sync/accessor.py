@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import functools
 import hashlib
 import html
 import logging
@@ -26,6 +27,7 @@ from typing import Any
 from ._fork import after_fork_in_child
 from .codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
 from .errors import (
+    RememberConfigurationError,
     RememberConflictError,
     RememberDecryptionError,
     RememberIdentityError,
@@ -37,17 +39,21 @@ from .keys import (
     MAX_KEY_BYTES,
     check_key,
     check_pattern,
+    index_key_of,
+    index_record_key,
     match_user_pattern,
+    namespace_index_key,
     parse_storage_key,
     scope_glob,
     scope_prefix,
 )
-from .stores.base import Store
+from .stores.base import NamespaceIndex, Store
 from .types import Identity, Namespace, RememberEntry, Scope, check_brand, check_scope
 
 __all__ = [
     "CAS_ATTEMPTS",
     "DEFAULT_MAX_VALUE_BYTES",
+    "LISTING_MODES",
     "MAX_TTL_SECONDS",
     "UNREADABLE_REMEMBERED",
     "AccessorCore",
@@ -71,6 +77,10 @@ _CAS_PAUSE_MAX = 0.032
 #: The longest TTL accepted: 100 years, in seconds.
 MAX_TTL_SECONDS = 100 * 365 * 86_400
 _BATCH = 500
+#: How a namespace is listed: ``"index"`` (its listing index) or ``"scan"`` (the database).
+LISTING_MODES = ("index", "scan")
+#: While the fleet's older entries are not yet indexed, the record is read at most this often.
+_INDEX_RECHECK_MS = 5_000
 #: Resolved (identity, scope) pairs kept per plugin; the cache is emptied when full.
 _NAMESPACE_CACHE = 4096
 #: Distinct unreadable keys a plugin remembers (as 16-byte hashes, oldest forgotten
@@ -137,6 +147,13 @@ class AccessorCore:
     :param read_doubled_prefix: also read keys written by 1.8.0's Redis and
         Vercel KV stores, which doubled the prefix (``P + P + ...``).
     :param sleep: pauses between compare-and-set retries (inject in tests).
+    :param listing: ``"index"`` (default): writes keep a per-namespace listing
+        index and ``list``/``entries``/``forget_many`` read it, at a cost that
+        depends on the namespace, not the database -- once the fleet's older
+        entries are indexed (``P + "__indexed__"`` is recorded by a reindex;
+        until then they scan).  ``"scan"``: walk the database, as 1.8.0 does.
+        A store without the :class:`~remember_sync.stores.base.NamespaceIndex`
+        capability always scans.
     """
 
     def __init__(
@@ -151,7 +168,10 @@ class AccessorCore:
         on_decrypt_error: str = "warn",
         read_doubled_prefix: bool = False,
         sleep: Callable[[float], None] | None = None,
+        listing: str = "index",
     ) -> None:
+        if listing not in LISTING_MODES:
+            raise RememberConfigurationError(f"listing must be 'index' or 'scan'; got {listing!r}")
         self.store = store
         self.codec = codec
         self.prefix = prefix
@@ -169,7 +189,36 @@ class AccessorCore:
         # Resolving the scope rules and percent-encoding the identity is pure, and
         # costs more than a dict lookup on every call.
         self._namespaces: dict[tuple[object, ...], tuple[Namespace, str]] = {}
+        self.listing = listing
+        #: Whether reads may trust the index: every older entry is in it.
+        self.index_ready = False
+        self._index_checked_at: int | None = None
+        if listing == "index" and not isinstance(store, NamespaceIndex):
+            self.listing = "scan"
+        elif listing == "index":
+            assert isinstance(store, NamespaceIndex)
+            self.index_ready = store.use_index(functools.partial(index_key_of, prefix))
         after_fork_in_child(self._after_fork_in_child)
+
+    def index_usable(self) -> bool:
+        """Whether listing reads the index now (index mode, and the fleet's reindex recorded).
+
+        Until the record ``P + "__indexed__"`` appears, it is read at most every
+        few seconds and listing scans the database (a store error also scans).
+        """
+        if self.listing != "index":
+            return False
+        if self.index_ready:
+            return True
+        now = self.clock()
+        if self._index_checked_at is not None and now - self._index_checked_at < _INDEX_RECHECK_MS:
+            return False
+        self._index_checked_at = now
+        try:
+            self.index_ready = self.store.get(index_record_key(self.prefix)) is not None
+        except Exception:  # noqa: BLE001 - a failing store is reported by the scan itself
+            return False
+        return self.index_ready
 
     def _after_fork_in_child(self) -> None:
         # Another thread of the parent may have held the lock at the fork (see _fork).
@@ -339,6 +388,9 @@ class AccessorCore:
         when it has one (keys and values in one pass), else ``scan`` then
         ``get_many`` per batch.  Keys whose value vanished in between are left out.
         """
+        if self.index_usable():
+            yield from self._index_pages(ns, pattern)
+            return
         scanner = getattr(self.store, "scan_pages", None)
         if scanner is None:
             keys = self.scan_keys(ns, pattern)
@@ -361,6 +413,22 @@ class AccessorCore:
                     seen.update(k for k, _ in kept)
                 if kept:
                     yield kept
+
+
+    def _index_pages(self, ns: Namespace, pattern: str) -> Iterator[list[tuple[str, str]]]:
+        """:meth:`scan_pages` through the namespace's listing index (1.8.0's keys are not in it)."""
+        head = scope_prefix(self.prefix, ns)
+        cut = len(head)
+        assert isinstance(self.store, NamespaceIndex)
+        pages = self.store.index_pages(
+            namespace_index_key(self.prefix, head), scope_glob(self.prefix, ns, pattern)
+        )
+        for page in pages:
+            kept = [item for item in page if item[0].startswith(head)]
+            if pattern != "*":
+                kept = [item for item in kept if match_user_pattern(pattern, item[0][cut:])]
+            if kept:
+                yield kept
 
 
 class RememberAccessor:

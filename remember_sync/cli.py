@@ -371,6 +371,14 @@ def build_parser() -> argparse.ArgumentParser:
             "be read (they are listed) or kept changing.")
     p.add_argument("--dry-run", action="store_true", help="only count what would be rotated")
 
+    add("reindex", _cmd_reindex, "builds/repairs the per-namespace listing index",
+        [store, as_json], needs_store=True,
+        description="Walk the store under the prefix once and put every entry into its "
+        "namespace's listing index (entries written by FrontMCP 1.8.0, by releases before the "
+        "index, or by a plugin with listing='scan' are in none), then record that the fleet is "
+        "indexed: plugins then list each namespace without scanning the database. Idempotent "
+        "and safe beside running applications. Needs no secret: values are not read.")
+
     p = add("purge-legacy", _cmd_purge_legacy, "delete pre-v2 keys now (the SPEC section 7 sweep)",
             [store, as_json], needs_store=True,
             description="Delete the pre-v2 entries (P+'session:*', P+'tool:*', P+'user:*') now, "
@@ -920,6 +928,33 @@ def _confirm(question: str) -> bool:
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()
     return answer in ("y", "yes")
+
+
+def _cmd_reindex(args: argparse.Namespace) -> int:
+    from .ops.context import open_store
+    from .ops.reindex import reindex
+
+    store = open_store(args.store_choice)
+    try:
+        result = reindex(store, args.prefix, progress_stream=_progress_stream())
+    finally:
+        store.close()
+    if args.json:
+        _print_json(
+            {
+                "keys": result.keys,
+                "entries": result.entries,
+                "indexed": result.indexed,
+                "seconds": round(result.seconds, 3),
+                "keys_per_second": round(result.rate),
+            }
+        )
+    else:
+        sys.stdout.write(
+            f"indexed {result.indexed} of {result.entries} entries ({result.keys} keys under "
+            f"prefix {args.prefix!r}) in {result.seconds:.1f} s, {result.rate:,.0f} entries/s\n"
+        )
+    return EXIT_OK
 
 
 def _cmd_purge_legacy(args: argparse.Namespace) -> int:

@@ -40,6 +40,10 @@ __all__ = [
     "encode_component",
     "ended_session_key",
     "glob_escape",
+    "index_key_of",
+    "index_record_key",
+    "is_index_key",
+    "namespace_index_key",
     "layout_marker_key",
     "legacy_patterns",
     "match_user_pattern",
@@ -166,6 +170,45 @@ def ended_session_key(prefix: str, digest: str) -> str:
     legacy ``session:``/``tool:``/``user:`` head (so the purge leaves it).
     """
     return f"{prefix}__revoked__:{digest}"
+
+
+#: What follows ``P`` in every per-namespace listing index key.
+INDEX_HEAD = "__index__:"
+
+
+def namespace_index_key(prefix: str, head: str) -> str:
+    """``P + "__index__:" + <head after P>``: the listing index of the namespace *head*.
+
+    *head* is a :func:`scope_prefix`.  Like the layout marker the key is no
+    entry: it starts with neither ``v2:`` nor ``global:`` (no scope lists or
+    forgets it), nor with a legacy ``session:``/``tool:``/``user:`` head (the
+    purge leaves it), and :func:`parse_storage_key` returns ``None`` for it
+    (rotate, export, stats and doctor skip it).
+    """
+    return prefix + INDEX_HEAD + head[len(prefix) :]
+
+
+def index_key_of(prefix: str, full_key: str) -> str | None:
+    """The listing index key of the entry *full_key*, or ``None`` when it is no entry.
+
+    Only keys of the storage-key grammar are indexed (:func:`storage_namespace`);
+    the layout marker, bookkeeping keys, 1.8.0's doubled-prefix keys and
+    foreign keys are not.
+    """
+    head = storage_namespace(prefix, full_key)
+    if len(head) == len(prefix) or len(head) == len(full_key):
+        return None
+    return prefix + INDEX_HEAD + head[len(prefix) :]
+
+
+def is_index_key(prefix: str, full_key: str) -> bool:
+    """Whether *full_key* is one of the listing index keys under *prefix*."""
+    return full_key.startswith(prefix + INDEX_HEAD)
+
+
+def index_record_key(prefix: str) -> str:
+    """``P + "__indexed__"``: the fleet's record that every older entry is indexed."""
+    return f"{prefix}__indexed__"
 
 
 def legacy_patterns(prefix: str) -> tuple[str, str, str]:

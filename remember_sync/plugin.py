@@ -49,6 +49,8 @@ _OPTIONS = frozenset(
         "max_bytes",
         "on_decrypt_error",
         "read_doubled_prefix",
+        "listing",
+        "background_reindex",
         "clock",
         "environ",
     }
@@ -157,7 +159,9 @@ class RememberPlugin:
         self._closed = False
         self._purge: Any = None
         self._key_check: Any = None
+        self._backfill: Any = None
         self._start_purge()
+        self._start_backfill()
 
     # -- construction -------------------------------------------------------------------
 
@@ -235,6 +239,11 @@ class RememberPlugin:
         if custom_key is not None and (not isinstance(custom_key, str) or not custom_key):
             raise _config_error("encryption.custom_key", "must be a non-empty string")
         tools = cls._check_tools(_check_dict(options.get("tools"), "tools", _TOOLS_OPTIONS))
+        # A 1.8.0 writer keeps no listing index: beside one, list by scanning.
+        listing = options.get("listing", "scan" if compatible or read_doubled else "index")
+        if listing not in ("index", "scan"):
+            raise _config_error("listing", f"must be 'index' or 'scan'; got {listing!r}")
+        backfill = _check_bool(options.get("background_reindex", True), "background_reindex")
 
         store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:
@@ -259,6 +268,7 @@ class RememberPlugin:
                 max_value_bytes=max_value_bytes,
                 on_decrypt_error=on_decrypt_error,
                 read_doubled_prefix=read_doubled,
+                listing=listing,
             )
         except BaseException:
             if owns:
@@ -269,7 +279,7 @@ class RememberPlugin:
             owns_store=owns,
             store_type=store_type,
             tools=tools,
-            purge_options={"delay_ms": delay, "skip": skip_purge},
+            purge_options={"delay_ms": delay, "skip": skip_purge, "reindex": backfill},
         )
 
     @staticmethod
@@ -352,11 +362,40 @@ class RememberPlugin:
             kids=kids,
         ).start()
 
+    @property
+    def index_backfill(self) -> Any:
+        """The background reindex (:class:`remember_sync.purge.IndexBackfill`), or ``None``.
+
+        ``None`` when listing scans or the index was complete at once (memory).
+        """
+        return self._backfill
+
+    def _start_backfill(self) -> None:
+        """In index mode, bring the fleet's older entries into the index once, in the background.
+
+        Implemented by :class:`remember_sync.purge.IndexBackfill`; only starts a
+        daemon thread (no store I/O on this thread).
+        """
+        core = self._core
+        if core.listing != "index" or core.index_ready:
+            return
+        if not self.purge_options.get("reindex", True):
+            return
+        from .purge import IndexBackfill
+
+        def done() -> None:
+            core.index_ready = True
+
+        self._backfill = IndexBackfill(core.store, core.prefix, clock=core.clock, on_done=done)
+        self._backfill.start()
+
     def close(self) -> None:
         """Stop background work and close the store if this plugin created it."""
         if self._closed:
             return
         self._closed = True
+        if self._backfill is not None:
+            self._backfill.stop()
         if self._purge is not None:
             self._purge.stop()
         if self._key_check is not None:

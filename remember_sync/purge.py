@@ -45,11 +45,13 @@ Everything is logged on ``logging.getLogger("remember_sync")``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,11 +66,19 @@ from .errors import (
     RememberError,
     RememberStoreError,
 )
-from .keys import layout_marker_key, legacy_patterns
-from .stores.base import Store
+from .keys import (
+    glob_escape,
+    index_key_of,
+    index_record_key,
+    layout_marker_key,
+    legacy_patterns,
+)
+from .stores.base import NamespaceIndex, Store
 
 __all__ = [
     "DEFAULT_DELAY_MS",
+    "INDEXING_LEASE_MS",
+    "IndexBackfill",
     "LEGACY_SCOPES",
     "MARKER_VERSION",
     "MAX_WAIT_MS",
@@ -80,6 +90,7 @@ __all__ = [
     "LegacyPurge",
     "Marker",
     "PurgeResult",
+    "ReindexResult",
     "check_key_id",
     "ensure_marker",
     "is_legacy_value",
@@ -91,7 +102,10 @@ __all__ = [
     "purged_message",
     "read_key_id",
     "read_marker",
+    "indexing_lease_key",
+    "record_indexed",
     "record_rotated_key_id",
+    "reindex_store",
     "sweep_legacy",
 ]
 
@@ -117,9 +131,11 @@ SCAN_COUNT = 1000
 #: deployment's current session entries).
 NESTED_SEGMENTS = ("v2", "global", *LEGACY_SCOPES)
 #: Last segments of another deployment's bookkeeping keys (never legacy entries).
-_BOOKKEEPING = ("__layout__", "__keyid__")
+_BOOKKEEPING = ("__layout__", "__keyid__", "__indexed__", "__indexing__")
 #: Substrings of a key that only a (possibly nested) current deployment writes.
-_NESTED_MARKERS = ("v2:session:", "v2:user:", "v2:tool:", "global:", *_BOOKKEEPING, "__revoked__:")
+_NESTED_MARKERS = (
+    "v2:session:", "v2:user:", "v2:tool:", "global:", *_BOOKKEEPING, "__revoked__:", "__index__:"
+)
 
 
 class LayoutMarkerError(RememberError):
@@ -1088,3 +1104,231 @@ def _after_fork_in_child() -> None:
 
 
 after_fork_in_child(_after_fork_in_child)
+
+
+# -- the one-time background reindex ----------------------------------------------------------
+
+#: How long one instance's claim to run the fleet's reindex holds (renewed by nothing:
+#: an instance that dies mid-pass lets another start over after it).
+INDEXING_LEASE_MS = 600_000
+
+
+@dataclass(frozen=True)
+class ReindexResult:
+    """What one :func:`reindex_store` pass did.
+
+    :attr keys: keys found under the prefix.
+    :attr entries: of them, entry keys (the ones an index holds).
+    :attr indexed: entries the store put into (or confirmed in) their index;
+        fewer than *entries* when some were deleted during the pass.
+    :attr seconds: how long the pass took.
+    :attr stopped: interrupted by ``should_stop`` (nothing recorded).
+    """
+
+    keys: int
+    entries: int
+    indexed: int
+    seconds: float
+    stopped: bool = False
+
+    @property
+    def rate(self) -> float:
+        """Entries per second."""
+        return self.entries / self.seconds if self.seconds > 0 else float(self.entries)
+
+
+def indexing_lease_key(prefix: str) -> str:
+    """``P + "__indexing__"``: which instance is running the fleet's reindex (with a TTL)."""
+    return f"{prefix}__indexing__"
+
+
+def record_indexed(store: Store, prefix: str, now_ms: int) -> None:
+    """Write ``P + "__indexed__"`` = ``{"version":1,"indexedAt":<ms>}`` (no TTL)."""
+    text = json.dumps({"version": 1, "indexedAt": int(now_ms)}, separators=(",", ":"))
+    store.set(index_record_key(prefix), text)
+
+
+def reindex_store(
+    store: Store,
+    prefix: str,
+    *,
+    batch: int = 1000,
+    on_total: Callable[[int], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    clock: Callable[[], int] | None = None,
+) -> ReindexResult:
+    """Put every entry under *prefix* into its listing index, then record ``P + "__indexed__"``.
+
+    One ``SCAN`` of ``P*`` (the keys are held to count them), then the entry
+    keys go to :meth:`~remember_sync.stores.base.NamespaceIndex.add_to_index`
+    *batch* at a time.  Idempotent, and safe beside live writers (they keep
+    the index themselves).  *on_total* gets the number of entry keys,
+    *on_batch* each batch's size (a progress bar).
+
+    :raises RememberConfigurationError: the store keeps no listing index, or a bad *batch*.
+    :raises RememberStoreError: the store failed (nothing is recorded).
+    """
+    if not isinstance(store, NamespaceIndex):
+        raise RememberConfigurationError(
+            f"{type(store).__name__} keeps no listing index: nothing to reindex"
+        )
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise RememberConfigurationError(f"batch must be a positive int; got {batch!r}")
+    began = time.perf_counter()
+    store.use_index(functools.partial(index_key_of, prefix))
+    found = store.scan(glob_escape(prefix) + "*")
+    keys = list(dict.fromkeys(k for k in found if k.startswith(prefix)))
+    entries = [k for k in keys if index_key_of(prefix, k) is not None]
+    if on_total is not None:
+        on_total(len(entries))
+    indexed = 0
+    stopped = False
+    for start in range(0, len(entries), batch):
+        if should_stop is not None and should_stop():
+            stopped = True
+            break
+        chunk = entries[start : start + batch]
+        indexed += store.add_to_index(chunk)
+        if on_batch is not None:
+            on_batch(len(chunk))
+    if not stopped:
+        now = clock() if clock is not None else time.time_ns() // 1_000_000
+        record_indexed(store, prefix, now)
+    return ReindexResult(
+        keys=len(keys),
+        entries=len(entries),
+        indexed=indexed,
+        seconds=time.perf_counter() - began,
+        stopped=stopped,
+    )
+
+
+#: Stores that already have a backfill worker in this process (see _claim).
+_backfills: dict[int, Callable[[], object | None]] = {}
+
+
+class IndexBackfill:
+    """The one-time, fleet-wide background reindex a plugin in index mode starts.
+
+    Like :class:`LegacyPurge` it runs on a daemon thread, once per store object
+    per process, and its state lives in the store beside the layout marker:
+    ``P + "__indexed__"`` records that the fleet's older entries are indexed
+    (then nothing runs), and ``P + "__indexing__"`` -- written only-if-absent,
+    with a :data:`INDEXING_LEASE_MS` TTL -- lets one instance of the fleet run
+    the pass while the others wait for the record (an instance that dies
+    mid-pass lets the next start take over once the lease expires).  Until the
+    record appears, plugins list by scanning; every failure stands down
+    quietly (a DEBUG log) and listing keeps scanning.
+
+    States (:attr:`state`): ``"idle"``, ``"running"``, ``"indexed"`` (recorded,
+    by us or before), ``"elsewhere"`` (another instance holds the lease),
+    ``"duplicate"``, ``"stood-down"``, ``"stopped"``, ``"failed"``.
+
+    :param on_done: called (on the worker thread) once the record is there.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        prefix: str,
+        *,
+        clock: Callable[[], int],
+        on_done: Callable[[], None] | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.store = store
+        self.prefix = prefix
+        self._clock = clock
+        self._on_done = on_done
+        self._log = logger or log
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.state = "idle"
+        self.result: ReindexResult | None = None
+        """What the pass did, when this instance ran it."""
+
+    def start(self) -> IndexBackfill:
+        """Start the daemon thread (no I/O on the caller's thread).
+
+        Like the legacy purge it stands down for an empty prefix or one inside
+        another deployment's layout (:func:`nested_prefix`): listing then
+        scans until ``remember-sync reindex`` records the index.
+        """
+        if not self.prefix or nested_prefix(self.prefix) is not None:
+            self.state = "stood-down"
+            return self
+        key = id(self.store)
+        with _claims_lock:
+            held = _backfills.get(key)
+            if held is not None and held() is self.store:
+                self.state = "duplicate"
+                return self
+            try:
+                _backfills[key] = weakref.ref(self.store)
+            except TypeError:
+                _backfills[key] = lambda: self.store
+        self.state = "running"
+        self._thread = threading.Thread(
+            target=self._run, name="remember-index-backfill", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.state = self._step()
+        except Exception as exc:  # noqa: BLE001 - a background thread must never die silently
+            self._log.debug("remember: background reindex stood down (%s)", exc)
+            self.state = "failed"
+            self._release()
+            return
+        if self.state == "indexed" and self._on_done is not None:
+            self._on_done()
+        if self.state != "indexed":
+            self._release()
+
+    def _step(self) -> str:
+        store, prefix = self.store, self.prefix
+        if store.get(index_record_key(prefix)) is not None:
+            return "indexed"
+        lease = indexing_lease_key(prefix)
+        mine = json.dumps({"startedAt": self._clock(), "pid": os.getpid()}, separators=(",", ":"))
+        if not store.set(lease, mine, ttl_ms=INDEXING_LEASE_MS, only_if_absent=True):
+            return "elsewhere"
+        try:
+            result = reindex_store(store, prefix, should_stop=self._stop.is_set, clock=self._clock)
+        finally:
+            store.delete(lease)
+        self.result = result
+        if result.stopped:
+            return "stopped"
+        self._log.info(
+            "remember: indexed %d older entries for listing (%.1f s)",
+            result.indexed,
+            result.seconds,
+        )
+        return "indexed"
+
+    def _release(self) -> None:
+        with _claims_lock:
+            held = _backfills.get(id(self.store))
+            if held is not None and held() is self.store:
+                del _backfills[id(self.store)]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the worker thread ended; return ``False`` on timeout."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Ask a running pass to stop after its batch, and wait for it."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def __repr__(self) -> str:
+        return f"IndexBackfill(prefix={self.prefix!r}, state={self.state!r})"

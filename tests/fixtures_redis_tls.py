@@ -41,6 +41,9 @@ ACL_KEYS = "~remember:*"
 ACL_COMMANDS = (
     "+get", "+set", "+mget", "+unlink", "+scan",
     "+evalsha", "+eval", "+script|load", "+ping",
+    # The listing index's scripts (docs/redis.rst, "The listing index").
+    "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zremrangebyscore", "+zscan",
+    "+pttl", "+pexpireat", "+pexpire", "+persist", "+time", "+zscore", "+exists",
 )
 #: What a redis-py cluster client needs on top, to learn the topology.
 ACL_CLUSTER_COMMANDS = ("+cluster|slots", "+command")

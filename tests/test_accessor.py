@@ -28,7 +28,8 @@ def mem(plugin: RememberPlugin) -> RememberAccessor:
 
 
 def all_keys(store: Store) -> list[str]:
-    return sorted(store.scan("*"))
+    """Every key but the bookkeeping ones (listing indexes, ``__indexed__``, markers)."""
+    return sorted(k for k in store.scan("*") if not k.startswith("remember:__"))
 
 
 # -- SPEC 1.1, row by row ------------------------------------------------------------------

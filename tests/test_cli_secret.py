@@ -44,10 +44,17 @@ def populated(redis_url: str, redis_client: redis.Redis) -> dict[bytes, bytes | 
         config={"url": redis_url},
         encryption={"secrets": [SECRET_A]},
         skip_legacy_purge=True,
+        background_reindex=False,  # no bookkeeping written behind the test's back
     ) as plugin:
         plugin.accessor(Identity()).set("k", "application value", scope="global")
         plugin.accessor(Identity(user_id="alice")).set("summary", {"n": 1}, scope="user")
-    return {k: redis_client.get(k) for k in redis_client.keys("*")}
+    return _raw(redis_client)
+
+
+def _raw(redis_client: redis.Redis) -> dict[bytes, bytes | None]:
+    """Every key and its string value (``None`` for a listing index, a sorted set)."""
+    keys = redis_client.keys("*")
+    return dict(zip(keys, redis_client.mget(keys) if keys else [], strict=True))
 
 
 @pytest.mark.parametrize(
@@ -76,7 +83,7 @@ def test_command_on_a_real_store_without_a_secret_exits_1_and_writes_nothing(
     assert "REMEMBER_SECRET" in result.stderr and result.stderr.count("\n") == 1
     assert result.stdout == ""
     assert not (tmp_path / ".frontmcp").exists()
-    assert {k: redis_client.get(k) for k in redis_client.keys("*")} == populated
+    assert _raw(redis_client) == populated
 
 
 def test_require_secret_env_does_not_change_a_command_with_a_secret(

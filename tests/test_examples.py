@@ -186,6 +186,7 @@ def test_cron_summary_writes_one_summary_per_user(
         config={"url": redis_url},
         encryption={"secrets": [TEST_SECRET]},
         skip_legacy_purge=True,
+        background_reindex=False,  # no bookkeeping written behind the test's back
     ) as plugin:
         alice = plugin.accessor(Identity(user_id="alice"))
         alice.set("theme", "dark", scope="user", brand="preference")
@@ -251,6 +252,7 @@ def test_cron_summary_without_secret_refuses_and_writes_nothing(
         config={"url": redis_url},
         encryption={"secrets": [TEST_SECRET]},
         skip_legacy_purge=True,
+        background_reindex=False,  # no bookkeeping written behind the test's back
     ) as plugin:
         alice = plugin.accessor(Identity(user_id="alice"))
         alice.set("theme", "dark", scope="user", brand="preference")

@@ -106,6 +106,8 @@ def _plugin(store: Store, prefix: str, **options: Any) -> Iterator[RememberPlugi
     options.setdefault("encryption", {"secrets": [SECRET_A]})
     options.setdefault("skip_legacy_purge", True)
     plugin = RememberPlugin.init(store=store, key_prefix=prefix, **options)
+    if plugin.index_backfill is not None:
+        assert plugin.index_backfill.wait(30)  # its bookkeeping keys land before any snapshot
     try:
         yield plugin
     finally:
@@ -301,10 +303,13 @@ def test_plugin_purge_on_redis_deletes_only_legacy_entries(
             assert plugin._purge.wait(30) and plugin._purge.state == "swept"
             assert plugin._purge.last_result is not None
             assert plugin._purge.last_result.deleted == len(LEGACY)
+            assert plugin.index_backfill.wait(30) and plugin.index_backfill.state == "indexed"
         finally:
             plugin.close()
         after = _snapshot(redis_client)
+        # The layout marker, the key id and the record of the one-time background reindex.
         bookkeeping = {f"{P}__layout__".encode(), f"{P}__keyid__".encode()}
+        bookkeeping.add(f"{P}__indexed__".encode())
         assert set(after) - set(before) == bookkeeping
         assert {k: v for k, v in after.items() if k not in bookkeeping} == {
             k: v for k, v in before.items() if k.decode() not in LEGACY

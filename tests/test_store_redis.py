@@ -88,7 +88,9 @@ def redis_pair(request: pytest.FixtureRequest) -> tuple[RedisStore, Client]:
 
 
 def all_keys(client: Client) -> set[str]:
-    return {k.decode() for k in client.scan_iter(match="*", count=1000)}
+    """Every key but the bookkeeping ones (``remember:__``: listing indexes, records)."""
+    keys = {k.decode() for k in client.scan_iter(match="*", count=1000)}
+    return {k for k in keys if not k.startswith("remember:__")}
 
 
 # -- raw keys, values and TTLs ---------------------------------------------------------
@@ -592,6 +594,8 @@ def test_documented_acl_suffices_and_a_missing_permission_is_a_configuration_err
     with RedisServer(redis_binary) as server:
         admin = server.client()
         acl = "+get +set +mget +unlink +scan +evalsha +eval +script|load +ping".split()
+        acl += "+zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscan".split()
+        acl += "+pttl +pexpireat +pexpire +persist +time +zscore +exists".split()
         admin.execute_command("ACL", "SETUSER", "mem", "on", ">pw", "~remember:*", "-@all", *acl)
         plugin = RememberPlugin.init(
             store=RedisStore(port=server.port, username="mem", password="pw"),

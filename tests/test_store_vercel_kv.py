@@ -65,7 +65,10 @@ def make_store(kv_emulator: KVEmulator, kv_redis: redis.Redis) -> Iterator[type[
 def kv_plugin(**options: object) -> RememberPlugin:
     options.setdefault("skip_legacy_purge", True)
     options.setdefault("encryption", {"secrets": [TEST_SECRET]})
-    return RememberPlugin.init(**options)
+    plugin = RememberPlugin.init(**options)
+    if plugin.index_backfill is not None:  # its requests are done before a test counts any
+        assert plugin.index_backfill.wait(30)
+    return plugin
 
 
 # -- configuration ------------------------------------------------------------------------
@@ -491,7 +494,7 @@ def test_a_refused_scan_script_falls_back_to_scan_and_mget_once_and_for_all(
     vercel_kv_store: VercelKVStore, kv_emulator: KVEmulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A server that refuses the script (an error reply) gets SCAN + MGET, with the same result."""
-    plugin = kv_plugin(store=vercel_kv_store)
+    plugin = kv_plugin(store=vercel_kv_store, listing="scan")  # the scanning read path
     mem = plugin.accessor(ALICE)
     for i in range(100):
         mem.set(f"note:{i}", i, scope="user")
@@ -543,16 +546,22 @@ def test_scan_pages_pages_larger_than_one_mget_chunk(
 def test_forget_many_deletes_with_one_unlink(
     vercel_kv_store: VercelKVStore, kv_emulator: KVEmulator, kv_redis: redis.Redis
 ) -> None:
-    """forget_many over 100 keys: one scan page (it deletes only what it read) + one UNLINK."""
-    plugin = kv_plugin(store=vercel_kv_store)
-    mem = plugin.accessor(ALICE)
-    for i in range(100):
-        mem.set(f"tmp:{i}", i, scope="user")
-    kv_emulator.reset_log()
-    assert mem.forget_many(scope="user", pattern="tmp:*") == 100
-    assert Counter(command_names(kv_emulator)) == Counter({"EVAL": 1, "UNLINK": 1})
-    assert kv_redis.dbsize() == 0
-    plugin.close()
+    """forget_many over 100 keys: one read (it deletes only what it read) + one delete.
+
+    Scan mode: the scan script's page + ``UNLINK``; index mode: the index page's
+    script + the indexed delete's script (``UNLINK`` + ``ZREM``), which empties
+    the index too.
+    """
+    for listing, expected in (("scan", {"EVAL": 1, "UNLINK": 1}), ("index", {"EVAL": 2})):
+        plugin = kv_plugin(store=vercel_kv_store, listing=listing)
+        mem = plugin.accessor(ALICE)
+        for i in range(100):
+            mem.set(f"tmp:{i}", i, scope="user")
+        kv_emulator.reset_log()
+        assert mem.forget_many(scope="user", pattern="tmp:*") == 100
+        assert Counter(command_names(kv_emulator)) == Counter(expected)
+        assert [k for k in kv_redis.keys("*") if not k.startswith(b"remember:__indexed")] == []
+        plugin.close()
 
 
 def test_get_many_and_delete_are_one_request_each(

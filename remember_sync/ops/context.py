@@ -10,7 +10,9 @@ Two decisions differ from the library's own start-up, on purpose:
   secret would otherwise write entries nobody can read; instead the command
   stops with a message saying what to set.
 * The CLI never arms the background legacy purge (``skip_legacy_purge``), so
-  no command but ``purge-legacy`` deletes, and none writes the layout marker.
+  no command but ``purge-legacy`` deletes, and none writes the layout marker;
+  nor the background reindex (``background_reindex=False``): only ``reindex``
+  writes its record.  Writes still keep the listing index.
 """
 
 from __future__ import annotations
@@ -240,6 +242,7 @@ def build_plugin(
         encryption=encryption,
         environ=env,
         skip_legacy_purge=True,
+        background_reindex=False,
         on_decrypt_error=on_decrypt_error,
         read_doubled_prefix=read_doubled_prefix,
     )

@@ -13,12 +13,23 @@ silently succeed: a store implements all of them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from ..errors import RememberInputError
 
-__all__ = ["CAS_LUA_SCRIPT", "SCAN_ITEMS_LUA_SCRIPT", "ItemScanner", "Store", "check_count"]
+__all__ = [
+    "CAS_LUA_SCRIPT",
+    "SCAN_ITEMS_LUA_SCRIPT",
+    "IndexOf",
+    "ItemScanner",
+    "NamespaceIndex",
+    "Store",
+    "check_count",
+]
+
+#: Maps a full key to the name of its listing index, or ``None`` for a key no index holds.
+IndexOf = Callable[[str], str | None]
 
 def check_count(count: object) -> None:
     """Refuse a ``count`` hint of ``scan``/``scan_pages`` that is not a positive int."""
@@ -140,4 +151,41 @@ class ItemScanner(Protocol):
         the walk may be left out, as with :meth:`Store.scan` followed by
         :meth:`Store.get_many`.  ``count`` is the hint of :meth:`Store.scan`.
         """
+        ...
+
+
+@runtime_checkable
+class NamespaceIndex(Protocol):
+    """An optional capability: per-namespace listing indexes kept in step with writes.
+
+    Once :meth:`use_index` is called, every ``set``, ``compare_and_set`` and
+    ``delete`` of a key for which *index_of* names an index keeps that index
+    in step, and :meth:`index_pages` reads a namespace without walking the
+    database: its cost depends on the size of the index, not of the store.
+    The store still knows nothing of scopes: an index is a name *index_of*
+    gives it.
+    """
+
+    def use_index(self, index_of: IndexOf) -> bool:
+        """Keep the indexes *index_of* names from now on.
+
+        Returns whether the indexes are complete at once (an in-process store,
+        which indexes what it already holds); ``False`` means entries written
+        before (or by writers that do not keep the index) are only found after
+        a reindex (:func:`remember_sync.ops.reindex.reindex`).
+        """
+        ...
+
+    def index_pages(
+        self, index: str, pattern: str, *, count: int = 1000
+    ) -> Iterator[list[tuple[str, str]]]:
+        """Yield the ``(key, value)`` pairs of the index's live keys matching glob *pattern*.
+
+        Every key written (and not deleted) before the walk began is yielded
+        once; keys whose entry is gone or expired are not.
+        """
+        ...
+
+    def add_to_index(self, keys: Sequence[str]) -> int:
+        """Put existing *keys* into their indexes (missing ones are skipped); return how many."""
         ...

@@ -29,6 +29,11 @@ bump and the deadline's way into the heap (through a deque, drained by the
 next sweep) happen after it.  Because readers may run at any moment, nothing
 iterates the dict directly: iteration goes over a snapshot taken by one C call
 (``list(d.items())``).
+
+Listing index.  After :meth:`MemoryStore.use_index` the store also groups its
+keys by index name (one ``dict`` per namespace, kept under the lock by every
+write, delete, expiry and eviction), so :meth:`MemoryStore.index_pages` reads a
+namespace in time proportional to that namespace, not to the store.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from .._fork import after_fork_in_child
 from ..errors import RememberConfigurationError, RememberInputError
-from .base import check_count
+from .base import IndexOf, check_count
 from .glob import glob_matcher
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
@@ -136,6 +141,10 @@ class MemoryStore:
         self._pending: deque[tuple[int, str]] = deque()
         self._pending_min = _NEVER
         self.evictions = 0
+        # The listing index (use_index): index name -> its keys, and key -> index name.
+        self._index_of: IndexOf | None = None
+        self._groups: dict[str, dict[str, None]] = {}
+        self._group_of: dict[str, str] = {}
         after_fork_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
@@ -164,6 +173,8 @@ class MemoryStore:
 
     def _remove(self, key: str) -> None:
         del self._data[key]
+        if self._index_of is not None:
+            self._ungroup(key)
         if self._bounded:
             space = self._space_of.pop(key)
             charge = space.lru.pop(key)
@@ -171,6 +182,29 @@ class MemoryStore:
             self._bytes -= charge
             if not space.lru:
                 del self._spaces[space.name]
+
+    def _group(self, key: str) -> None:
+        """Put *key* into its index group (lock held, index on)."""
+        assert self._index_of is not None
+        if key in self._group_of:
+            return
+        name = self._index_of(key)
+        if name is None:
+            return
+        group = self._groups.get(name)
+        if group is None:
+            group = self._groups[name] = {}
+        group[key] = None
+        self._group_of[key] = name
+
+    def _ungroup(self, key: str) -> None:
+        name = self._group_of.pop(key, None)
+        if name is None:
+            return
+        group = self._groups[name]
+        del group[key]
+        if not group:
+            del self._groups[name]
 
     def _sweep(self, now: int) -> None:
         heap = self._heap
@@ -225,6 +259,8 @@ class MemoryStore:
     def _put(self, key: str, value: str, ttl_ms: int | None, now: int) -> None:
         """Write with the lock held; under a bound, make room fairly first."""
         deadline = None if ttl_ms is None else now + ttl_ms
+        if self._index_of is not None:
+            self._group(key)
         if not self._bounded:
             self._data[key] = (value, deadline)
             self._data.move_to_end(key)
@@ -251,6 +287,8 @@ class MemoryStore:
         if space is None:
             space = self._spaces[name] = _Space(name)
         self._data[key] = (value, deadline)  # a new key: at the LRU end already
+        if self._index_of is not None:
+            self._group(key)
         self._space_of[key] = space
         space.lru[key] = charge
         space.nbytes += charge
@@ -336,6 +374,8 @@ class MemoryStore:
             if only_if_absent and self._live(key, now) is not None:
                 return False
             data[key] = (value, deadline)
+            if self._index_of is not None and key not in self._group_of:
+                self._group(key)
         # After the lock: the LRU bump (without a bound nothing is evicted by recency,
         # so its timing changes nothing) and the deadline, for the next sweep.
         try:
@@ -390,6 +430,56 @@ class MemoryStore:
         page = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
         return iter([page] if page else [])
 
+    # -- the listing index (NamespaceIndex) ------------------------------------------
+
+    def use_index(self, index_of: IndexOf) -> bool:
+        """Group keys by ``index_of(key)`` from now on (what the store holds included).
+
+        Returns ``True``: an in-process store's index is complete at once.
+        """
+        if not callable(index_of):
+            raise RememberConfigurationError("index_of must be a callable")
+        with self._lock:
+            self._index_of = index_of
+            self._groups.clear()
+            self._group_of.clear()
+            for key in list(self._data):
+                self._group(key)
+        return True
+
+    def index_pages(
+        self, index: str, pattern: str, *, count: int = 1000
+    ) -> Iterator[list[tuple[str, str]]]:
+        """The live ``(key, value)`` pairs of *index* matching *pattern*, as one page.
+
+        Costs the size of the namespace: the store never looks at other keys.
+        A read, so it counts as a use for LRU (as :meth:`scan_pages`).
+        """
+        check_count(count)
+        matches = glob_matcher(pattern)
+        with self._lock:
+            now = self._clock()
+            group = self._groups.get(index)
+            if not group:
+                return iter([])
+            page: list[tuple[str, str]] = []
+            for key in [k for k in group if matches(k)]:
+                item = self._live(key, now)
+                if item is not None:
+                    page.append((key, item[0]))
+                    self._touch(key)
+        return iter([page] if page else [])
+
+    def _touch(self, key: str) -> None:
+        self._data.move_to_end(key)
+        if self._bounded:
+            self._space_of[key].lru.move_to_end(key)
+
+    def add_to_index(self, keys: Sequence[str]) -> int:
+        """Nothing to bring in: every key is grouped as it is written.  Returns how many are."""
+        with self._lock:
+            return sum(1 for k in keys if k in self._group_of)
+
     def close(self) -> None:
         with self._lock:
             self._data.clear()
@@ -398,6 +488,8 @@ class MemoryStore:
             self._spaces.clear()
             self._space_of.clear()
             self._by_size.clear()
+            self._groups.clear()
+            self._group_of.clear()
             self._bytes = 0
 
     @property

@@ -40,7 +40,8 @@ from redis.exceptions import (
 )
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
-from .base import CAS_LUA_SCRIPT, check_count
+from . import index_lua
+from .base import CAS_LUA_SCRIPT, IndexOf, check_count
 from .redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
@@ -94,7 +95,10 @@ def _mapped(
             f"Redis {operation} failed: the server rejected the credentials ({exc}); "
             "check the Redis password (and username) in config / the URL"
         )
-    if isinstance(exc, _ACL_ERRORS):
+    if isinstance(exc, _ACL_ERRORS) or (
+        # A command a script runs, refused by the ACL (the listing index's scripts).
+        isinstance(exc, RedisError) and "executing the script can't run this command" in str(exc)
+    ):
         return RememberConfigurationError(
             f"Redis {operation} failed: the Redis user lacks a permission ({exc}); "
             "grant it the string, scan and scripting commands"
@@ -336,8 +340,19 @@ class RedisStore:
         #: (replicas, timeout ms) for WAIT after each write, or None.
         self._wait = (replicas, timeout_ms or DEFAULT_WAIT_TIMEOUT_MS) if replicas else None
         self._cas = client.register_script(CAS_LUA_SCRIPT)
+        #: The listing index (use_index): key -> index name, or None while it is off.
+        self._index_of: IndexOf | None = None
+        self._scripts = {
+            name: client.register_script(getattr(index_lua, name))
+            for name in (
+                "SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_ADD",
+                "INDEX_PRUNE", "PRUNE_MISSING", "REINDEX",
+            )
+        }
         # (pattern, count, cursor) -> the keys that SCAN page held last time (standalone).
         self._page_keys: dict[tuple[bytes, int, int], list[bytes | str]] = {}
+        # (index, pattern, count, cursor) -> the members that index page held last time.
+        self._index_guess: dict[tuple[bytes, bytes, int, bytes], list[Any]] = {}
 
     @classmethod
     def from_url(
@@ -495,6 +510,13 @@ class RedisStore:
         only_if_absent: bool = False,
     ) -> bool:
         _check_ttl_ms(ttl_ms)
+        index = None if self._index_of is None else self._index_of(key)
+        if index is not None:
+            if not self._cluster:
+                px = b"" if ttl_ms is None else str(ttl_ms).encode()
+                script_args = [_b(value), px, b"1" if only_if_absent else b""]
+                return self._eval("SET_INDEXED", [_b(key), _b(index)], script_args, "SET")
+            self._index_add(index, [(key, ttl_ms)])  # cluster: the index first (superset)
         # execute_command, not client.set(): the same SET without redis-py's keyword
         # parsing, which costs more than the rest of this method.
         try:
@@ -546,6 +568,11 @@ class RedisStore:
     ) -> bool:
         _check_ttl_ms(ttl_ms)
         args = [_b(expected), _b(value), b"" if ttl_ms is None else str(ttl_ms).encode()]
+        index = None if self._index_of is None else self._index_of(key)
+        if index is not None:
+            if not self._cluster:
+                return self._eval("CAS_INDEXED", [_b(key), _b(index)], args, "compare-and-set")
+            self._index_add(index, [(key, ttl_ms)])  # cluster: the index first (superset)
         try:
             if self._wait is not None:
                 return self._cas_and_wait(_b(key), args)
@@ -571,6 +598,11 @@ class RedisStore:
         return False
 
     def delete(self, *keys: str) -> int:
+        if self._index_of is not None and keys:
+            return self._delete_indexed(keys)
+        return self._unlink(keys)
+
+    def _unlink(self, keys: Sequence[str]) -> int:
         removed = 0
         with _translate("UNLINK", self._no_client_cert):
             if self._wait is not None and keys:
@@ -589,6 +621,260 @@ class RedisStore:
                 # counts, so a batch may mix keys of any slots.
                 removed += int(self._client.unlink(*chunk))
         return removed
+
+    # -- the listing index (NamespaceIndex) --------------------------------------------
+
+    def use_index(self, index_of: IndexOf) -> bool:
+        """Keep a sorted-set index per namespace from now on (see ``docs/redis.rst``).
+
+        Returns ``False``: entries already in the database are found only after
+        a reindex.
+        """
+        if not callable(index_of):
+            raise RememberConfigurationError("index_of must be a callable")
+        self._index_of = index_of
+        return False
+
+    def _eval(self, name: str, keys: list[bytes], args: list[bytes], operation: str) -> bool:
+        """Run index script *name* (and ``WAIT`` when configured); whether it returned 1."""
+        script = self._scripts[name]
+        command = ["EVALSHA", script.sha, len(keys), *keys, *args]
+        try:
+            if self._wait is None:
+                # execute_command, not script(): the same EVALSHA without redis-py's
+                # argument handling (a write's hot path).
+                try:
+                    done = self._client.execute_command(*command)
+                except NoScriptError:  # a restarted server: nothing ran; load, run again
+                    self._client.script_load(script.script)
+                    done = self._client.execute_command(*command)
+                return int(done) == 1
+            try:
+                done, acked = self._with_wait(command)
+            except NoScriptError:  # nothing was written; WAIT ran for nothing
+                self._client.script_load(script.script)
+                done, acked = self._with_wait(command)
+            if int(done) == 1:
+                self._check_replicas(operation, acked)
+                return True
+            return False
+        except _DRIVER_ERRORS as exc:
+            raise _mapped(operation, exc, no_client_cert=self._no_client_cert) from exc
+
+    def _index_add(self, index: str, members: Sequence[tuple[str, int | None]]) -> None:
+        """Cluster, step one of a write: add *members* (key, PX ms or None) to *index*."""
+        args = [str(index_lua.CLUSTER_SLACK_MS).encode()]
+        for key, ttl_ms in members:
+            args += [_b(key), b"" if ttl_ms is None else str(ttl_ms).encode()]
+        with _translate("index add", self._no_client_cert):
+            self._scripts["INDEX_ADD"](keys=[_b(index)], args=args, client=self._client)
+
+    def _index_remove(self, index: str, keys: Sequence[str]) -> None:
+        """Cluster, step two of a delete: drop *keys* from *index* unless added recently.
+
+        A member added within the grace may belong to a writer between its two
+        steps (added, not yet written): it stays, and a later read drops it.
+        """
+        args = [str(index_lua.CLUSTER_SLACK_MS).encode()]
+        for key in keys:
+            args += [_b(key), b""]
+        with _translate("index remove", self._no_client_cert):
+            self._scripts["INDEX_PRUNE"](keys=[_b(index)], args=args, client=self._client)
+
+    def _by_index(self, keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
+        """*keys* grouped by index name, and those no index holds."""
+        assert self._index_of is not None
+        groups: dict[str, list[str]] = {}
+        plain: list[str] = []
+        for key in dict.fromkeys(keys):
+            index = self._index_of(key)
+            if index is None:
+                plain.append(key)
+            else:
+                groups.setdefault(index, []).append(key)
+        return groups, plain
+
+    def _delete_indexed(self, keys: Sequence[str]) -> int:
+        groups, plain = self._by_index(keys)
+        removed = self._unlink(plain) if plain else 0
+        if self._cluster:
+            # Entries first, then the index: it stays a superset of what exists.
+            indexed = [k for members in groups.values() for k in members]
+            removed += self._unlink(indexed)
+            for index, members in groups.items():
+                for start in range(0, len(members), _CHUNK):
+                    self._index_remove(index, members[start : start + _CHUNK])
+            return removed
+        script = self._scripts["DELETE_INDEXED"]
+        commands = [
+            ["EVALSHA", script.sha, 1 + len(chunk), _b(index), *(_b(k) for k in chunk)]
+            for index, members in groups.items()
+            for chunk in (members[i : i + _CHUNK] for i in range(0, len(members), _CHUNK))
+        ]
+        with _translate("UNLINK (indexed)", self._no_client_cert):
+            try:
+                replies = self._run_all(commands)
+            except NoScriptError:  # a restarted server: load and run again (deletes repeat)
+                self._client.script_load(script.script)
+                replies = self._run_all(commands)
+        if self._wait is not None and commands:
+            *counts, acked = replies
+            count = sum(int(n) for n in counts)
+            if count:
+                self._check_replicas("UNLINK", acked)
+            return removed + count
+        return removed + sum(int(n) for n in replies)
+
+    def _run_all(self, commands: list[list[Any]]) -> list[Any]:
+        """*commands* in one pipeline (then ``WAIT`` when configured); their replies."""
+        if self._wait is not None:
+            return self._with_wait(*commands) if commands else []
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def index_pages(
+        self, index: str, pattern: str, *, count: int = 1000
+    ) -> Iterator[list[tuple[str, str]]]:
+        """Yield the live ``(key, value)`` pairs of *index* matching *pattern*.
+
+        Standalone: a ``ZSCAN`` page of the index pipelined with an ``MGET`` of
+        the members it held last time (one round trip when nothing changed);
+        members whose entry is gone are dropped by a script that re-checks them.
+        Cluster: the page's members (candidates), then their values per hash
+        slot; a member without a value is left out but kept (a writer may be
+        between its two steps).
+        """
+        check_count(count)
+        if self._cluster:
+            return self._cluster_index_pages(_b(index), _b(pattern), count)
+        return self._index_pages(_b(index), _b(pattern), count)
+
+    def _index_pages(
+        self, index: bytes, pattern: bytes, count: int
+    ) -> Iterator[list[tuple[str, str]]]:
+        # As _scan_pages: a ZSCAN page of the index, with an MGET of the members that
+        # page held last time in the same round trip (no script: the cheapest read);
+        # members new since then take a second MGET.  Members without a value (expired,
+        # or deleted behind the index's back) are dropped by a script that re-checks them.
+        seen: set[bytes | str] = set()
+        cursor: Any = 0
+        while True:
+            where = (index, pattern, count, str(cursor).encode())
+            guess = self._index_guess.get(where)
+            with _translate("index read", self._no_client_cert):
+                values: list[Any] = []
+                if guess:
+                    pipe = self._client.pipeline(transaction=False)
+                    pipe.zscan(index, cursor, match=pattern, count=count)
+                    pipe.execute_command("MGET", *guess)
+                    (after, scored), values = pipe.execute()
+                else:
+                    after, scored = self._client.zscan(index, cursor, match=pattern, count=count)
+                members = [m for m, _ in scored]
+                self._remember_index_page(where, members)
+                if members == guess:
+                    known = dict(zip(members, values, strict=True))
+                else:
+                    known = dict(zip(guess or (), values, strict=True))
+                    missing = [m for m in dict.fromkeys(members) if m not in known]
+                    if missing:
+                        known.update(zip(missing, self._client.mget(missing), strict=True))
+                fresh = [m for m in dict.fromkeys(members) if m not in seen]
+                seen.update(fresh)
+                gone = [m for m in fresh if known[m] is None]
+                if gone:
+                    self._scripts["PRUNE_MISSING"](keys=[index], args=gone, client=self._client)
+            pairs = [(m, known[m]) for m in fresh if known[m] is not None]
+            if pairs:
+                yield _decoded(pairs)
+            cursor = int(after)
+            if cursor == 0:
+                return
+
+    def _remember_index_page(
+        self, where: tuple[bytes, bytes, int, bytes], members: list[Any]
+    ) -> None:
+        """Keep an index page's members for the next read (bounded, as _remember_page)."""
+        if not members or len(members) > _GUESS_KEYS:
+            self._index_guess.pop(where, None)
+            return
+        if len(self._index_guess) >= _GUESS_PAGES and where not in self._index_guess:
+            self._index_guess.clear()
+        self._index_guess[where] = members
+
+    def _cluster_index_pages(
+        self, index: bytes, pattern: bytes, count: int
+    ) -> Iterator[list[tuple[str, str]]]:
+        # Candidates from the index, verified by MGET (per slot); candidates without an
+        # entry are dropped only if nobody added them for longer than the grace.
+        seen: set[bytes | str] = set()
+        cursor: Any = 0
+        grace = str(index_lua.CLUSTER_SLACK_MS).encode()
+        while True:
+            with _translate("index read", self._no_client_cert):
+                cursor, scored = self._client.zscan(index, cursor, match=pattern, count=count)
+                fresh = [(m, s) for m, s in dict(scored).items() if m not in seen]
+                seen.update(m for m, _ in fresh)
+                values = self._client.mget_nonatomic([m for m, _ in fresh]) if fresh else []
+                gone: list[Any] = []
+                for (member, score), value in zip(fresh, values, strict=True):
+                    if value is None:
+                        gone += [member, str(int(score)).encode()]
+                if gone:
+                    self._scripts["INDEX_PRUNE"](
+                        keys=[index], args=[grace, *gone], client=self._client
+                    )
+            pairs = [(m, v) for (m, _), v in zip(fresh, values, strict=True) if v is not None]
+            if pairs:
+                yield _decoded(pairs)
+            if int(cursor) == 0:
+                return
+
+    def add_to_index(self, keys: Sequence[str]) -> int:
+        """Put existing *keys* into their indexes with their current deadlines.
+
+        Standalone: one script per batch (atomic: a key deleted meanwhile is
+        skipped).  Cluster: their ``PTTL`` (pipelined), then one index script
+        per index; a key deleted in between leaves a member that reads drop.
+        """
+        if self._index_of is None:
+            raise RememberConfigurationError("add_to_index needs use_index() first")
+        groups, _ = self._by_index(keys)
+        pairs = [(k, index) for index, members in groups.items() for k in members]
+        added = 0
+        if not self._cluster:
+            for start in range(0, len(pairs), _CHUNK):
+                chunk = pairs[start : start + _CHUNK]
+                with _translate("reindex", self._no_client_cert):
+                    added += int(
+                        self._scripts["REINDEX"](
+                            keys=[_b(k) for k, _ in chunk],
+                            args=[_b(i) for _, i in chunk],
+                            client=self._client,
+                        )
+                    )
+            return added
+        for start in range(0, len(pairs), _CHUNK):
+            chunk = pairs[start : start + _CHUNK]
+            with _translate("PTTL", self._no_client_cert):
+                pipe = self._client.pipeline(transaction=False)
+                for key, _ in chunk:
+                    pipe.pttl(_b(key))
+                ttls = pipe.execute()
+            live: dict[str, list[tuple[str, int | None]]] = {}
+            for (key, index), ttl in zip(chunk, ttls, strict=True):
+                if int(ttl) != -2:
+                    live.setdefault(index, []).append((key, None if int(ttl) < 0 else int(ttl)))
+            for index, members in live.items():
+                self._index_add(index, members)
+                added += len(members)
+        return added
 
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
         """Yield the keys matching *pattern* on the server (every primary of a cluster).

@@ -46,7 +46,8 @@ import requests.auth
 from urllib3.exceptions import NewConnectionError
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
-from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, check_count
+from . import index_lua
+from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, check_count
 
 __all__ = ["VercelKVStore"]
 
@@ -297,6 +298,8 @@ class VercelKVStore:
         self._closed = False
         # Until the server refuses the scan script once (see scan_pages).
         self._items_by_script = True
+        #: The listing index (use_index): key -> index name, or None while it is off.
+        self._index_of: IndexOf | None = None
 
     # -- the Store protocol ---------------------------------------------------------------
 
@@ -322,6 +325,15 @@ class VercelKVStore:
         ttl_ms: int | None = None,
         only_if_absent: bool = False,
     ) -> bool:
+        index = None if self._index_of is None else self._index_of(key)
+        if index is not None:
+            px = "" if ttl_ms is None else str(self._check_ttl(ttl_ms))
+            script = ["EVAL", index_lua.SET_INDEXED, "2", key, index, value, px]
+            # As SET: without NX the same state however often it runs.
+            result = self._command(
+                [*script, "1" if only_if_absent else ""], idempotent=not only_if_absent
+            )
+            return self._zero_or_one(result, "SET")
         command = ["SET", key, value]
         if ttl_ms is not None:
             command += ["PX", str(self._check_ttl(ttl_ms))]
@@ -344,6 +356,10 @@ class VercelKVStore:
         px = "" if ttl_ms is None else str(self._check_ttl(ttl_ms))
         # Not idempotent: after a lost reply to a swap that happened, a repeat
         # sees the new value and answers False.
+        index = None if self._index_of is None else self._index_of(key)
+        if index is not None:
+            command = ["EVAL", index_lua.CAS_INDEXED, "2", key, index, expected, value, px]
+            return self._zero_or_one(self._command(command, idempotent=False), "compare-and-set")
         result = self._command(
             ["EVAL", CAS_LUA_SCRIPT, "1", key, expected, value, px], idempotent=False
         )
@@ -356,6 +372,8 @@ class VercelKVStore:
     def delete(self, *keys: str) -> int:
         if not keys:
             return 0
+        if self._index_of is not None:
+            return self._delete_indexed(keys)
         # UNLINK's effect is the same however often it runs.  After a lost reply
         # the repeat counts fewer keys -- exactly what the caller would see by
         # repeating the call after an error, but with the deletion confirmed.
@@ -363,6 +381,112 @@ class VercelKVStore:
         if isinstance(result, int) and not isinstance(result, bool):
             return result
         raise RememberStoreError(f"Vercel KV answered UNLINK with {self._shape(result)}")
+
+    # -- the listing index (NamespaceIndex) --------------------------------------------
+
+    def use_index(self, index_of: IndexOf) -> bool:
+        """Keep a sorted-set index per namespace, in the same request as each write.
+
+        Returns ``False``: entries already in the database are found only after
+        a reindex.
+        """
+        if not callable(index_of):
+            raise RememberConfigurationError("index_of must be a callable")
+        self._index_of = index_of
+        return False
+
+    def _zero_or_one(self, result: Any, operation: str) -> bool:
+        if result == 1 or result == 0:
+            return bool(result)
+        raise RememberStoreError(
+            f"Vercel KV answered the indexed {operation} with {self._shape(result)}"
+        )
+
+    def _delete_indexed(self, keys: Sequence[str]) -> int:
+        assert self._index_of is not None
+        groups: dict[str, list[str]] = {}
+        plain: list[str] = []
+        for key in dict.fromkeys(keys):
+            index = self._index_of(key)
+            (plain if index is None else groups.setdefault(index, [])).append(key)
+        removed = 0
+        if plain:
+            result = self._command(["UNLINK", *plain], idempotent=True)
+            if not isinstance(result, int) or isinstance(result, bool):
+                raise RememberStoreError(f"Vercel KV answered UNLINK with {self._shape(result)}")
+            removed += result
+        for index, members in groups.items():
+            for start in range(0, len(members), 1000):
+                chunk = members[start : start + 1000]
+                command = ["EVAL", index_lua.DELETE_INDEXED, str(1 + len(chunk)), index, *chunk]
+                result = self._command(command, idempotent=True)  # as UNLINK
+                if not isinstance(result, int) or isinstance(result, bool):
+                    raise RememberStoreError(
+                        f"Vercel KV answered the indexed UNLINK with {self._shape(result)}"
+                    )
+                removed += result
+        return removed
+
+    def index_pages(
+        self, index: str, pattern: str, *, count: int = 1000
+    ) -> Iterator[list[tuple[str, str]]]:
+        """Yield the live ``(key, value)`` pairs of *index* matching *pattern*.
+
+        One request per ``ZSCAN`` page of the index (an ``EVAL`` returning the
+        members with their values, pruning members whose entry is gone).
+        """
+        check_count(count)
+        return self._index_pages(index, pattern, str(count))
+
+    def _index_pages(self, index: str, pattern: str, count: str) -> Iterator[list[tuple[str, str]]]:
+        seen: set[str] = set()
+        cursor, prune = "0", "1"
+        while True:
+            command = ["EVAL", index_lua.INDEX_PAGE, "1", index, cursor, pattern, count, prune]
+            result = self._command(command, idempotent=True)  # prunes only what is gone
+            prune = ""
+            if not (
+                isinstance(result, list)
+                and len(result) == 3
+                and isinstance(result[0], str)
+                and isinstance(result[1], list)
+                and isinstance(result[2], list)
+                and len(result[1]) == len(result[2])
+            ):
+                raise RememberStoreError(
+                    f"Vercel KV answered the index read with {self._shape(result)}"
+                )
+            cursor = result[0]
+            found: list[tuple[str, str]] = []
+            for key, value in zip(result[1], result[2], strict=True):
+                text = self._text_or_none(value)
+                if isinstance(key, str) and text is not None and key not in seen:
+                    seen.add(key)
+                    found.append((key, text))
+            if found:
+                yield found
+            if cursor == "0":
+                return
+
+    def add_to_index(self, keys: Sequence[str]) -> int:
+        """Put existing *keys* into their indexes: one ``EVAL`` per 500 keys."""
+        if self._index_of is None:
+            raise RememberConfigurationError("add_to_index needs use_index() first")
+        pairs = [(k, i) for k in dict.fromkeys(keys) if (i := self._index_of(k)) is not None]
+        added = 0
+        for start in range(0, len(pairs), 500):
+            chunk = pairs[start : start + 500]
+            command = [
+                "EVAL", index_lua.REINDEX, str(len(chunk)),
+                *(k for k, _ in chunk), *(i for _, i in chunk),
+            ]
+            result = self._command(command, idempotent=True)
+            if not isinstance(result, int) or isinstance(result, bool):
+                raise RememberStoreError(
+                    f"Vercel KV answered the reindex with {self._shape(result)}"
+                )
+            added += result
+        return added
 
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
         check_count(count)

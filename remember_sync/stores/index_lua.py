@@ -1,0 +1,242 @@
+"""Lua scripts of the per-namespace listing index on Redis-protocol stores.
+
+An index is a sorted set: members are the namespace's full storage keys,
+scores their deadlines in the server's epoch milliseconds
+(:data:`PERSISTENT_SCORE` for an entry without one).  The index key's own
+expiry follows its latest member (``PEXPIREAT`` at the highest score plus a
+slack, ``PERSIST`` while a member has no deadline), so an index never outlives
+its entries for good.
+
+Standalone servers and Vercel KV run the write and its index upkeep in one
+script (:data:`SET_INDEXED`, :data:`CAS_INDEXED`, :data:`DELETE_INDEXED`):
+atomic, scored by the same clock that expires the entry.  Redis Cluster keeps
+entry and index in different hash slots and uses the single-key scripts
+:data:`INDEX_ADD` (before the write) and :data:`INDEX_PRUNE` (after a delete,
+and for members a read found without an entry): see ``docs/redis.rst``.
+
+Scripts that read entries named in their arguments rather than in ``KEYS``
+(:data:`INDEX_PAGE`, :data:`REINDEX`) are for standalone servers and Vercel
+KV only.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CAS_INDEXED",
+    "CLUSTER_SLACK_MS",
+    "DELETE_INDEXED",
+    "INDEX_ADD",
+    "INDEX_PAGE",
+    "INDEX_PRUNE",
+    "PERSISTENT_SCORE",
+    "PRUNE_MISSING",
+    "REINDEX",
+    "SET_INDEXED",
+    "STANDALONE_SLACK_MS",
+]
+
+#: The score of an entry that never expires (above any epoch-ms deadline, exact as a double).
+PERSISTENT_SCORE = 9_000_000_000_000_000
+#: How long an index outlives its latest deadline on a standalone server or Vercel KV.
+STANDALONE_SLACK_MS = 1_000
+#: Cluster: how long after its last add a member whose entry is missing is kept (a
+#: writer between its two steps), and how long an index outlives its longest TTL.
+CLUSTER_SLACK_MS = 60_000
+
+_HELPERS = """\
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function extend_ttl(idx, score, slack)
+  -- After adding a member with *score*: the index must live until score + slack.
+  local ttl = redis.call('PTTL', idx)
+  if ttl == -1 then
+    if score < 9000000000000000 then
+      local top = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
+      if tonumber(top[2]) < 9000000000000000 then
+        redis.call('PEXPIREAT', idx, math.floor(tonumber(top[2])) + slack)
+      end
+    end
+  elseif score >= 9000000000000000 then
+    redis.call('PERSIST', idx)
+  elseif ttl >= 0 then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if now + ttl < score + slack then
+      redis.call('PEXPIREAT', idx, math.floor(score) + slack)
+    end
+  end
+end
+local function fix_ttl(idx, slack)
+  local top = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
+  if #top == 0 then return end
+  local s = tonumber(top[2])
+  if s >= 9000000000000000 then
+    redis.call('PERSIST', idx)
+  else
+    redis.call('PEXPIREAT', idx, math.floor(s) + slack)
+  end
+end
+"""
+
+#: KEYS = entry, index; ARGV = value, PX ms or "", "1" for NX.  Returns 1 if written.
+SET_INDEXED = _HELPERS + """\
+local args = {'SET', KEYS[1], ARGV[1]}
+if ARGV[2] ~= '' then args[#args + 1] = 'PX'; args[#args + 1] = ARGV[2] end
+if ARGV[3] == '1' then args[#args + 1] = 'NX' end
+if not redis.call(unpack(args)) then return 0 end
+local score = 9000000000000000
+if ARGV[2] ~= '' then score = now_ms() + tonumber(ARGV[2]) end
+redis.call('ZADD', KEYS[2], score, KEYS[1])
+extend_ttl(KEYS[2], score, 1000)
+return 1
+"""
+
+#: KEYS = entry, index; ARGV = expected, new value, PX ms or "".  As CAS_LUA_SCRIPT.
+CAS_INDEXED = _HELPERS + """\
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local score = 9000000000000000
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  score = now_ms() + tonumber(ARGV[3])
+end
+redis.call('ZADD', KEYS[2], score, KEYS[1])
+extend_ttl(KEYS[2], score, 1000)
+return 1
+"""
+
+#: KEYS = index, entries...  Unlinks the entries, drops them from the index.
+DELETE_INDEXED = _HELPERS + """\
+local n = redis.call('UNLINK', unpack(KEYS, 2))
+redis.call('ZREM', KEYS[1], unpack(KEYS, 2))
+fix_ttl(KEYS[1], 1000)
+return n
+"""
+
+#: One page of an index with the values (Vercel KV: one request).  KEYS = index;
+#: ARGV = cursor, glob over members, count, "1" to prune first.  Pruning looks at
+#: members whose score has passed: gone ones leave the index, live ones (a TTL
+#: changed by a writer that does not keep the index) get their real deadline.
+#: Members whose value is missing (deleted without the index, another type) are
+#: removed: the script is atomic, nothing can write them in between.
+#: Returns {next cursor, keys, values}.
+INDEX_PAGE = _HELPERS + """\
+local idx = KEYS[1]
+if ARGV[4] == '1' then
+  local now = now_ms()
+  local due = redis.call('ZRANGEBYSCORE', idx, '-inf', now, 'LIMIT', 0, 1000)
+  for _, m in ipairs(due) do
+    local ttl = redis.call('PTTL', m)
+    if ttl == -2 then
+      redis.call('ZREM', idx, m)
+    elseif ttl == -1 then
+      redis.call('ZADD', idx, 9000000000000000, m)
+    else
+      redis.call('ZADD', idx, now + ttl, m)
+    end
+  end
+  if #due > 0 then fix_ttl(idx, 1000) end
+end
+local page = redis.call('ZSCAN', idx, ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
+local flat, keys = page[2], {}
+for i = 1, #flat, 2 do keys[#keys + 1] = flat[i] end
+local outk, outv, gone = {}, {}, {}
+for i = 1, #keys, 1000 do
+  local part = {unpack(keys, i, math.min(i + 999, #keys))}
+  local values = redis.call('MGET', unpack(part))
+  for j = 1, #part do
+    if values[j] then
+      outk[#outk + 1] = part[j]; outv[#outv + 1] = values[j]
+    else
+      gone[#gone + 1] = part[j]
+    end
+  end
+end
+for i = 1, #gone, 1000 do
+  redis.call('ZREM', idx, unpack(gone, i, math.min(i + 999, #gone)))
+end
+return {page[1], outk, outv}
+"""
+
+#: Drop members whose entry is gone (checked here, atomically).  KEYS = index;
+#: ARGV = members.  Returns how many were dropped.
+PRUNE_MISSING = _HELPERS + """\
+local n = 0
+for _, m in ipairs(ARGV) do
+  if redis.call('EXISTS', m) == 0 then
+    n = n + redis.call('ZREM', KEYS[1], m)
+  end
+end
+if n > 0 then fix_ttl(KEYS[1], 1000) end
+return n
+"""
+
+#: Cluster write, step one (before the entry is written).  KEYS = index; ARGV =
+#: grace ms, then pairs of member and PX ms ("" for no deadline).  On a cluster
+#: the score is the member's **last add time** (the index node's clock, strictly
+#: rising per member), not its deadline: a member may only be dropped once its
+#: entry is missing *and* nobody added it for longer than the grace (a writer
+#: between its two steps re-adds first).  The index lives as long as the longest
+#: TTL added plus the grace, and without expiry once an entry without one is added.
+INDEX_ADD = _HELPERS + """\
+local idx, grace = KEYS[1], tonumber(ARGV[1])
+local existed = redis.call('EXISTS', idx) == 1
+local now, persist, longest = now_ms(), false, 0
+for i = 2, #ARGV, 2 do
+  local old = redis.call('ZSCORE', idx, ARGV[i])
+  local score = now
+  if old and tonumber(old) >= now then score = tonumber(old) + 1 end
+  redis.call('ZADD', idx, score, ARGV[i])
+  if ARGV[i + 1] == '' then
+    persist = true
+  elseif tonumber(ARGV[i + 1]) > longest then
+    longest = tonumber(ARGV[i + 1])
+  end
+end
+local ttl = redis.call('PTTL', idx)
+if persist then
+  if ttl ~= -1 then redis.call('PERSIST', idx) end
+elseif (ttl == -1 and not existed) or (ttl >= 0 and ttl < longest + grace) then
+  redis.call('PEXPIRE', idx, longest + grace)
+end
+return 1
+"""
+
+#: Cluster: drop members not added for longer than the grace.  KEYS = index;
+#: ARGV = grace ms, then pairs of member and the score the caller saw ("": any).
+#: A member re-added since (its score changed) or recently is kept.  Callers
+#: only pass members whose entry they found missing, or just deleted.
+INDEX_PRUNE = _HELPERS + """\
+local idx = KEYS[1]
+local limit, n = now_ms() - tonumber(ARGV[1]), 0
+for i = 2, #ARGV, 2 do
+  local s = redis.call('ZSCORE', idx, ARGV[i])
+  if s and tonumber(s) < limit and (ARGV[i + 1] == '' or tonumber(s) == tonumber(ARGV[i + 1])) then
+    n = n + redis.call('ZREM', idx, ARGV[i])
+  end
+end
+return n
+"""
+
+#: Bring existing entries into their indexes (standalone, Vercel KV).  KEYS =
+#: entries; ARGV = their index keys, in the same order.  Entries that are gone
+#: are skipped.  Returns how many were indexed.
+REINDEX = _HELPERS + """\
+local now, touched, n = now_ms(), {}, 0
+for i = 1, #KEYS do
+  local ttl = redis.call('PTTL', KEYS[i])
+  if ttl ~= -2 then
+    local score = 9000000000000000
+    if ttl >= 0 then score = now + ttl end
+    redis.call('ZADD', ARGV[i], score, KEYS[i])
+    touched[ARGV[i]] = true
+    n = n + 1
+  end
+end
+for idx in pairs(touched) do fix_ttl(idx, 1000) end
+return n
+"""

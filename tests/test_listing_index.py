@@ -1,0 +1,515 @@
+"""The per-namespace listing index (issue 21): model-based, expiry, Cluster crashes, reindex.
+
+Every store kind runs the same hypothesis state machine: set / forget /
+update / increment / forget_many / clock steps against a dict model, with
+``list`` and ``entries`` compared to the model after every step, and the index
+itself checked to hold (at least) every live entry.  Then the Redis-specific
+promises: the index key lives under the prefix and expires with its entries,
+expired and deleted members are pruned on read, a Cluster writer that dies
+between its two steps leaves nothing wrong visible, and older entries come in
+through the background reindex and ``remember-sync reindex``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from remember_sync import Identity, RememberPlugin
+from remember_sync.errors import RememberConfigurationError
+from remember_sync.keys import (
+    index_key_of,
+    index_record_key,
+    is_index_key,
+    namespace_index_key,
+    parse_storage_key,
+    scope_prefix,
+)
+from remember_sync.ops.reindex import reindex
+from remember_sync.ops.walk import classify
+from remember_sync.purge import IndexBackfill, sweep_legacy
+from remember_sync.stores.base import NamespaceIndex, Store
+from remember_sync.stores.memory import MemoryStore
+from remember_sync.stores.redis import RedisStore
+from remember_sync.types import Namespace
+from tests.conftest import TEST_SECRET, FakeClock
+
+P = "remember:"
+KEYS = ["a", "b", "ab", "note-1", "note-2", "x:y"]
+PATTERNS = ["*", "a*", "note-?", "*b", "x:*"]
+ME = Identity(session_id="s-1", user_id="u-1")
+HEAD = scope_prefix(P, Namespace("session", session="s-1"))
+
+
+def _clear(store: Store) -> None:
+    keys = list(store.scan("*"))
+    if keys:
+        store.delete(*keys)
+
+
+def _index_members(store: Store) -> set[str]:
+    """The keys the session namespace's index yields (live members only)."""
+    assert isinstance(store, NamespaceIndex)
+    index = namespace_index_key(P, HEAD)
+    return {k for page in store.index_pages(index, "*") for k, _ in page}
+
+
+# -- the model-based property test --------------------------------------------------------------
+
+
+def _machine(plugin: RememberPlugin, store: Store, clock: FakeClock) -> type[RuleBasedStateMachine]:
+    class IndexMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            _clear(store)
+            self.mem = plugin.accessor(ME)
+            # key -> (value, deadline ms or None) by the plugin's clock
+            self.model: dict[str, tuple[Any, int | None]] = {}
+
+        def _live(self) -> dict[str, Any]:
+            now = clock()
+            return {k: v for k, (v, d) in self.model.items() if d is None or now < d}
+
+        @rule(
+            key=st.sampled_from(KEYS),
+            value=st.integers(0, 9),
+            ttl=st.sampled_from([None, 60, 600]),
+        )
+        def set(self, key: str, value: int, ttl: int | None) -> None:
+            self.mem.set(key, value, ttl=ttl)
+            self.model[key] = (value, None if ttl is None else clock() + ttl * 1000)
+
+        @rule(key=st.sampled_from(KEYS))
+        def forget(self, key: str) -> None:
+            self.mem.forget(key)
+            self.model.pop(key, None)
+
+        @rule(key=st.sampled_from(KEYS), value=st.integers(10, 19))
+        def update(self, key: str, value: int) -> None:
+            live = key in self._live()
+            assert self.mem.update(key, value) is live
+            if live:
+                self.model[key] = (value, self.model[key][1])
+
+        @rule(key=st.sampled_from(KEYS))
+        def increment(self, key: str) -> None:
+            current = self._live().get(key)
+            if current is None:
+                assert self.mem.increment(key) == 1
+                self.model[key] = (1, None)
+            else:
+                assert self.mem.increment(key) == current + 1
+                self.model[key] = (current + 1, self.model[key][1])
+
+        @rule(pattern=st.sampled_from(PATTERNS))
+        def forget_many(self, pattern: str) -> None:
+            from remember_sync.keys import match_user_pattern
+
+            doomed = [k for k in self._live() if match_user_pattern(pattern, k)]
+            assert self.mem.forget_many(pattern=pattern) == len(doomed)
+            for key in list(self.model):
+                if match_user_pattern(pattern, key):
+                    del self.model[key]
+
+        @rule(seconds=st.sampled_from([30, 61, 700]))
+        def tick(self, seconds: int) -> None:
+            clock.advance(s=seconds)
+
+        @rule(pattern=st.sampled_from(PATTERNS))
+        def listed(self, pattern: str) -> None:
+            from remember_sync.keys import match_user_pattern
+
+            want = sorted(k for k in self._live() if match_user_pattern(pattern, k))
+            assert self.mem.list(pattern=pattern) == want
+
+        @invariant()
+        def entries_match_the_model(self) -> None:
+            live = self._live()
+            assert {k: e.value for k, e in self.mem.entries().items()} == live
+            # The index holds every live entry (a superset: expired ones by the
+            # plugin's clock are still stored until the server expires them).
+            members = {k[len(HEAD) :] for k in _index_members(store)}
+            assert set(live) <= members
+
+    return IndexMachine
+
+
+MODEL = settings(
+    max_examples=int(os.environ.get("REMEMBER_INDEX_EXAMPLES", "20")),
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+def test_index_keeps_step_with_a_dict_model(
+    make_plugin: Callable[..., RememberPlugin], store: Store, clock: FakeClock
+) -> None:
+    """set/forget/update/increment/forget_many/expiry vs a dict: list and entries agree."""
+    plugin = make_plugin()
+    assert plugin.core.listing == "index" and plugin.core.index_usable()
+    run_state_machine_as_test(_machine(plugin, store, clock), settings=MODEL)
+
+
+# -- modes -------------------------------------------------------------------------------------
+
+
+def test_frontmcp_compatible_and_read_doubled_prefix_default_to_scanning(
+    make_plugin: Callable[..., RememberPlugin],
+) -> None:
+    """A 1.8.0 writer keeps no index: beside one, listing scans (and can be forced either way)."""
+    assert make_plugin().core.listing == "index"
+    compatible = make_plugin(encryption={"frontmcp_compatible": True, "secrets": [TEST_SECRET]})
+    assert compatible.core.listing == "scan"
+    assert make_plugin(read_doubled_prefix=True).core.listing == "scan"
+    assert make_plugin(read_doubled_prefix=True, listing="index").core.listing == "index"
+    assert make_plugin(listing="scan").core.listing == "scan"
+    with pytest.raises(RememberConfigurationError, match="listing"):
+        make_plugin(listing="btree")
+
+
+def test_index_keys_live_under_the_prefix_and_are_no_entries() -> None:
+    """Index keys: under P, never parsed as entries, never matched by a scope or legacy glob."""
+    for ns in (
+        Namespace("session", session="s:1"),
+        Namespace("user", user="ü"),
+        Namespace("tool", tool="t", session="s"),
+        Namespace("global"),
+    ):
+        head = scope_prefix(P, ns)
+        index = namespace_index_key(P, head)
+        assert index.startswith(P + "__index__:") and is_index_key(P, index)
+        assert index_key_of(P, head + "k") == index
+        assert parse_storage_key(P, index) is None
+        assert index_key_of(P, index) is None  # an index is in no index
+        assert classify(P, index) == ("other", None)
+        for legacy in ("session:", "tool:", "user:", "v2:", "global:"):
+            assert not index.startswith(P + legacy)
+    bookkeeping_keys = (P + "__layout__", P + "__keyid__", index_record_key(P), P + P + "v2:u:k")
+    for bookkeeping in bookkeeping_keys:
+        assert index_key_of(P, bookkeeping) is None
+
+
+# -- memory ------------------------------------------------------------------------------------
+
+
+def test_memory_index_follows_eviction_and_expiry(clock: FakeClock) -> None:
+    """Evicted and expired keys leave their namespace's group; list reads only the group."""
+    store = MemoryStore(max_entries=3, clock=clock)
+    store.use_index(lambda k: index_key_of(P, k))
+    index = namespace_index_key(P, HEAD)
+    for i in range(5):
+        store.set(f"{HEAD}k{i}", "v", ttl_ms=10_000 if i == 4 else None)
+    assert store.evictions == 2
+    assert sorted(k for page in store.index_pages(index, "*") for k, _ in page) == [
+        f"{HEAD}k2", f"{HEAD}k3", f"{HEAD}k4"
+    ]
+    clock.advance(ms=10_000)
+    assert [k for page in store.index_pages(index, "*") for k, _ in page] == [
+        f"{HEAD}k2", f"{HEAD}k3"
+    ]
+    store.delete(f"{HEAD}k2", f"{HEAD}k3")
+    assert list(store.index_pages(index, "*")) == []
+    assert store._groups == {} and store._group_of == {}
+
+
+def test_memory_use_index_groups_what_is_already_there(clock: FakeClock) -> None:
+    store = MemoryStore(clock=clock)
+    store.set(f"{HEAD}old", "v")
+    store.set(P + "__layout__", "{}")
+    assert store.use_index(lambda k: index_key_of(P, k)) is True
+    pages = list(store.index_pages(namespace_index_key(P, HEAD), "*"))
+    assert pages == [[(f"{HEAD}old", "v")]]
+
+
+# -- Redis: the index key itself ---------------------------------------------------------------
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll *condition* (a server-side expiry we cannot be told about) until it holds."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def test_redis_index_is_a_sorted_set_scored_by_deadline_that_expires_with_its_entries(
+    redis_store: RedisStore, redis_client: redis.Redis
+) -> None:
+    """Scores are server deadlines; the index expires with its latest entry; reads prune."""
+    store = redis_store
+    store.use_index(lambda k: index_key_of(P, k))
+    index = namespace_index_key(P, HEAD)
+    store.set(HEAD + "short", "1", ttl_ms=200)
+    store.set(HEAD + "long", "2", ttl_ms=60_000)
+    assert redis_client.type(index) == b"zset"
+    assert 59_000 < redis_client.pttl(index) <= 61_000  # the latest deadline (+ 1 s slack)
+    store.set(HEAD + "forever", "3")
+    assert redis_client.pttl(index) == -1  # a member without a deadline: no expiry
+    assert store.delete(HEAD + "forever") == 1
+    assert 0 < redis_client.pttl(index) <= 61_000  # back to the latest deadline
+    _wait_until(lambda: redis_client.exists(HEAD + "short") == 0)
+    assert redis_client.zscore(index, HEAD + "short") is not None  # not yet pruned
+    assert _index_members(store) == {HEAD + "long"}
+    assert redis_client.zscore(index, HEAD + "short") is None  # pruned by that read
+    # A member whose entry was deleted behind the index's back is dropped on read.
+    redis_client.delete(HEAD + "long")
+    assert _index_members(store) == set()
+    assert redis_client.exists(index) == 0  # the last member gone: the set is gone
+    # An index with only deadline members expires on its own.
+    store.set(HEAD + "brief", "1", ttl_ms=100)
+    _wait_until(lambda: redis_client.exists(index) == 0)
+
+
+def test_redis_index_memory_cost_per_entry(
+    redis_store: RedisStore, redis_client: redis.Redis
+) -> None:
+    """MEMORY USAGE of an index of 1,000 members: what docs/redis.rst quotes (< 200 B each)."""
+    store = redis_store
+    store.use_index(lambda k: index_key_of(P, k))
+    for i in range(1000):
+        store.set(f"{HEAD}note-{i:04d}", "v", ttl_ms=3_600_000)
+    usage = redis_client.memory_usage(namespace_index_key(P, HEAD), samples=0)
+    assert usage is not None and usage / 1000 < 200
+
+
+def test_walkers_skip_index_keys(
+    make_plugin: Callable[..., RememberPlugin], redis_store: RedisStore
+) -> None:
+    """The legacy purge, stats and export walkers never take an index key for an entry."""
+    plugin = make_plugin(store=redis_store)
+    mem = plugin.accessor(ME)
+    mem.set("k", 1)
+    mem.set("u", 2, scope="user")
+    keys = list(redis_store.scan("*"))
+    assert any(is_index_key(P, k) for k in keys)
+    result = sweep_legacy(redis_store, P)
+    assert (result.found, result.deleted) == (0, 0)
+    from remember_sync.ops.inspect import collect_stats
+
+    stats = collect_stats(redis_store, P, plugin.core.codec, now=plugin.core.clock())
+    assert stats.entries == 2 and stats.unreadable == 0
+    assert mem.list() == ["k"] and mem.list(scope="user") == ["u"]
+
+
+# -- Redis Cluster: a writer killed between its two steps -----------------------------------
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_cluster_writer_killed_between_steps_leaves_nothing_wrong_visible(
+    make_plugin: Callable[..., RememberPlugin], redis_cluster_store: RedisStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Index first, entry second; entry first, index second: readers never see a wrong key."""
+    store = redis_cluster_store
+    plugin = make_plugin(store=store)
+    mem = plugin.accessor(ME)
+    mem.set("kept", 1)
+    # A set that dies after the index step: a member without an entry, hidden from readers.
+    original = store._client.execute_command
+
+    def die_on_set(*args: Any, **kwargs: Any) -> Any:
+        if args and args[0] == "SET":
+            raise _Killed
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(store._client, "execute_command", die_on_set)
+    with pytest.raises(_Killed):
+        mem.set("ghost", 2)
+    monkeypatch.setattr(store._client, "execute_command", original)
+    members = store._client.zrange(namespace_index_key(P, HEAD), 0, -1)
+    assert HEAD + "ghost" in {m.decode() for m in members}
+    assert mem.list() == ["kept"] and set(mem.entries()) == {"kept"}
+    assert mem.get("ghost") is None
+    # The ghost does not stop a later write of that key from being listed.
+    mem.set("ghost", 3)
+    assert mem.list() == ["ghost", "kept"]
+
+    # A forget that dies after the entry step: the index still names it; readers do not.
+    def die_on_remove(index: str, keys: Any) -> None:
+        raise _Killed
+
+    monkeypatch.setattr(store, "_index_remove", die_on_remove)
+    with pytest.raises(_Killed):
+        mem.forget("kept")
+    monkeypatch.undo()
+    assert mem.list() == ["ghost"] and set(mem.entries()) == {"ghost"}
+    assert mem.forget_many(pattern="*") == 1
+    assert mem.list() == []
+
+
+# -- compatibility: older entries and the reindex ----------------------------------------------
+
+
+def _older_entries(plugin: RememberPlugin, n: int) -> None:
+    """Entries written by a plugin that keeps no index (as 1.8.0 or an earlier release)."""
+    old = plugin.accessor(ME)
+    for i in range(n):
+        old.set(f"old-{i}", i)
+
+
+@pytest.mark.parametrize("kind", ["redis", "redis_cluster", "vercel_kv"])
+def test_older_entries_are_listed_by_scanning_then_through_the_reindexed_index(
+    kind: str, request: pytest.FixtureRequest, clock: FakeClock
+) -> None:
+    store: Store = request.getfixturevalue(f"{kind}_store")
+    common: dict[str, Any] = {
+        "store": store, "clock": clock, "skip_legacy_purge": True,
+        "encryption": {"secrets": [TEST_SECRET]},
+    }
+    legacy = RememberPlugin.init(listing="scan", **common)
+    _older_entries(legacy, 5)
+    legacy.close()
+    plugin = RememberPlugin.init(**common)
+    try:
+        backfill = plugin.index_backfill
+        assert backfill is not None and backfill.wait(30) and backfill.state == "indexed"
+        assert backfill.result is not None and backfill.result.entries == 5
+        assert plugin.core.index_usable()
+        mem = plugin.accessor(ME)
+        assert mem.list() == [f"old-{i}" for i in range(5)]
+        assert len(_index_members(store)) == 5
+        # A second plugin finds the record and runs nothing.
+        again = RememberPlugin.init(**common)
+        try:
+            assert again.index_backfill is not None and again.index_backfill.wait(30)
+            assert again.index_backfill.state in ("indexed", "duplicate")
+            assert again.index_backfill.result is None
+        finally:
+            again.close()
+    finally:
+        plugin.close()
+
+
+def test_listing_scans_until_the_fleet_record_appears(
+    redis_store: RedisStore, clock: FakeClock
+) -> None:
+    """Another instance holds the reindex lease: this one scans (and sees older entries)."""
+    common: dict[str, Any] = {
+        "store": redis_store, "clock": clock, "skip_legacy_purge": True,
+        "encryption": {"secrets": [TEST_SECRET]},
+    }
+    legacy = RememberPlugin.init(listing="scan", **common)
+    _older_entries(legacy, 3)
+    redis_store.set(P + "__indexing__", "{}", ttl_ms=60_000)  # someone else's pass
+    plugin = RememberPlugin.init(**common)
+    try:
+        assert plugin.index_backfill.wait(30) and plugin.index_backfill.state == "elsewhere"
+        assert not plugin.core.index_usable()
+        mem = plugin.accessor(ME)
+        assert mem.list() == ["old-0", "old-1", "old-2"]  # by scanning
+        mem.set("new", 1)
+        reindex(redis_store, P, clock=clock)  # the other instance finishes
+        clock.advance(s=6)  # the record is re-read at most every 5 s
+        assert plugin.core.index_usable()
+        assert mem.list() == ["new", "old-0", "old-1", "old-2"]
+    finally:
+        plugin.close()
+        legacy.close()
+
+
+def test_background_reindex_stands_down_for_a_nested_prefix(redis_store: RedisStore) -> None:
+    assert IndexBackfill(redis_store, "remember:v2:", clock=lambda: 0).start().state == "stood-down"
+    assert IndexBackfill(redis_store, "", clock=lambda: 0).start().state == "stood-down"
+
+
+def test_reindex_cli_with_progress(
+    redis_url: str, redis_client: redis.Redis, redis_store: RedisStore, clock: FakeClock
+) -> None:
+    """``remember-sync reindex`` indexes older entries and reports what it did."""
+    legacy = RememberPlugin.init(
+        store=redis_store, clock=clock, skip_legacy_purge=True, listing="scan",
+        encryption={"secrets": [TEST_SECRET]},
+    )
+    _older_entries(legacy, 4)
+    legacy.close()
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": repo, "REMEMBER_SECRET": TEST_SECRET}
+    done = subprocess.run(
+        [sys.executable, "-m", "remember_sync", "reindex", "--redis-url", redis_url, "--json"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["entries"] == 4 and report["indexed"] == 4
+    assert redis_client.exists(index_record_key(P)) == 1
+    redis_store.use_index(lambda k: index_key_of(P, k))
+    assert len(_index_members(redis_store)) == 4
+
+
+def test_cluster_index_keeps_recent_members_and_follows_entries_without_expiry(
+    redis_cluster_store: RedisStore,
+) -> None:
+    """Cluster scores are add times: a failed NX write keeps the member; a delete drops
+    only members not added within the grace (a writer may be between its steps)."""
+    store = redis_cluster_store
+    store.use_index(lambda k: index_key_of(P, k))
+    index = namespace_index_key(P, HEAD)
+    assert store.set(HEAD + "k", "forever") is True
+    assert store._client.pttl(index) == -1  # an entry without expiry: no expiry
+    assert store.set(HEAD + "k", "brief", ttl_ms=1_000, only_if_absent=True) is False
+    assert store._client.pttl(index) == -1
+    assert _index_members(store) == {HEAD + "k"}
+    assert store.delete(HEAD + "k") == 1
+    assert store._client.zscore(index, HEAD + "k") is not None  # added just now: kept
+    assert _index_members(store) == set()  # and hidden from readers
+    store.set(HEAD + "t", "v", ttl_ms=5_000)
+    store._client.delete(index)
+    store.set(HEAD + "t", "v", ttl_ms=5_000)
+    assert 60_000 < store._client.pttl(index) <= 65_000  # its TTL + the grace
+
+
+def test_concurrent_writers_keep_index_and_entries_in_step(
+    make_plugin: Callable[..., RememberPlugin], store: Store
+) -> None:
+    """Threads racing set/forget/update/increment on the same keys: afterwards the
+    listing shows exactly the keys that hold an entry, and the index holds them all."""
+    import random
+    import threading
+
+    plugin = make_plugin()
+    keys = ["k0", "k1", "k2", "k3"]
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        mem = plugin.accessor(ME)
+        try:
+            for _ in range(60):
+                key, op = rng.choice(keys), rng.randrange(4)
+                if op == 0:
+                    mem.set(key, seed, ttl=rng.choice([None, 600]))
+                elif op == 1:
+                    mem.forget(key)
+                elif op == 2:
+                    mem.update(key, -seed)
+                else:
+                    mem.modify(key, lambda v: 0 if not isinstance(v, int) else v + 1, default=0)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    mem = plugin.accessor(ME)
+    live = sorted(k for k in keys if mem.get(k) is not None)
+    assert mem.list() == live
+    assert {k[len(HEAD) :] for k in _index_members(store)} >= set(live)

@@ -11,7 +11,7 @@ deleting the legacy ones, each on a freshly filled keyspace in the same run:
 
 * **baseline** -- what 1.8.0 does: ``SCAN ... COUNT 100`` per scope to list the
   keys, then one ``DEL`` per key, one round trip each;
-* **sweep_legacy** -- :func:`remember_sync.purge.sweep_legacy` over a
+* **sweep_legacy** -- :func:`remember_sync._purge.sweep_legacy` over a
   :class:`~remember_sync.stores.redis.RedisStore`: ``SCAN ... COUNT 1000``, then
   per batch one ``MGET`` (only values that are legacy entries are deleted) and
   one ``UNLINK``.
@@ -34,8 +34,8 @@ from typing import Any
 
 import redis
 
-from remember_sync.crypto import seal
-from remember_sync.purge import sweep_legacy
+from remember_sync._crypto import seal
+from remember_sync._purge import sweep_legacy
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisServer
 

@@ -795,7 +795,7 @@ def rows_list(env: Environment, sizes: Sizes) -> list[Row]:
 
 def rows_reindex(env: Environment, sizes: Sizes) -> list[Row]:
     """Row 9: ``remember-sync reindex`` of older (unindexed) entries, vs a bare SCAN walk."""
-    from remember_sync.ops.reindex import reindex
+    from remember_sync._ops.reindex import reindex
 
     n = sizes.reindex_keys
     env.flush()

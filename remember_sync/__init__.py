@@ -9,6 +9,7 @@ Quick start::
         plugin.remember.set("theme", "dark", scope="user")
 """
 
+from ._secrets import generate_secret
 from .accessor import RememberAccessor
 from .errors import (
     RememberConfigurationError,
@@ -44,5 +45,6 @@ __all__ = [
     "RememberUnavailableError",
     "SCOPES",
     "current_identity",
+    "generate_secret",
     "identity",
 ]

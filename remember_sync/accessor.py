@@ -24,18 +24,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
 from ._fork import after_fork_in_child
-from .codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
-from .errors import (
-    RememberConfigurationError,
-    RememberConflictError,
-    RememberDecryptionError,
-    RememberIdentityError,
-    RememberInputError,
-    RememberInputTypeError,
-)
-from .identity import current_identity, resolve_namespace
-from .keys import (
+from ._keys import (
     MAX_KEY_BYTES,
     check_key,
     check_pattern,
@@ -47,6 +38,15 @@ from .keys import (
     scope_glob,
     scope_prefix,
 )
+from .errors import (
+    RememberConfigurationError,
+    RememberConflictError,
+    RememberDecryptionError,
+    RememberIdentityError,
+    RememberInputError,
+    RememberInputTypeError,
+)
+from .identity import current_identity, resolve_namespace
 from .stores.base import NamespaceIndex, Store
 from .types import Identity, Namespace, RememberEntry, Scope, check_brand, check_scope
 

@@ -1,7 +1,7 @@
 """The ``remember-sync`` command (also ``python -m remember_sync``).
 
 A thin shell: it parses and validates every argument *before* opening a
-store, then calls the plain functions of :mod:`remember_sync.ops` and prints
+store, then calls the plain functions of :mod:`remember_sync._ops` and prints
 their results.  Exit codes: ``0`` success, ``1`` failure or something needing
 attention, ``2`` bad arguments (nothing was written), ``130`` interrupted.
 
@@ -24,14 +24,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ._keys import check_key, check_pattern
 from .errors import RememberDecryptionError, RememberError
 from .identity import is_anonymous
-from .keys import check_key, check_pattern
 from .types import BRANDS, SCOPES, Identity, RememberEntry
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
-    from .ops.context import Opened, StoreChoice
-    from .ops.transfer import ImportRecord
+    from ._ops.context import Opened, StoreChoice
+    from ._ops.transfer import ImportRecord
 
 __all__ = ["build_parser", "main"]
 
@@ -135,7 +135,7 @@ def _redis_url(text: str) -> str:
 
 
 def _store_options() -> argparse.ArgumentParser:
-    from .ops.context import REDIS_URL_ENV
+    from ._ops.context import REDIS_URL_ENV
 
     parent = argparse.ArgumentParser(add_help=False)
     # --redis-url and --vercel-kv exclude each other (checked in _store_choice: argparse
@@ -239,7 +239,7 @@ class _Formatter(argparse.HelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every subcommand with its options and handler."""
-    from .ops.context import REDIS_URL_ENV
+    from ._ops.context import REDIS_URL_ENV
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -454,8 +454,8 @@ def _changes_store(args: argparse.Namespace) -> bool:
 
 def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> StoreChoice:
     from ._config import KV_URL_ENV, PLATFORM_REDIS_URL_ENV, store_settings
+    from ._ops.context import REDIS_URL_ENV, StoreChoice
     from .errors import RememberConfigurationError
-    from .ops.context import REDIS_URL_ENV, StoreChoice
 
     if getattr(args, "vercel_kv", False):
         if getattr(args, "redis_url", None) is not None:
@@ -498,7 +498,7 @@ class _Run:
         self.secrets: list[str] = []
 
     def refresh_secrets(self, store: StoreChoice) -> None:
-        from .ops.context import secret_values
+        from ._ops.context import secret_values
 
         self.secrets = secret_values(os.environ, store)
 
@@ -511,7 +511,7 @@ def _opened(
     args: argparse.Namespace, *, on_decrypt_error: str = "warn", writes: bool = False
 ) -> Iterator[Opened]:
     """Open the chosen store and build a plugin over it; close the store afterwards."""
-    from .ops.context import SecretChoice, build_plugin, open_store
+    from ._ops.context import SecretChoice, build_plugin, open_store
 
     choice = args.store_choice
     store = open_store(choice)
@@ -560,7 +560,7 @@ def _progress_stream() -> TextIO:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .ops.demo import DemoFailed, run_demo
+    from ._ops.demo import DemoFailed, run_demo
 
     try:
         run_demo(sys.stdout)
@@ -571,7 +571,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_secret_generate(args: argparse.Namespace) -> int:
-    from .secret_source import generate_secret
+    from ._secrets import generate_secret
 
     sys.stdout.write(generate_secret() + "\n")
     return EXIT_OK
@@ -658,7 +658,7 @@ def _read_before_replacing(
 
 
 def _cmd_set(args: argparse.Namespace) -> int:
-    from .ops.inspect import format_ms
+    from ._ops.inspect import format_ms
 
     with _opened(args, on_decrypt_error="raise", writes=True) as opened:
         mem = opened.plugin.accessor(args.identity)
@@ -714,7 +714,7 @@ def _counts(mapping: dict[str, int]) -> str:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from .ops.inspect import collect_stats
+    from ._ops.inspect import collect_stats
 
     with _opened(args) as opened:
         core = opened.plugin.core
@@ -757,9 +757,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
+    from ._ops.context import SecretChoice, build_plugin, open_store
+    from ._ops.inspect import Check, run_doctor, secret_check
     from .accessor import wall_clock_ms
-    from .ops.context import SecretChoice, build_plugin, open_store
-    from .ops.inspect import Check, run_doctor, secret_check
 
     choice = args.store_choice
     store = open_store(choice)
@@ -828,7 +828,7 @@ def _output(path: str | None) -> Iterator[TextIO]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .ops.transfer import export_entries
+    from ._ops.transfer import export_entries
 
     with _opened(args) as opened:
         if args.decrypted:
@@ -857,7 +857,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from .ops.transfer import import_entries
+    from ._ops.transfer import import_entries
 
     with _opened(args, writes=True) as opened:
         result = import_entries(
@@ -885,7 +885,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_rotate(args: argparse.Namespace) -> int:
-    from .ops.rotate import rotate
+    from ._ops.rotate import rotate
 
     with _opened(args, writes=True) as opened:
         result = rotate(opened.plugin.core, dry_run=args.dry_run,
@@ -931,8 +931,8 @@ def _confirm(question: str) -> bool:
 
 
 def _cmd_reindex(args: argparse.Namespace) -> int:
-    from .ops.context import open_store
-    from .ops.reindex import reindex
+    from ._ops.context import open_store
+    from ._ops.reindex import reindex
 
     store = open_store(args.store_choice)
     try:
@@ -958,8 +958,8 @@ def _cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def _cmd_purge_legacy(args: argparse.Namespace) -> int:
-    from .ops.context import open_store
-    from .purge import sweep_legacy
+    from ._ops.context import open_store
+    from ._purge import sweep_legacy
 
     store = open_store(args.store_choice)
     try:
@@ -1026,7 +1026,7 @@ def _validate(args: argparse.Namespace) -> None:
     if args.command == "import":
         args.records = _read_records(args.input, sub)
     if args.command == "purge-legacy":
-        from .purge import nested_prefix, nested_prefix_message
+        from ._purge import nested_prefix, nested_prefix_message
 
         if not args.prefix:
             sub.error("argument --prefix: the legacy purge is disabled for an empty prefix")
@@ -1038,7 +1038,7 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def _read_records(path: str, sub: argparse.ArgumentParser) -> list[ImportRecord]:
-    from .ops.transfer import parse_records
+    from ._ops.transfer import parse_records
 
     try:
         if path == "-":
@@ -1056,7 +1056,7 @@ def _read_records(path: str, sub: argparse.ArgumentParser) -> list[ImportRecord]
 
 
 def _redact(text: str) -> str:
-    from .ops.context import redact
+    from ._ops.context import redact
 
     return redact(text, _run.secrets)
 

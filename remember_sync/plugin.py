@@ -14,13 +14,13 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from ._codec import EntryCodec
 from ._config import store_settings
+from ._crypto import Keyring
+from ._keys import storage_namespace
+from ._secrets import resolve_keyring
 from .accessor import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore, RememberAccessor
-from .codec import EntryCodec
-from .crypto import Keyring
 from .errors import RememberConfigurationError
-from .keys import storage_namespace
-from .secret_source import resolve_keyring
 from .stores.base import Store
 from .stores.memory import MemoryStore
 from .types import SCOPES, Identity
@@ -338,13 +338,13 @@ class RememberPlugin:
         return self._core.stats()
 
     def _start_purge(self) -> None:
-        """Arm the legacy purge (SPEC section 7); implemented by :mod:`remember_sync.purge`.
+        """Arm the legacy purge (SPEC section 7); implemented by :mod:`remember_sync._purge`.
 
         Only schedules a daemon timer: no store I/O happens on this thread.  The
         purge's first step also checks the secret against the key id the store
         records; with ``skip_legacy_purge`` a read-only one-shot check does that.
         """
-        from .purge import KeyIdCheck, LegacyPurge
+        from ._purge import KeyIdCheck, LegacyPurge
 
         keyring = self.keyring
         kids = keyring.kids if keyring is not None else None
@@ -364,7 +364,7 @@ class RememberPlugin:
 
     @property
     def index_backfill(self) -> Any:
-        """The background reindex (:class:`remember_sync.purge.IndexBackfill`), or ``None``.
+        """The background reindex (:class:`remember_sync._purge.IndexBackfill`), or ``None``.
 
         ``None`` when listing scans or the index was complete at once (memory).
         """
@@ -373,7 +373,7 @@ class RememberPlugin:
     def _start_backfill(self) -> None:
         """In index mode, bring the fleet's older entries into the index once, in the background.
 
-        Implemented by :class:`remember_sync.purge.IndexBackfill`; only starts a
+        Implemented by :class:`remember_sync._purge.IndexBackfill`; only starts a
         daemon thread (no store I/O on this thread).
         """
         core = self._core
@@ -381,7 +381,7 @@ class RememberPlugin:
             return
         if not self.purge_options.get("reindex", True):
             return
-        from .purge import IndexBackfill
+        from ._purge import IndexBackfill
 
         def done() -> None:
             core.index_ready = True

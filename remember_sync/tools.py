@@ -41,8 +41,9 @@ from copy import deepcopy
 from typing import TYPE_CHECKING, Any, Final
 from weakref import WeakKeyDictionary
 
+from ._codec import check_json_value, entry_json
+from ._keys import check_key
 from .accessor import MAX_TTL_SECONDS, AccessorCore, RememberAccessor
-from .codec import check_json_value, entry_json
 from .errors import (
     RememberDecryptionError,
     RememberIdentityError,
@@ -53,7 +54,6 @@ from .errors import (
 )
 from .identity import current_identity
 from .identity import identity as bind_identity
-from .keys import check_key
 from .types import SCOPES, Identity, Namespace, Scope
 
 if TYPE_CHECKING:
@@ -837,7 +837,7 @@ def _check_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """The input schema arguments are validated against: *schema* with two relaxations.
 
     The scope has no enum (see ``MemoryTools.__init__``), and a ``value`` of any
-    JSON type is left to :func:`~remember_sync.codec.check_json_value`, whose
+    JSON type is left to :func:`~remember_sync._codec.check_json_value`, whose
     messages say what is not JSON (NaN, a set, a non-``str`` key) where the
     published every-JSON-type list could only say "must be a string or ...".
     """

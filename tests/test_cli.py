@@ -25,8 +25,8 @@ import pytest
 import redis
 
 from remember_sync import Identity, RememberEntry, RememberPlugin
+from remember_sync._keys import storage_key
 from remember_sync.identity import resolve_namespace
-from remember_sync.keys import storage_key
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import free_port
 from tests.conftest import require_component

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from remember_sync import Identity, RememberPlugin
+from remember_sync._ops.context import SecretChoice, build_plugin, redact, secret_values
+from remember_sync._ops.inspect import Check, run_doctor
+from remember_sync._ops.rotate import rotate
+from remember_sync._ops.transfer import export_entries, import_entries, parse_records
+from remember_sync._ops.walk import classify
+from remember_sync._progress import Progress
 from remember_sync.cli import main
 from remember_sync.errors import RememberConfigurationError, RememberInputError
-from remember_sync.ops.context import SecretChoice, build_plugin, redact, secret_values
-from remember_sync.ops.inspect import Check, run_doctor
-from remember_sync.ops.rotate import rotate
-from remember_sync.ops.transfer import export_entries, import_entries, parse_records
-from remember_sync.ops.walk import classify
-from remember_sync.progress import Progress
 from remember_sync.stores.memory import MemoryStore
 from tests.conftest import FakeClock
 
@@ -194,7 +194,7 @@ def test_build_plugin_reports_the_env_source_and_previous_secrets() -> None:
 
 def test_redact_scrubs_every_known_secret() -> None:
     """Messages lose env secrets, previous secrets, the KV token and a URL password."""
-    from remember_sync.ops.context import StoreChoice
+    from remember_sync._ops.context import StoreChoice
 
     env = {
         "REMEMBER_SECRET": "s3cret-one",

@@ -24,11 +24,12 @@ from types import ModuleType
 import pytest
 
 import remember_sync
-from remember_sync import crypto, sessions
-from remember_sync.crypto import Keyring, b64url_decode, b64url_encode, parse_envelope, seal
+from remember_sync import _crypto as crypto
+from remember_sync import _sessions as sessions
+from remember_sync._crypto import Keyring, b64url_decode, b64url_encode, parse_envelope, seal
+from remember_sync._sessions import SessionSigner
 from remember_sync.errors import RememberDecryptionError
 from remember_sync.mcp import auth
-from remember_sync.sessions import SessionSigner
 from remember_sync.types import Namespace
 
 PACKAGE = Path(remember_sync.__file__).parent
@@ -155,7 +156,7 @@ def test_no_secret_is_compared_with_equality_anywhere_in_the_package() -> None:
             found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {text}")
     # One deliberate exception: `doctor` writes a random probe value and checks that
     # the store hands back what it was given -- a store health check, not a credential.
-    allowed = {"remember_sync/ops/inspect.py: back != token"}
+    allowed = {"remember_sync/_ops/inspect.py: back != token"}
     assert {re.sub(r":\d+:", ":", f) for f in found} <= allowed, found
     assert len(files) > 20  # the scan really walked the package
 

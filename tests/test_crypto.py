@@ -13,10 +13,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from remember_sync import Identity, RememberDecryptionError, RememberPlugin
-from remember_sync.codec import EntryCodec
-from remember_sync.crypto import Keyring, derive_key, parse_envelope, seal
+from remember_sync._codec import EntryCodec
+from remember_sync._crypto import Keyring, derive_key, parse_envelope, seal
+from remember_sync._keys import storage_key
 from remember_sync.identity import resolve_namespace
-from remember_sync.keys import storage_key
 from remember_sync.stores.base import Store
 from remember_sync.types import Namespace
 from tests.conftest import TEST_SECRET

@@ -23,15 +23,15 @@ import pytest
 import redis
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync.codec import UNBOUND_REFUSED, entry_json
-from remember_sync.crypto import derive_key, seal
+from remember_sync._codec import UNBOUND_REFUSED, entry_json
+from remember_sync._crypto import derive_key, seal
+from remember_sync._keys import storage_key
 from remember_sync.errors import (
     RememberConfigurationError,
     RememberDecryptionError,
     RememberInputError,
 )
 from remember_sync.identity import is_anonymous, resolve_namespace
-from remember_sync.keys import storage_key
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remember_sync import crypto
-from remember_sync.codec import EntryCodec, _ms, entry_fields
-from remember_sync.crypto import Keyring, random_iv, seal
+from remember_sync import _crypto as crypto
+from remember_sync._codec import EntryCodec, _ms, entry_fields
+from remember_sync._crypto import Keyring, random_iv, seal
 from remember_sync.errors import RememberDecryptionError
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.types import Namespace, RememberEntry

@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync.codec import entry_to_json
+from remember_sync._codec import entry_to_json
 from remember_sync.errors import (
     RememberError,
     RememberInputError,

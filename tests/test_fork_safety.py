@@ -265,7 +265,7 @@ def purge_threads() -> list[threading.Thread]:
 
 def _other_timers(ours: Any) -> list[Any]:
     """Live purge timers of every other LegacyPurge of this process."""
-    from remember_sync import purge as purge_module
+    from remember_sync import _purge as purge_module
 
     timers = [getattr(w, "_timer", None) for w in list(purge_module._workers) if w is not ours]
     return [t for t in timers if t is not None and t.is_alive()]

@@ -29,7 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync.keys import (
+from remember_sync._keys import (
     MAX_KEY_BYTES,
     check_pattern,
     match_user_pattern,

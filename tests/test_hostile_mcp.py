@@ -30,10 +30,10 @@ from typing import Any
 import pytest
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync.crypto import Keyring
+from remember_sync._crypto import Keyring
+from remember_sync._sessions import SessionSigner
 from remember_sync.mcp import McpServer, StaticTokenVerifier
 from remember_sync.mcp.httpd import make_server
-from remember_sync.sessions import SessionSigner
 from remember_sync.stores.redis import RedisStore
 from remember_sync.tools import error_parts
 from tests.conftest import TEST_SECRET

@@ -19,6 +19,7 @@ import redis
 from flask import Flask, Response, request, stream_with_context
 
 from remember_sync import RememberPlugin, current_identity
+from remember_sync._sessions import SessionSigner
 from remember_sync.errors import RememberConfigurationError
 from remember_sync.integrations.flask import (
     RememberSync,
@@ -28,7 +29,6 @@ from remember_sync.integrations.flask import (
     remember,
     request_identity,
 )
-from remember_sync.sessions import SessionSigner
 from remember_sync.stores.redis import RedisStore
 from remember_sync.types import Identity
 from tests.conftest import TEST_SECRET

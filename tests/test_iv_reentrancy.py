@@ -18,7 +18,7 @@ from types import FrameType
 
 import pytest
 
-from remember_sync.crypto import IV_BYTES, Keyring, parse_envelope, random_iv, seal
+from remember_sync._crypto import IV_BYTES, Keyring, parse_envelope, random_iv, seal
 from remember_sync.types import Namespace
 from tests.conftest import TEST_SECRET
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remember_sync.errors import RememberInputError
-from remember_sync.identity import resolve_namespace
-from remember_sync.keys import (
+from remember_sync._keys import (
     check_key,
     check_pattern,
     encode_component,
@@ -18,6 +16,8 @@ from remember_sync.keys import (
     scope_glob,
     storage_key,
 )
+from remember_sync.errors import RememberInputError
+from remember_sync.identity import resolve_namespace
 from remember_sync.stores.glob import glob_matcher
 from remember_sync.types import Identity, Namespace
 from tests.vectors import VECTORS, vector_identity, vector_tool_name

@@ -14,31 +14,31 @@ import remember_sync
 
 PACKAGE = Path(remember_sync.__file__).parent
 
-CORE = {"errors", "types", "keys", "crypto", "identity", "codec", "secret_source", "sessions"}
+CORE = {"errors", "types", "_keys", "_crypto", "identity", "_codec", "_secrets", "_sessions"}
 # module (first dotted part below remember_sync) -> internal modules it may import.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "types": {"errors"},
     "_glob": set(),
     "_fork": set(),
-    "keys": {"errors", "types", "_glob"},
-    "crypto": {"errors", "types", "_fork"},
+    "_keys": {"errors", "types", "_glob"},
+    "_crypto": {"errors", "types", "_fork"},
     "identity": {"errors", "types"},
-    "codec": {"errors", "types", "crypto"},
-    "secret_source": {"errors", "types", "crypto", "_fork"},
-    "sessions": {"errors", "types", "crypto"},
+    "_codec": {"errors", "types", "_crypto"},
+    "_secrets": {"errors", "types", "_crypto", "_fork"},
+    "_sessions": {"errors", "types", "_crypto"},
     "stores": {"errors", "stores", "_glob", "_fork"},
-    "purge": {"errors", "types", "keys", "crypto", "codec", "stores", "_fork"},
+    "_purge": {"errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork"},
     "accessor": CORE | {"stores", "_fork"},
     "tools": CORE | {"stores", "accessor"},
-    "plugin": CORE | {"stores", "accessor", "purge", "tools", "_config"},
-    "progress": set(),
+    "plugin": CORE | {"stores", "accessor", "_purge", "tools", "_config"},
+    "_progress": set(),
     "_config": {"errors", "types"},
-    "ops": CORE | {"stores", "accessor", "purge", "plugin", "progress", "tools", "_config"},
+    "_ops": CORE | {"stores", "accessor", "_purge", "plugin", "_progress", "tools", "_config"},
     "mcp": CORE
-    | {"stores", "accessor", "purge", "plugin", "tools", "mcp", "progress", "_fork", "_config"},
+    | {"stores", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork", "_config"},
     "cli": CORE
-    | {"stores", "accessor", "purge", "plugin", "tools", "ops", "progress", "mcp", "_config"},
+    | {"stores", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp", "_config"},
     "__main__": {"cli"},
     "__init__": CORE | {"stores", "accessor", "plugin"},
     "integrations": CORE

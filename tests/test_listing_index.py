@@ -27,8 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync.errors import RememberConfigurationError
-from remember_sync.keys import (
+from remember_sync._keys import (
     index_key_of,
     index_record_key,
     is_index_key,
@@ -36,9 +35,10 @@ from remember_sync.keys import (
     parse_storage_key,
     scope_prefix,
 )
-from remember_sync.ops.reindex import reindex
-from remember_sync.ops.walk import classify
-from remember_sync.purge import IndexBackfill, sweep_legacy
+from remember_sync._ops.reindex import reindex
+from remember_sync._ops.walk import classify
+from remember_sync._purge import IndexBackfill, sweep_legacy
+from remember_sync.errors import RememberConfigurationError
 from remember_sync.stores.base import NamespaceIndex, Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
@@ -114,7 +114,7 @@ def _machine(plugin: RememberPlugin, store: Store, clock: FakeClock) -> type[Rul
 
         @rule(pattern=st.sampled_from(PATTERNS))
         def forget_many(self, pattern: str) -> None:
-            from remember_sync.keys import match_user_pattern
+            from remember_sync._keys import match_user_pattern
 
             doomed = [k for k in self._live() if match_user_pattern(pattern, k)]
             assert self.mem.forget_many(pattern=pattern) == len(doomed)
@@ -128,7 +128,7 @@ def _machine(plugin: RememberPlugin, store: Store, clock: FakeClock) -> type[Rul
 
         @rule(pattern=st.sampled_from(PATTERNS))
         def listed(self, pattern: str) -> None:
-            from remember_sync.keys import match_user_pattern
+            from remember_sync._keys import match_user_pattern
 
             want = sorted(k for k in self._live() if match_user_pattern(pattern, k))
             assert self.mem.list(pattern=pattern) == want
@@ -297,7 +297,7 @@ def test_walkers_skip_index_keys(
     assert any(is_index_key(P, k) for k in keys)
     result = sweep_legacy(redis_store, P)
     assert (result.found, result.deleted) == (0, 0)
-    from remember_sync.ops.inspect import collect_stats
+    from remember_sync._ops.inspect import collect_stats
 
     stats = collect_stats(redis_store, P, plugin.core.codec, now=plugin.core.clock())
     assert stats.entries == 2 and stats.unreadable == 0

@@ -17,14 +17,14 @@ import pytest
 import requests
 
 from remember_sync import RememberPlugin
-from remember_sync.keys import ended_session_key, parse_storage_key
+from remember_sync._keys import ended_session_key, parse_storage_key
+from remember_sync._ops.walk import classify
+from remember_sync._purge import sweep_legacy
+from remember_sync._sessions import session_digest
 from remember_sync.mcp import McpServer, create_app
 from remember_sync.mcp import server as server_module
 from remember_sync.mcp.httpd import make_server
 from remember_sync.mcp.revocations import CLOCK_MARGIN_MS, FULL_CODE, EndedSessions
-from remember_sync.ops.walk import classify
-from remember_sync.purge import sweep_legacy
-from remember_sync.sessions import session_digest
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisServer
 from remember_sync.types import Identity

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from remember_sync import Identity, RememberPlugin, current_identity
+from remember_sync._sessions import SessionSigner
 from remember_sync.mcp import McpServer, ToolContext, ToolError
-from remember_sync.sessions import SessionSigner
 from remember_sync.tools import error_parts
 
 MODERN = "2026-07-28"
@@ -750,6 +750,6 @@ def test_server_without_memory_tools_lists_only_user_tools(
 
 
 def _keyring(secret: str) -> Any:
-    from remember_sync.crypto import Keyring
+    from remember_sync._crypto import Keyring
 
     return Keyring([secret], source="test")

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from remember_sync import Identity, RememberConfigurationError, RememberInputError, RememberPlugin
-from remember_sync.keys import storage_namespace
+from remember_sync._keys import storage_namespace
 from remember_sync.stores.memory import ENTRY_OVERHEAD_BYTES, MemoryStore
 from remember_sync.tools import error_parts
 from tests.conftest import TEST_SECRET, FakeClock
@@ -235,7 +235,7 @@ def test_plugin_refuses_bounds_for_other_stores() -> None:
 
 def test_storage_namespace_is_the_scope_prefix() -> None:
     """Every scope's key maps to its scope prefix, also when identity and key contain ':'."""
-    from remember_sync.keys import scope_prefix, storage_key
+    from remember_sync._keys import scope_prefix, storage_key
     from remember_sync.types import Namespace
 
     for prefix in ("remember:", "", "a:b:"):

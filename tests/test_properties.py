@@ -21,16 +21,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync.codec import EntryCodec, entry_from_json
-from remember_sync.crypto import Keyring, b64url_encode, parse_envelope
-from remember_sync.errors import (
-    RememberDecryptionError,
-    RememberError,
-    RememberInputError,
-    RememberInputTypeError,
-)
-from remember_sync.identity import resolve_namespace
-from remember_sync.keys import (
+from remember_sync._codec import EntryCodec, entry_from_json
+from remember_sync._crypto import Keyring, b64url_encode, parse_envelope
+from remember_sync._keys import (
     encode_component,
     glob_escape,
     layout_marker_key,
@@ -41,6 +34,13 @@ from remember_sync.keys import (
     scope_prefix,
     storage_key,
 )
+from remember_sync.errors import (
+    RememberDecryptionError,
+    RememberError,
+    RememberInputError,
+    RememberInputTypeError,
+)
+from remember_sync.identity import resolve_namespace
 from remember_sync.stores.glob import glob_matcher
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore

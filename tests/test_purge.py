@@ -22,11 +22,9 @@ import pytest
 import redis
 
 from remember_sync import RememberPlugin
-from remember_sync.crypto import seal
-from remember_sync.errors import RememberConfigurationError, RememberStoreError
-from remember_sync.identity import identity
-from remember_sync.keys import layout_marker_key
-from remember_sync.purge import (
+from remember_sync._crypto import seal
+from remember_sync._keys import layout_marker_key
+from remember_sync._purge import (
     MAX_WAIT_MS,
     LayoutMarkerError,
     LegacyPurge,
@@ -36,6 +34,8 @@ from remember_sync.purge import (
     read_marker,
     sweep_legacy,
 )
+from remember_sync.errors import RememberConfigurationError, RememberStoreError
+from remember_sync.identity import identity
 from remember_sync.stores.base import Store
 from tests.conftest import TEST_SECRET, FakeClock
 

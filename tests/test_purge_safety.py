@@ -25,10 +25,8 @@ import pytest
 import redis
 
 from remember_sync import RememberPlugin
-from remember_sync.crypto import key_id, seal
-from remember_sync.errors import RememberConfigurationError
-from remember_sync.identity import identity
-from remember_sync.purge import (
+from remember_sync._crypto import key_id, seal
+from remember_sync._purge import (
     KeyIdCheck,
     LegacyPurge,
     check_key_id,
@@ -39,6 +37,8 @@ from remember_sync.purge import (
     read_key_id,
     sweep_legacy,
 )
+from remember_sync.errors import RememberConfigurationError
+from remember_sync.identity import identity
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.types import Identity

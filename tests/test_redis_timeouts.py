@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from remember_sync import RememberPlugin
+from remember_sync._ops.context import CLI_SOCKET_TIMEOUT, StoreChoice, open_store
 from remember_sync.errors import RememberStoreError
-from remember_sync.ops.context import CLI_SOCKET_TIMEOUT, StoreChoice, open_store
 from remember_sync.stores.redis import RedisStore
 from remember_sync.stores.redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,

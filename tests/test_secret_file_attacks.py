@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from remember_sync import RememberConfigurationError
-from remember_sync.secret_source import load_or_create_secret_file
+from remember_sync._secrets import load_or_create_secret_file
 
 VALID = json.dumps({"secret": "v" * 43, "createdAt": 1_700_000_000_000, "version": 1})
 
@@ -29,7 +29,7 @@ _WORKER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from remember_sync.secret_source import load_or_create_secret_file
+    from remember_sync._secrets import load_or_create_secret_file
     path, ready, go = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     ready.touch()
     deadline = time.monotonic() + 60

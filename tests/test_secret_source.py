@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from remember_sync import RememberConfigurationError, RememberPlugin
-from remember_sync.secret_source import (
+from remember_sync._secrets import (
     generate_secret,
     load_or_create_secret_file,
     resolve_keyring,
@@ -263,7 +263,7 @@ _RACE = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from remember_sync.secret_source import load_or_create_secret_file
+    from remember_sync._secrets import load_or_create_secret_file
     start = float(sys.argv[2])
     while time.time() < start:
         pass

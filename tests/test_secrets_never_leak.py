@@ -41,6 +41,7 @@ from typing import Any
 import pytest
 
 from remember_sync import Identity, RememberPlugin, identity
+from remember_sync._sessions import SessionSigner
 from remember_sync.errors import (
     RememberConfigurationError,
     RememberDecryptionError,
@@ -49,7 +50,6 @@ from remember_sync.errors import (
 )
 from remember_sync.mcp import McpServer, StaticTokenVerifier
 from remember_sync.mcp.httpd import make_server
-from remember_sync.sessions import SessionSigner
 from remember_sync.stores.redis import RedisStore
 from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator

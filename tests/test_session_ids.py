@@ -10,10 +10,10 @@ import time
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from remember_sync.crypto import Keyring, b64url_decode, b64url_encode
+from remember_sync._crypto import Keyring, b64url_decode, b64url_encode
+from remember_sync._sessions import LEGACY_MAX_AGE_MS, SessionSigner
 from remember_sync.mcp import McpServer
 from remember_sync.plugin import RememberPlugin
-from remember_sync.sessions import LEGACY_MAX_AGE_MS, SessionSigner
 from tests.conftest import TEST_SECRET
 
 NOW = 1_800_000_000_000

@@ -89,11 +89,11 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-framework i
     ) from exc
 
 from .._fork import after_fork_in_child
+from .._sessions import SessionSigner
 from ..errors import RememberConfigurationError, RememberError, RememberUnavailableError
 from ..identity import identity
 from ..mcp.auth import register_host_auth
 from ..plugin import RememberPlugin, register_global_store_resolver
-from ..sessions import SessionSigner
 from ..types import Identity
 from .wsgi import (
     ENVIRON_IDENTITY,

@@ -21,7 +21,7 @@ Per request the middleware
    :func:`user_or_token_resolver` (the signed-in user first, then a token --
    the order of the MCP server too);
 2. reads the session header (``Mcp-Session-Id``) and binds it **only if** it
-   verifies with :class:`~remember_sync.sessions.SessionSigner` for that
+   verifies with :class:`~remember_sync._sessions.SessionSigner` for that
    principal -- the same signed ids the MCP server (:mod:`remember_sync.mcp`)
    issues, so a session handed out by one verifies in the other when they share
    the master secret.  Hand one out with :meth:`RememberMiddleware.issue_session`;
@@ -64,11 +64,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
+from .._secrets import resolve_keyring
+from .._sessions import SessionSigner
 from ..errors import RememberError, RememberUnavailableError
 from ..identity import identity
 from ..plugin import RememberPlugin
-from ..secret_source import resolve_keyring
-from ..sessions import SessionSigner
 from ..types import Identity
 
 if TYPE_CHECKING:

@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._secrets import check_private_mode, read_or_create_private_file
 from ..errors import RememberConfigurationError
 from ..identity import is_anonymous
-from ..secret_source import check_private_mode, read_or_create_private_file
 
 __all__ = [
     "FROM_HOST",
@@ -281,7 +281,7 @@ def load_or_create_local_token(path: str | os.PathLike[str]) -> tuple[str, bool]
 
     A new file is mode 0600 in a 0700 directory, written complete or not at
     all and never through a symlink; an existing one is reused as it is (see
-    :func:`~remember_sync.secret_source.read_or_create_private_file` for the
+    :func:`~remember_sync._secrets.read_or_create_private_file` for the
     checks: symlinks, group/other access and other owners are refused).
 
     :returns: ``(token, created)``.

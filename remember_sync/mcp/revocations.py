@@ -1,9 +1,9 @@
 """Ended MCP sessions, remembered for the rest of their signed lifetime.
 
-Session ids are signed, not stored (:mod:`remember_sync.sessions`), so ending
+Session ids are signed, not stored (:mod:`remember_sync._sessions`), so ending
 one (``DELETE``) needs a record that outlives nothing less than the id's
 signature: ``P + "__revoked__:" + session_digest(id)``
-(:func:`~remember_sync.keys.ended_session_key`), written with a TTL of the
+(:func:`~remember_sync._keys.ended_session_key`), written with a TTL of the
 id's remaining lifetime plus :data:`CLOCK_MARGIN_MS`.  Every request that
 presents a validly signed id reads it (one ``GET``); a store that fails while
 it is read makes the request fail, never pass.
@@ -34,9 +34,9 @@ from __future__ import annotations
 import threading
 
 from .._fork import after_fork_in_child
+from .._keys import ended_session_key
+from .._sessions import session_digest
 from ..errors import RememberStoreError
-from ..keys import ended_session_key
-from ..sessions import session_digest
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 

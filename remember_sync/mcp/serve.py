@@ -51,9 +51,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._config import REDIS_URL_ENV, store_settings
+from .._keys import layout_marker_key
 from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
-from ..keys import layout_marker_key
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 from ..types import SCOPES

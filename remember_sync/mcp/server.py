@@ -11,7 +11,7 @@ chooses them, by the ``MCP-Protocol-Version`` header:
 * absent or a handshake revision (``2024-11-05`` .. ``2025-11-25``): the
   ``initialize`` handshake.  ``initialize`` issues an ``Mcp-Session-Id``
   signed with a key derived from the master secret and bound to the caller's
-  principal (:class:`~remember_sync.sessions.SessionSigner`), so any worker
+  principal (:class:`~remember_sync._sessions.SessionSigner`), so any worker
   sharing the secret verifies it.  ``DELETE`` ends a session for the rest of
   its signed lifetime, recorded in the plugin's store so that every worker
   sharing it knows (:mod:`remember_sync.mcp.revocations`).  A request carrying
@@ -63,12 +63,12 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from .. import _config
+from .._secrets import resolve_keyring
+from .._sessions import SessionSigner
 from ..errors import RememberConfigurationError, RememberStoreError, RememberUnavailableError
 from ..identity import identity as bind_identity
 from ..identity import is_anonymous
 from ..plugin import RememberPlugin
-from ..secret_source import resolve_keyring
-from ..sessions import SessionSigner
 from ..tools import memory_tools
 from ..types import SCOPES, Identity
 from .auth import (
@@ -295,8 +295,8 @@ class McpServer:
         :func:`~remember_sync.mcp.auth.register_host_auth`), else ``None``;
         pass ``None`` to ignore the host's users.
     :param session_signer: signs and verifies ``Mcp-Session-Id`` values
-        (default: a :class:`~remember_sync.sessions.SessionSigner` over the
-        plugin's master secrets, or over :func:`~remember_sync.secret_source.resolve_keyring`
+        (default: a :class:`~remember_sync._sessions.SessionSigner` over the
+        plugin's master secrets, or over :func:`~remember_sync._secrets.resolve_keyring`
         when encryption is disabled).
     :param max_body_bytes: larger request bodies get ``413`` (default:
         :func:`default_max_body_bytes` of the plugin's ``max_value_bytes``, so

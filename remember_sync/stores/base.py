@@ -172,7 +172,7 @@ class NamespaceIndex(Protocol):
         Returns whether the indexes are complete at once (an in-process store,
         which indexes what it already holds); ``False`` means entries written
         before (or by writers that do not keep the index) are only found after
-        a reindex (:func:`remember_sync.ops.reindex.reindex`).
+        a reindex (:func:`remember_sync._ops.reindex.reindex`).
         """
         ...
 

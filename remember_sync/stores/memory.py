@@ -10,7 +10,7 @@ are bounded too) keep a runaway or hostile caller from exhausting the
 process's memory.  A write that would cross a bound first drops every expired
 entry, then evicts -- fairly: the store groups keys into *namespaces* with a
 function given by its owner (the plugin passes
-:func:`remember_sync.keys.storage_namespace`: one namespace per scope and
+:func:`remember_sync._keys.storage_namespace`: one namespace per scope and
 identity; the store itself knows nothing of scopes), and evicts from the
 namespace holding the most bytes, there the entry with the earliest deadline
 first, then the least recently used one.  So a caller filling the store with

@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
-from ..codec import UNBOUND_REFUSED, EntryCodec
+from .._codec import UNBOUND_REFUSED, EntryCodec
+from .._keys import ParsedKey, glob_escape, layout_marker_key, parse_storage_key
+from .._progress import Progress
+from .._purge import LEGACY_SCOPES
 from ..errors import RememberDecryptionError
-from ..keys import ParsedKey, glob_escape, layout_marker_key, parse_storage_key
-from ..progress import Progress
-from ..purge import LEGACY_SCOPES
 from ..stores.base import Store
 from ..types import RememberEntry
 

@@ -27,7 +27,7 @@ nested under ours (:func:`nested_key`) are kept and counted in
 deployment's layout (:func:`nested_prefix`) makes the purge stand down.
 
 The same worker guards against a wrong secret: ``P + "__keyid__"`` records the
-key id (:func:`~remember_sync.crypto.key_id`, never the secret) of the first
+key id (:func:`~remember_sync._crypto.key_id`, never the secret) of the first
 instance that ran the purge, and a plugin whose secrets do not include it logs
 one ERROR (:func:`check_key_id`, :class:`KeyIdCheck`).
 
@@ -57,21 +57,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ._codec import entry_fields
+from ._crypto import envelope_binding
 from ._fork import after_fork_in_child
-from .codec import entry_fields
-from .crypto import envelope_binding
-from .errors import (
-    RememberConfigurationError,
-    RememberDecryptionError,
-    RememberError,
-    RememberStoreError,
-)
-from .keys import (
+from ._keys import (
     glob_escape,
     index_key_of,
     index_record_key,
     layout_marker_key,
     legacy_patterns,
+)
+from .errors import (
+    RememberConfigurationError,
+    RememberDecryptionError,
+    RememberError,
+    RememberStoreError,
 )
 from .stores.base import NamespaceIndex, Store
 
@@ -299,7 +299,7 @@ def key_id_key(prefix: str) -> str:
 class KeyIdRecord:
     """What ``P + "__keyid__"`` holds: ``{"version":1,"kid":…,"recordedAt":<ms>}``.
 
-    :attr kid: :func:`~remember_sync.crypto.key_id` of the first recording
+    :attr kid: :func:`~remember_sync._crypto.key_id` of the first recording
         instance's primary secret (a truncated hash: never the secret).
     :attr recorded_at: epoch milliseconds of the recording.
     """
@@ -564,10 +564,10 @@ def is_legacy_value(raw: str) -> bool:
     """Whether *raw* is a value this plugin's legacy layout wrote (SPEC section 4).
 
     True for the reference's envelope ``{"alg":"A256GCM","iv","tag","data"}``
-    (checked by :func:`~remember_sync.crypto.envelope_binding`, the envelope
+    (checked by :func:`~remember_sync._crypto.envelope_binding`, the envelope
     parser without the byte decoding) without ``kid`` or
     ``aad`` -- those two mark our current envelopes, which no legacy version
-    wrote -- and for a plaintext entry (:func:`~remember_sync.codec.entry_fields`:
+    wrote -- and for a plaintext entry (:func:`~remember_sync._codec.entry_fields`:
     an object with ``value`` and numeric ``createdAt``/``updatedAt``).
     Anything else is someone else's data.
     """

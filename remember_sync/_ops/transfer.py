@@ -33,11 +33,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from .._codec import check_json_value
+from .._keys import check_key, parse_storage_key, storage_key
+from .._progress import Progress
 from ..accessor import AccessorCore
-from ..codec import check_json_value
 from ..errors import RememberDecryptionError, RememberError, RememberInputError
-from ..keys import check_key, parse_storage_key, storage_key
-from ..progress import Progress
 from ..types import SCOPES, Namespace, RememberEntry
 from .context import json_line
 from .inspect import MAX_LISTED

@@ -8,7 +8,7 @@ user's) and ids issued under another secret are refused.  Comparison is
 constant-time.  Nothing is stored: any instance sharing the secret verifies.
 
 The MAC key is ``HKDF-SHA256(secret, salt="remember-plugin-v1",
-info="remember:session-id-signing:v1")`` (:meth:`~remember_sync.crypto.Keyring.hmac`),
+info="remember:session-id-signing:v1")`` (:meth:`~remember_sync._crypto.Keyring.hmac`),
 never the master secret itself.  Ids of the earlier form, ``rs1.``..., were
 MACed with the raw secret; they are still accepted until their signed
 lifetime runs out (at most :data:`LEGACY_MAX_AGE_MS` when ids never expire),
@@ -26,7 +26,7 @@ import hmac
 import secrets as _random
 import time
 
-from .crypto import Keyring, b64url_decode, b64url_encode
+from ._crypto import Keyring, b64url_decode, b64url_encode
 
 __all__ = ["LEGACY_MAX_AGE_MS", "SessionSigner", "session_digest"]
 

@@ -27,9 +27,9 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .. import _config
+from .._secrets import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
-from ..secret_source import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
 from ..stores.base import Store
 
 __all__ = [
@@ -153,7 +153,7 @@ def _read_secret_file(path: Path) -> str:
     # The library renames an invalid file aside and creates a new one; an operator's
     # command must never do that to a file an application depends on, so the file is
     # read (no symlink, owner-only) and checked here with the library's own rules.
-    from ..secret_source import read_secret_file, validate_secret_file
+    from .._secrets import read_secret_file, validate_secret_file
 
     raw = read_secret_file(path)
     if raw is None:

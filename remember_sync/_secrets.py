@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ._crypto import Keyring, b64url_encode
 from ._fork import after_fork_in_child
-from .crypto import Keyring, b64url_encode
 from .errors import RememberConfigurationError
 
 __all__ = [

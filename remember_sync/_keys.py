@@ -164,7 +164,7 @@ def layout_marker_key(prefix: str) -> str:
 def ended_session_key(prefix: str, digest: str) -> str:
     """``P + "__revoked__:" + digest``: the record of one ended MCP session.
 
-    *digest* is :func:`remember_sync.sessions.session_digest` of the id, never
+    *digest* is :func:`remember_sync._sessions.session_digest` of the id, never
     the id.  Like the layout marker, the key is no entry: it does not start
     with ``v2:`` or ``global:`` (so no scope lists or forgets it) nor with a
     legacy ``session:``/``tool:``/``user:`` head (so the purge leaves it).

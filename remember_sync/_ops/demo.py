@@ -16,9 +16,9 @@ import textwrap
 import time
 from typing import Any, TextIO
 
-from ..keys import glob_escape
+from .._keys import glob_escape
+from .._secrets import generate_secret
 from ..plugin import RememberPlugin
-from ..secret_source import generate_secret
 from ..tools import error_parts
 from ..types import Identity
 

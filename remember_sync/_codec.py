@@ -6,7 +6,7 @@ absent optionals omitted (never ``null``)::
     {"value":...,"brand":...,"createdAt":ms,"updatedAt":ms,"expiresAt":ms,"metadata":{...}}
 
 With encryption on, that JSON is sealed into an envelope (see
-:mod:`remember_sync.crypto`); our default binds the storage key without the
+:mod:`remember_sync._crypto`); our default binds the storage key without the
 prefix as associated data.  Nothing here ever returns plaintext for a value
 that "does not look encrypted": such a value is unreadable.
 """
@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .crypto import Keyring, seal
+from ._crypto import Keyring, seal
 from .errors import RememberDecryptionError, RememberInputTypeError
 from .types import Namespace, RememberEntry
 
@@ -308,7 +308,7 @@ class EntryCodec:
         """:meth:`decode_fields` over many entries of *ns*: the fields, or the error.
 
         Our own current envelopes are opened in one pass
-        (:meth:`~remember_sync.crypto.Keyring.open_many`); every other one takes
+        (:meth:`~remember_sync._crypto.Keyring.open_many`); every other one takes
         :meth:`decode_fields`, so the results are the same as one call each.
         """
         keyring = self.keyring
@@ -347,7 +347,7 @@ class EntryCodec:
         """The entry's fields, the index of the secret that opened it, and whether it is bound.
 
         Every stored value is opened here (or, for our current bound envelope,
-        by :meth:`~remember_sync.crypto.Keyring.open_many`, which opens nothing
+        by :meth:`~remember_sync._crypto.Keyring.open_many`, which opens nothing
         else), so the ``accept_unbound`` rule lives here once.  Without
         encryption there is no envelope: the index is ``0`` and "bound" is
         ``bind_key`` (so the entry counts as current).

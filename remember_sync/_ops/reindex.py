@@ -7,7 +7,7 @@ store once (``SCAN`` of ``P*``), hands the entry keys to the store's
 then records ``P + "__indexed__"``: from then on plugins in index mode list
 through the index (until it is recorded they scan).  It is idempotent and safe
 beside live writers; ``remember-sync reindex`` runs it on demand and the
-plugin runs it once per fleet in the background (:class:`~remember_sync.purge.IndexBackfill`).
+plugin runs it once per fleet in the background (:class:`~remember_sync._purge.IndexBackfill`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TextIO
 
-from ..progress import Progress
-from ..purge import ReindexResult, reindex_store
+from .._progress import Progress
+from .._purge import ReindexResult, reindex_store
 from ..stores.base import Store
 
 __all__ = ["ReindexResult", "reindex"]

@@ -10,10 +10,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TextIO
 
-from ..codec import EntryCodec
-from ..errors import RememberError
-from ..keys import layout_marker_key
-from ..purge import (
+from .._codec import EntryCodec
+from .._keys import layout_marker_key
+from .._purge import (
     DEFAULT_DELAY_MS,
     KeyIdStatus,
     LayoutMarkerError,
@@ -26,6 +25,7 @@ from ..purge import (
     read_marker,
     sweep_legacy,
 )
+from ..errors import RememberError
 from ..stores.base import Store
 from ..types import BRANDS, SCOPES
 from .walk import classify, list_keys, read_items

@@ -5,7 +5,7 @@ Run it after deploying ``REMEMBER_SECRET=<new>`` with
 unreadable, the old secret can be dropped.
 
 * The identity each entry is encrypted for is recovered from its storage key
-  (:func:`~remember_sync.keys.parse_storage_key`).
+  (:func:`~remember_sync._keys.parse_storage_key`).
 * **Idempotent and resumable**: an entry already sealed by the primary secret
   in the configured envelope form is left alone, so a second run -- or a run
   after an interrupted one -- does only what is left.
@@ -40,9 +40,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from .._keys import ParsedKey
+from .._purge import record_rotated_key_id
 from ..accessor import AccessorCore
-from ..keys import ParsedKey
-from ..purge import record_rotated_key_id
 from .inspect import MAX_LISTED
 from .walk import Item, classify, decode_item, list_keys, read_items
 

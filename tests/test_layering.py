@@ -14,25 +14,26 @@ import remember_sync
 
 PACKAGE = Path(remember_sync.__file__).parent
 
-CORE = {"errors", "types", "_keys", "_crypto", "identity", "_codec", "_secrets", "_sessions"}
+CORE = {"_clock", "errors", "types", "_keys", "_crypto", "identity", "_codec", "_secrets", "_sessions"}
 # module (first dotted part below remember_sync) -> internal modules it may import.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "types": {"errors"},
     "_glob": set(),
     "_fork": set(),
+    "_clock": set(),
     "_keys": {"errors", "types", "_glob"},
-    "_crypto": {"errors", "types", "_fork"},
+    "_crypto": {"errors", "types", "_fork", "_clock"},
     "identity": {"errors", "types"},
     "_codec": {"errors", "types", "_crypto"},
-    "_secrets": {"errors", "types", "_crypto", "_fork"},
-    "_sessions": {"errors", "types", "_crypto"},
-    "stores": {"errors", "stores", "_glob", "_fork"},
-    "_purge": {"errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork"},
+    "_secrets": {"errors", "types", "_crypto", "_fork", "_clock"},
+    "_sessions": {"errors", "types", "_crypto", "_clock"},
+    "stores": {"errors", "stores", "_glob", "_fork", "_clock"},
+    "_purge": {"errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock"},
     "accessor": CORE | {"stores", "_fork"},
     "tools": CORE | {"stores", "accessor"},
     "plugin": CORE | {"stores", "accessor", "_purge", "tools", "_config"},
-    "_progress": set(),
+    "_progress": {"_clock"},
     "_config": {"errors", "types"},
     "_ops": CORE | {"stores", "accessor", "_purge", "plugin", "_progress", "tools", "_config"},
     "mcp": CORE
@@ -43,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": CORE | {"stores", "accessor", "plugin"},
     "integrations": CORE
     | {"stores", "accessor", "plugin", "tools", "mcp", "integrations", "_fork", "_config"},
-    "testing": {"errors", "stores", "testing"},
+    "testing": {"errors", "stores", "testing", "_clock"},
 }
 # Third-party packages and the only places that may import them.
 DRIVERS = {

@@ -8,7 +8,7 @@ token lifetimes with a fake clock instead of sleeping.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 #: Returns the current time as whole epoch milliseconds.
 Clock = Callable[[], int]

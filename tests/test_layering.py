@@ -14,7 +14,9 @@ import remember_sync
 
 PACKAGE = Path(remember_sync.__file__).parent
 
-CORE = {"_clock", "errors", "types", "_keys", "_crypto", "identity", "_codec", "_secrets", "_sessions"}
+CORE = {
+    "_clock", "errors", "types", "_keys", "_crypto", "identity", "_codec", "_secrets", "_sessions",
+}
 # module (first dotted part below remember_sync) -> internal modules it may import.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),

@@ -15,7 +15,8 @@ import remember_sync
 PACKAGE = Path(remember_sync.__file__).parent
 
 CORE = {
-    "_clock", "errors", "types", "_keys", "_crypto", "identity", "_codec", "_secrets", "_sessions",
+    "_bounded", "_clock", "errors", "types", "_keys", "_crypto", "identity", "_codec",
+    "_secrets", "_sessions",
 }
 # module (first dotted part below remember_sync) -> internal modules it may import.
 ALLOWED: dict[str, set[str]] = {
@@ -24,14 +25,17 @@ ALLOWED: dict[str, set[str]] = {
     "_glob": set(),
     "_fork": set(),
     "_clock": set(),
+    "_bounded": set(),
     "_keys": {"errors", "types", "_glob"},
-    "_crypto": {"errors", "types", "_fork", "_clock"},
+    "_crypto": {"errors", "types", "_fork", "_clock", "_bounded"},
     "identity": {"errors", "types"},
     "_codec": {"errors", "types", "_crypto"},
-    "_secrets": {"errors", "types", "_crypto", "_fork", "_clock"},
-    "_sessions": {"errors", "types", "_crypto", "_clock"},
-    "stores": {"errors", "stores", "_glob", "_fork", "_clock"},
-    "_purge": {"errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock"},
+    "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded"},
+    "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},
+    "stores": {"errors", "stores", "_glob", "_fork", "_clock", "_bounded"},
+    "_purge": {
+        "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
+    },
     "accessor": CORE | {"stores", "_fork"},
     "tools": CORE | {"stores", "accessor"},
     "plugin": CORE | {"stores", "accessor", "_purge", "tools", "_config"},
@@ -46,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": CORE | {"stores", "accessor", "plugin"},
     "integrations": CORE
     | {"stores", "accessor", "plugin", "tools", "mcp", "integrations", "_fork", "_config"},
-    "testing": {"errors", "stores", "testing", "_clock"},
+    "testing": {"errors", "stores", "testing", "_clock", "_bounded"},
 }
 # Third-party packages and the only places that may import them.
 DRIVERS = {

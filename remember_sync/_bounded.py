@@ -1,0 +1,76 @@
+"""The one bounded cache: a thread-safe, least-recently-used mapping of fixed capacity.
+
+Every per-process cache of the package (derived keys, remembered namespaces, "warned once"
+sets, page guesses, local revocations) is one of these, so memory stays bounded whatever
+callers send, and the eviction rule is written once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedCache(Generic[K, V]):
+    """At most ``size`` items; the least recently used one is dropped first.
+
+    Reads take no lock (``OrderedDict.get`` is atomic under the GIL); writes and the
+    recency update do.
+
+    :param size: the capacity, at least 1.
+    """
+
+    def __init__(self, size: int) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be a whole number >= 1, got {size!r}")
+        self.size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        """The value under ``key`` (now the most recently used), or ``None``."""
+        found = self._items.get(key)
+        if found is not None:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+        return found
+
+    def put(self, key: K, value: V) -> None:
+        """Store ``value`` under ``key``, dropping the least recently used item when full."""
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def add(self, key: K, value: V) -> bool:
+        """Store ``value`` unless ``key`` is present; ``True`` when it was not (``warn once``)."""
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return False
+            self._items[key] = value
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+            return True
+
+    def pop(self, key: K) -> V | None:
+        """Remove ``key``; its value, or ``None``."""
+        with self._lock:
+            return self._items.pop(key, None)
+
+    def clear(self) -> None:
+        """Drop every item (after ``fork``, on rotation)."""
+        with self._lock:
+            self._items.clear()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)

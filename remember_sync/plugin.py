@@ -523,8 +523,7 @@ def _redis_store(config: Mapping[str, Any], client: Any) -> Store:
     The store checks every value (redis-py's option names, passed through);
     its :class:`RedisOptionError` is re-raised naming ``config.<key>``.
     """
-    from .stores.redis import RedisStore  # noqa: PLC0415 - only the Redis types need it
-    from .stores.redis_connect import RedisOptionError  # noqa: PLC0415
+    from .stores.redis import RedisOptionError, RedisStore  # noqa: PLC0415 - Redis types only
 
     if client is not None:
         return RedisStore(client=client)

@@ -36,7 +36,7 @@ from remember_sync._keys import (
     scope_glob,
     storage_key,
 )
-from remember_sync.stores import glob as store_glob
+import remember_sync.stores as store_glob
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.types import Namespace
 from tests.mcp_client import run, structured

@@ -18,7 +18,7 @@ from remember_sync._keys import (
 )
 from remember_sync.errors import RememberInputError
 from remember_sync.identity import resolve_namespace
-from remember_sync.stores.glob import glob_matcher
+from remember_sync.stores import glob_matcher
 from remember_sync.types import Identity, Namespace
 from tests.vectors import VECTORS, vector_identity, vector_tool_name
 

@@ -41,7 +41,7 @@ from remember_sync.errors import (
     RememberInputTypeError,
 )
 from remember_sync.identity import resolve_namespace
-from remember_sync.stores.glob import glob_matcher
+from remember_sync.stores import glob_matcher
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
 from remember_sync.types import SCOPES, Namespace, Scope

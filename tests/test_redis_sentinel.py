@@ -297,7 +297,7 @@ def test_bad_sentinel_urls_are_configuration_errors(url: str) -> None:
 
 def test_sentinel_url_parts() -> None:
     """Users, passwords (percent-decoded), IPv6, default port, db and TLS from the URL."""
-    from remember_sync.stores.redis_connect import parse_sentinel_url
+    from remember_sync.stores._redis_connect import parse_sentinel_url
 
     parsed = parse_sentinel_url("rediss+sentinel://app:p%40ss@[::1]:5000,s2/svc/3")
     assert parsed.sentinels == [("::1", 5000), ("s2", 26379)]

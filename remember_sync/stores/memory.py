@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator, Sequence
 from .._fork import after_fork_in_child
 from ..errors import RememberConfigurationError, RememberInputError
 from .base import IndexOf, check_count
-from .glob import glob_matcher
+from .._glob import glob_matcher
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
 

@@ -40,9 +40,9 @@ from redis.exceptions import (
 )
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
-from . import index_lua
+from . import _index_lua as index_lua
 from .base import CAS_LUA_SCRIPT, IndexOf, check_count
-from .redis_connect import (
+from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
     DEFAULT_SOCKET_TIMEOUT,
@@ -58,12 +58,22 @@ from .redis_connect import (
     parse_sentinel_url,
     redacted_url,
     sentinel_master,
+    worst_case_seconds,
 )
-from .redis_tls import sends_no_client_cert, tls_cause
+from ._redis_tls import sends_no_client_cert, tls_cause
 
 log = logging.getLogger("remember_sync")
 
-__all__ = ["RedisStore", "redacted_url"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_RETRIES",
+    "DEFAULT_SOCKET_TIMEOUT",
+    "DEFAULT_WAIT_TIMEOUT_MS",
+    "RedisOptionError",
+    "RedisStore",
+    "redacted_url",
+    "worst_case_seconds",
+]
 
 #: Keys per MGET/UNLINK command: bounds the size of one request and reply.
 _CHUNK = 1000
@@ -88,7 +98,7 @@ def _mapped(
     """The remember error for a redis-py exception (raise it ``from exc``).
 
     *no_client_cert*: the store connects with TLS and sends no client
-    certificate (see :func:`~remember_sync.stores.redis_tls.tls_cause`).
+    certificate (see :func:`~remember_sync.stores._redis_tls.tls_cause`).
     """
     if isinstance(exc, _AUTH_ERRORS):
         return RememberConfigurationError(
@@ -172,7 +182,7 @@ class RedisStore:
     :meth:`close` closes it) or ``client=`` -- a :class:`redis.Redis` or
     :class:`redis.cluster.RedisCluster` you built -- which is used as is and
     never closed by the store.  Every bad setting raises
-    :class:`~remember_sync.stores.redis_connect.RedisOptionError` (a
+    :class:`RedisOptionError` (a
     :class:`RememberConfigurationError`) naming it.
 
     :param host: server host name.
@@ -205,7 +215,7 @@ class RedisStore:
         (0: do not wait); fewer acknowledging raises :class:`RememberStoreError`
         with code ``REMEMBER_REPLICATION_INCOMPLETE``.
     :param wait_timeout_ms: how long ``WAIT`` may block (default
-        :data:`~remember_sync.stores.redis_connect.DEFAULT_WAIT_TIMEOUT_MS`).
+        :data:`DEFAULT_WAIT_TIMEOUT_MS`).
     """
 
     def __init__(

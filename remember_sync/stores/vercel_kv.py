@@ -46,7 +46,7 @@ import requests.auth
 from urllib3.exceptions import NewConnectionError
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
-from . import index_lua
+from . import _index_lua as index_lua
 from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, check_count
 
 __all__ = ["VercelKVStore"]

@@ -12,7 +12,7 @@ while a connection error (refused, reset, "no master", "the master is now a
 replica") is retried ``retries`` times with backoff
 ``min(BACKOFF_CAP, BACKOFF_BASE * 2**n)``.  So one call waits for at most one
 timeout.  Rejected credentials and rejected TLS certificates are not retried
-either: they are configuration mistakes (:func:`.redis_tls.tls_cause`).
+either: they are configuration mistakes (:func:`._redis_tls.tls_cause`).
 
 When the sentinels find no primary, redis-py keeps only each failure's class
 name (``network:ConnectionError``); :class:`_Sentinel` then connects to the
@@ -34,7 +34,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
 from ..errors import RememberConfigurationError
-from .redis_tls import tls_cause
+from ._redis_tls import tls_cause
 
 __all__ = [
     "BACKOFF_BASE",

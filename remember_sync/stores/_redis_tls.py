@@ -4,7 +4,7 @@ redis-py turns every :class:`ssl.SSLError` into a
 :class:`redis.exceptions.ConnectionError` whose ``__context__`` is the
 original; :func:`tls_cause` walks that chain.  A certificate the client
 rejects (wrong CA, expired, wrong host name) or a client certificate the
-server rejects is a configuration error: :mod:`.redis_connect` does not retry
+server rejects is a configuration error: :mod:`._redis_connect` does not retry
 it and :mod:`.redis` raises
 :class:`~remember_sync.errors.RememberConfigurationError` saying what to check.
 A TLS connection the server closes right away (``EOF occurred in violation of

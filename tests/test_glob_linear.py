@@ -28,6 +28,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import remember_sync.stores as store_glob
 from remember_sync import Identity, RememberPlugin
 from remember_sync._keys import (
     MAX_KEY_BYTES,
@@ -36,7 +37,6 @@ from remember_sync._keys import (
     scope_glob,
     storage_key,
 )
-import remember_sync.stores as store_glob
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.types import Namespace
 from tests.mcp_client import run, structured

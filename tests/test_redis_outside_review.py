@@ -24,9 +24,8 @@ from pathlib import Path
 import pytest
 
 from remember_sync.errors import RememberConfigurationError, RememberStoreError
-from remember_sync.stores.redis import RedisStore
 from remember_sync.stores._redis_connect import parse_sentinel_url
-from remember_sync.stores.redis import redacted_url
+from remember_sync.stores.redis import RedisStore, redacted_url
 from tests.fixtures_redis import SENTINEL_SERVICE, SentinelSet
 
 LEAKY_URLS = [

@@ -20,11 +20,11 @@ import pytest
 from remember_sync import RememberPlugin
 from remember_sync._ops.context import CLI_SOCKET_TIMEOUT, StoreChoice, open_store
 from remember_sync.errors import RememberStoreError
-from remember_sync.stores.redis import RedisStore
 from remember_sync.stores.redis import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
     DEFAULT_SOCKET_TIMEOUT,
+    RedisStore,
     worst_case_seconds,
 )
 from remember_sync.testing.redis_server import RedisServer, find_redis_server

@@ -14,9 +14,9 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from remember_sync.errors import RememberConfigurationError, RememberStoreError
-from remember_sync.stores.redis import _mapped
 from remember_sync.stores._redis_connect import connection_retry
 from remember_sync.stores._redis_tls import CLIENT_CERT_HINT, sends_no_client_cert, tls_cause
+from remember_sync.stores.redis import _mapped
 
 
 def _wrapped(error: BaseException) -> RedisConnectionError:

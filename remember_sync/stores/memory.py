@@ -46,9 +46,9 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 
 from .._fork import after_fork_in_child
+from .._glob import glob_matcher
 from ..errors import RememberConfigurationError, RememberInputError
 from .base import IndexOf, check_count
-from .._glob import glob_matcher
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
 

@@ -41,7 +41,6 @@ from redis.exceptions import (
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
 from . import _index_lua as index_lua
-from .base import CAS_LUA_SCRIPT, IndexOf, check_count
 from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
@@ -61,6 +60,7 @@ from ._redis_connect import (
     worst_case_seconds,
 )
 from ._redis_tls import sends_no_client_cert, tls_cause
+from .base import CAS_LUA_SCRIPT, IndexOf, check_count
 
 log = logging.getLogger("remember_sync")
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
-from remember_sync.errors import RememberInputError
-from remember_sync.stores.base import ItemScanner, Store
+from remember_sync.errors import RememberInputError, RememberInputTypeError
+from remember_sync.stores.base import ItemScanner, Store, to_bytes, to_text
 from tests.conftest import scan_items
 
 
@@ -228,3 +229,109 @@ def test_scan_pages_count_hint_and_expiry(store: Store, count: int) -> None:
         store.scan_pages("c:*", count=0)
     pages = list(store.scan_pages("c:*", count=count))
     assert all(type(page) is list and page for page in pages)
+
+
+# -- the contract's argument checks (stores/base.py), the same on every store ------------------
+
+#: Each call breaks the contract in one argument; every store refuses it with this error.
+INVALID_CALLS: list[tuple[str, Callable[[Store], object], type[Exception]]] = [
+    *(
+        (f"set ttl_ms={bad!r}", lambda s, b=bad: s.set("t:k", "v", ttl_ms=b), RememberInputError)
+        for bad in (0, -5, 2.5, True, "5")
+    ),
+    *(
+        (
+            f"compare_and_set ttl_ms={bad!r}",
+            lambda s, b=bad: s.compare_and_set("t:old", "old", "v", ttl_ms=b),
+            RememberInputError,
+        )
+        for bad in (0, -5, 2.5, True, "5")
+    ),
+    *(
+        (f"set key={bad!r}", lambda s, b=bad: s.set(b, "v"), RememberInputTypeError)
+        for bad in (5, None, b"t:k", ["t:k"])
+    ),
+    *(
+        (f"set value={bad!r}", lambda s, b=bad: s.set("t:k", b), RememberInputTypeError)
+        for bad in (5, None, b"v", {"v": 1})
+    ),
+    ("set key lone surrogate", lambda s: s.set("t:\ud800", "v"), RememberInputError),
+    ("set value lone surrogate", lambda s: s.set("t:k", "v\ud800"), RememberInputError),
+    ("compare_and_set key=5", lambda s: s.compare_and_set(5, "old", "v"), RememberInputTypeError),
+    (
+        "compare_and_set expected=None",
+        lambda s: s.compare_and_set("t:old", None, "v"),
+        RememberInputTypeError,
+    ),
+    (
+        "compare_and_set value=b'v'",
+        lambda s: s.compare_and_set("t:old", "old", b"v"),
+        RememberInputTypeError,
+    ),
+    ("get key=5", lambda s: s.get(5), RememberInputTypeError),
+    ("get key=b't:old'", lambda s: s.get(b"t:old"), RememberInputTypeError),
+    ("get key lone surrogate", lambda s: s.get("t:\ud800"), RememberInputError),
+    ("get_many of a str", lambda s: s.get_many("t:old"), RememberInputTypeError),
+    ("get_many key=None", lambda s: s.get_many(["t:old", None]), RememberInputTypeError),
+    ("delete key=5", lambda s: s.delete("t:old", 5), RememberInputTypeError),
+    ("delete key lone surrogate", lambda s: s.delete("t:\ud800"), RememberInputError),
+    ("scan pattern=5", lambda s: s.scan(5), RememberInputTypeError),
+    *(
+        (f"scan count={bad!r}", lambda s, b=bad: s.scan("t:*", count=b), RememberInputError)
+        for bad in (0, -1, 2.5, True, "10")
+    ),
+    ("scan_pages pattern=None", lambda s: s.scan_pages(None), RememberInputTypeError),
+    ("scan_pages count=0", lambda s: s.scan_pages("t:*", count=0), RememberInputError),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "error"), [c[1:] for c in INVALID_CALLS], ids=[c[0] for c in INVALID_CALLS]
+)
+def test_invalid_arguments_raise_the_same_error_and_write_nothing(
+    store: Store, call: Callable[[Store], object], error: type[Exception]
+) -> None:
+    """Every store checks the contract's arguments alike, at the call, before any I/O."""
+    store.set("t:old", "old")
+    with pytest.raises(error):
+        call(store)
+    assert sorted(store.scan("*")) == ["t:old"]
+    assert store.get("t:old") == "old"
+
+
+# -- bytes that are not UTF-8: one lossless rule ---------------------------------------------
+
+#: The fixture holding each store's raw client (``None``: the store is the only way in).
+RAW_CLIENTS = {
+    "memory": None,
+    "redis": "redis_client",
+    "redis_cluster": "redis_cluster_client",
+    "vercel_kv": "kv_redis",
+}
+
+
+def test_bytes_that_are_not_utf8_read_back_losslessly(
+    store: Store, store_kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Foreign bytes read as text that encodes back to the same bytes (surrogateescape)."""
+    written = {b"t:plain": b"v\x80\xff(", b"t:\xff\xfe": b"x"}
+    raw_client = RAW_CLIENTS[store_kind]
+    for raw_key, raw_value in written.items():
+        if raw_client is None:
+            store.set(to_text(raw_key), to_text(raw_value))
+        else:
+            request.getfixturevalue(raw_client).set(raw_key, raw_value)
+    keys = sorted(store.scan("t:*"))
+    assert [to_bytes(k) for k in keys] == sorted(written)
+    assert to_bytes(store.get("t:plain") or "") == b"v\x80\xff("
+    assert [to_bytes(v or "") for v in store.get_many(["t:plain"])] == [b"v\x80\xff("]
+    pairs = scan_items(store, "t:*")
+    assert sorted((to_bytes(k), to_bytes(v)) for k, v in pairs) == sorted(written.items())
+    foreign = to_text(b"t:\xff\xfe")  # "t:\udcff\udcfe", as scan yielded it
+    if store_kind == "vercel_kv":
+        # The REST API's JSON carries Unicode text only: such a key is read, never addressed.
+        with pytest.raises(RememberInputError, match="not UTF-8"):
+            store.delete(foreign)
+    else:
+        assert store.get(foreign) == "x"
+        assert store.delete(foreign) == 1

@@ -536,18 +536,6 @@ def test_decoding_client_and_any_text(redis_url: str, redis_client: redis.Redis)
         client.close()
 
 
-def test_non_utf8_keys_round_trip_through_scan_and_delete(
-    redis_store: RedisStore, redis_client: redis.Redis
-) -> None:
-    """A foreign key that is not UTF-8 is yielded by scan and can be deleted by that name."""
-    redis_client.set(b"legacy:\xff\xfe", b"\xff")
-    found = list(redis_store.scan("legacy:*"))
-    assert len(found) == 1
-    assert redis_store.get(found[0]) == "\udcff"
-    assert redis_store.delete(*found) == 1
-    assert redis_client.dbsize() == 0
-
-
 def test_server_errors_become_store_errors(
     redis_store: RedisStore, redis_client: redis.Redis
 ) -> None:

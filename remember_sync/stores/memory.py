@@ -41,14 +41,14 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 
+from .._clock import Clock, system_clock
 from .._fork import after_fork_in_child
 from .._glob import glob_matcher
 from ..errors import RememberConfigurationError, RememberInputError
-from .base import IndexOf, check_count
+from .base import IndexOf, check_key, check_keys, check_scan, check_write
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
 
@@ -84,10 +84,6 @@ class _Space:
         self.heap: list[tuple[int, str]] = []
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class MemoryStore:
     """A thread-safe in-memory :class:`~remember_sync.stores.base.Store`.
 
@@ -99,7 +95,7 @@ class MemoryStore:
     :param namespace_of: maps a key to its namespace, the unit of fair
         eviction (see the module docs); ``None``: one namespace.  Called with
         every key written to a bounded store; it must be fast and pure.
-    :param clock: returns epoch milliseconds; inject one in tests.
+    :param clock: returns epoch milliseconds (``None``: the system clock); inject one in tests.
     :raises RememberConfigurationError: a bound that is not a positive int.
     """
 
@@ -109,7 +105,7 @@ class MemoryStore:
         max_entries: int | None = None,
         max_bytes: int | None = None,
         namespace_of: Callable[[str], str] | None = None,
-        clock: Callable[[], int] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         for name, bound in (("max_entries", max_entries), ("max_bytes", max_bytes)):
             if bound is not None and (
@@ -130,7 +126,7 @@ class MemoryStore:
         self._space_of: dict[str, _Space] = {}
         self._bytes = 0
         self._by_size: list[tuple[int, str]] = []
-        self._clock = clock or _wall_clock_ms
+        self._clock = clock or system_clock
         self._lock = threading.Lock()
         # key -> (value, deadline_ms or None); order = least recently used first.
         self._data: OrderedDict[str, tuple[str, int | None]] = OrderedDict()
@@ -310,6 +306,7 @@ class MemoryStore:
     # -- the Store protocol -----------------------------------------------------
 
     def get(self, key: str) -> str | None:
+        check_key(key)
         now = self._clock()
         # No lock (see the module docs): one atomic read, then one atomic LRU move.
         item = self._data.get(key)
@@ -330,6 +327,7 @@ class MemoryStore:
         return item[0]
 
     def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        check_keys(keys)
         with self._lock:
             now = self._clock()
             out: list[str | None] = []
@@ -346,6 +344,7 @@ class MemoryStore:
         ttl_ms: int | None = None,
         only_if_absent: bool = False,
     ) -> bool:
+        check_write(key, value, ttl_ms)
         now = self._clock()
         if self._bounded:
             # Bounded: eviction needs the heap exact, so everything under the lock.
@@ -391,6 +390,7 @@ class MemoryStore:
     def compare_and_set(
         self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
     ) -> bool:
+        check_write(key, value, ttl_ms, expected)
         with self._lock:
             now = self._clock()
             item = self._live(key, now)
@@ -400,6 +400,7 @@ class MemoryStore:
             return True
 
     def delete(self, *keys: str) -> int:
+        check_keys(keys)
         with self._lock:
             now = self._clock()
             removed = 0
@@ -410,7 +411,7 @@ class MemoryStore:
             return removed
 
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
-        check_count(count)
+        check_scan(pattern, count)
         matches = glob_matcher(pattern)  # linear time, whatever the pattern
         with self._lock:
             now = self._clock()
@@ -455,7 +456,8 @@ class MemoryStore:
         Costs the size of the namespace: the store never looks at other keys.
         A read, so it counts as a use for LRU (as :meth:`scan_pages`).
         """
-        check_count(count)
+        check_scan(pattern, count)
+        check_key(index)
         matches = glob_matcher(pattern)
         with self._lock:
             now = self._clock()
@@ -477,6 +479,7 @@ class MemoryStore:
 
     def add_to_index(self, keys: Sequence[str]) -> int:
         """Nothing to bring in: every key is grouped as it is written.  Returns how many are."""
+        check_keys(keys)
         with self._lock:
             return sum(1 for k in keys if k in self._group_of)
 

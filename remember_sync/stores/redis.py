@@ -39,7 +39,7 @@ from redis.exceptions import (
     RedisError,
 )
 
-from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
+from ..errors import RememberConfigurationError, RememberStoreError
 from . import _index_lua as index_lua
 from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -60,7 +60,17 @@ from ._redis_connect import (
     worst_case_seconds,
 )
 from ._redis_tls import sends_no_client_cert, tls_cause
-from .base import CAS_LUA_SCRIPT, IndexOf, check_count
+from .base import (
+    CAS_LUA_SCRIPT,
+    TEXT_ERRORS,
+    IndexOf,
+    check_key,
+    check_keys,
+    check_scan,
+    check_write,
+    to_bytes,
+    to_text,
+)
 
 log = logging.getLogger("remember_sync")
 
@@ -147,32 +157,24 @@ def _translate(operation: str, no_client_cert: bool = False) -> Iterator[None]:
         raise _mapped(operation, exc, no_client_cert=no_client_cert) from exc
 
 
-def _b(text: str) -> bytes:
-    # surrogateescape round-trips keys that are not valid UTF-8 (written by someone
-    # else) exactly, so scan -> delete can address them.
-    return text.encode("utf-8", "surrogateescape")
+# The one rule for bytes (base.to_bytes, base.to_text) round-trips keys that are not
+# valid UTF-8 (written by someone else) exactly, so scan -> delete can address them.
+_b = to_bytes
 
 
 def _s(raw: bytes | str) -> str:
-    return raw if isinstance(raw, str) else raw.decode("utf-8", "surrogateescape")
+    return raw if isinstance(raw, str) else to_text(raw)
 
 
 def _decoded(pairs: list[tuple[bytes | str, bytes | str]]) -> list[tuple[str, str]]:
     """A page of ``(key, value)`` replies as text (bytes, or str from a decoding client)."""
     try:
         return [
-            (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))  # type: ignore[union-attr]
+            (k.decode("utf-8", TEXT_ERRORS), v.decode("utf-8", TEXT_ERRORS))  # type: ignore[union-attr]
             for k, v in pairs
         ]
     except AttributeError:  # a client built with decode_responses=True
         return [(_s(k), _s(v)) for k, v in pairs]
-
-
-def _check_ttl_ms(ttl_ms: int | None) -> None:
-    if ttl_ms is None:
-        return
-    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
-        raise RememberInputError(f"ttl_ms must be a positive int or None; got {ttl_ms!r}")
 
 
 class RedisStore:
@@ -485,17 +487,19 @@ class RedisStore:
     # -- the Store protocol -----------------------------------------------------------
 
     def get(self, key: str) -> str | None:
+        check_key(key)
         try:
-            name = key.encode("utf-8", "surrogateescape")  # _b, inline: the hot path
+            name = key.encode("utf-8", TEXT_ERRORS)  # _b, inline: the hot path
             # What client.get() sends (keys= lets a client-side cache see the key).
             raw = self._client.execute_command("GET", name, keys=[name])
             if raw is None or isinstance(raw, str):
                 return raw
-            return str(raw.decode("utf-8", "surrogateescape"))  # _s, inline
+            return str(raw.decode("utf-8", TEXT_ERRORS))  # _s, inline
         except _DRIVER_ERRORS as exc:
             raise _mapped("GET", exc, no_client_cert=self._no_client_cert) from exc
 
     def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        check_keys(keys)
         out: list[str | None] = []
         with _translate("MGET", self._no_client_cert):
             for start in range(0, len(keys), _CHUNK):
@@ -507,7 +511,7 @@ class RedisStore:
                     values = self._client.mget(chunk)
                 for v in values:  # _s, inline: once per value
                     if v is not None and not isinstance(v, str):
-                        v = v.decode("utf-8", "surrogateescape")
+                        v = v.decode("utf-8", TEXT_ERRORS)
                     out.append(v)
         return out
 
@@ -519,7 +523,7 @@ class RedisStore:
         ttl_ms: int | None = None,
         only_if_absent: bool = False,
     ) -> bool:
-        _check_ttl_ms(ttl_ms)
+        check_write(key, value, ttl_ms)
         index = None if self._index_of is None else self._index_of(key)
         if index is not None:
             if not self._cluster:
@@ -576,7 +580,7 @@ class RedisStore:
     def compare_and_set(
         self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
     ) -> bool:
-        _check_ttl_ms(ttl_ms)
+        check_write(key, value, ttl_ms, expected)
         args = [_b(expected), _b(value), b"" if ttl_ms is None else str(ttl_ms).encode()]
         index = None if self._index_of is None else self._index_of(key)
         if index is not None:
@@ -608,6 +612,7 @@ class RedisStore:
         return False
 
     def delete(self, *keys: str) -> int:
+        check_keys(keys)
         if self._index_of is not None and keys:
             return self._delete_indexed(keys)
         return self._unlink(keys)
@@ -760,7 +765,8 @@ class RedisStore:
         slot; a member without a value is left out but kept (a writer may be
         between its two steps).
         """
-        check_count(count)
+        check_scan(pattern, count)
+        check_key(index)
         if self._cluster:
             return self._cluster_index_pages(_b(index), _b(pattern), count)
         return self._index_pages(_b(index), _b(pattern), count)
@@ -855,6 +861,7 @@ class RedisStore:
         """
         if self._index_of is None:
             raise RememberConfigurationError("add_to_index needs use_index() first")
+        check_keys(keys)
         groups, _ = self._by_index(keys)
         pairs = [(k, index) for index, members in groups.items() for k in members]
         added = 0
@@ -893,7 +900,7 @@ class RedisStore:
         rehashed, or during a slot migration); each key is yielded once.
         Errors while iterating are raised as :class:`RememberStoreError` too.
         """
-        check_count(count)
+        check_scan(pattern, count)
         return self._scan(_b(pattern), count)
 
     def _scan(self, pattern: bytes, count: int) -> Iterator[str]:
@@ -944,7 +951,7 @@ class RedisStore:
         cost exceeded a loopback round trip), and servers that insist on
         declared keys refuse such a script.
         """
-        check_count(count)
+        check_scan(pattern, count)
         return self._scan_pages(_b(pattern), count)
 
     def _scan_pages(self, pattern: bytes, count: int) -> Iterator[list[tuple[str, str]]]:

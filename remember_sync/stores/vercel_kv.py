@@ -47,7 +47,16 @@ from urllib3.exceptions import NewConnectionError
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
 from . import _index_lua as index_lua
-from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, check_count
+from .base import (
+    CAS_LUA_SCRIPT,
+    SCAN_ITEMS_LUA_SCRIPT,
+    IndexOf,
+    check_key,
+    check_keys,
+    check_scan,
+    check_write,
+    to_text,
+)
 
 __all__ = ["VercelKVStore"]
 
@@ -190,10 +199,10 @@ def _text(encoded: str) -> str:
             "Vercel KV sent a result that is not base64 although "
             "'Upstash-Encoding: base64' was requested"
         ) from exc
-    # Our own values and keys are always UTF-8.  Bytes written by another
-    # program decode with U+FFFD; the accessor then reports the entry as
-    # unreadable (logged and counted) instead of failing a whole listing.
-    return raw.decode("utf-8", "replace")
+    # Our own values and keys are always UTF-8.  Bytes written by another program
+    # decode losslessly, as on every store (base.to_text); the accessor then reports
+    # the entry as unreadable (logged and counted) instead of failing a whole listing.
+    return to_text(raw)
 
 
 class VercelKVStore:
@@ -304,9 +313,11 @@ class VercelKVStore:
     # -- the Store protocol ---------------------------------------------------------------
 
     def get(self, key: str) -> str | None:
+        check_key(key)
         return self._text_or_none(self._command(["GET", key], idempotent=True))
 
     def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        check_keys(keys)
         keys = list(keys)
         if not keys:
             return []
@@ -325,9 +336,10 @@ class VercelKVStore:
         ttl_ms: int | None = None,
         only_if_absent: bool = False,
     ) -> bool:
+        check_write(key, value, ttl_ms)
         index = None if self._index_of is None else self._index_of(key)
         if index is not None:
-            px = "" if ttl_ms is None else str(self._check_ttl(ttl_ms))
+            px = "" if ttl_ms is None else str(ttl_ms)
             script = ["EVAL", index_lua.SET_INDEXED, "2", key, index, value, px]
             # As SET: without NX the same state however often it runs.
             result = self._command(
@@ -336,7 +348,7 @@ class VercelKVStore:
             return self._zero_or_one(result, "SET")
         command = ["SET", key, value]
         if ttl_ms is not None:
-            command += ["PX", str(self._check_ttl(ttl_ms))]
+            command += ["PX", str(ttl_ms)]
         if only_if_absent:
             command.append("NX")
         # SET without NX writes the same state however often it arrives, so an
@@ -353,7 +365,8 @@ class VercelKVStore:
     def compare_and_set(
         self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
     ) -> bool:
-        px = "" if ttl_ms is None else str(self._check_ttl(ttl_ms))
+        check_write(key, value, ttl_ms, expected)
+        px = "" if ttl_ms is None else str(ttl_ms)
         # Not idempotent: after a lost reply to a swap that happened, a repeat
         # sees the new value and answers False.
         index = None if self._index_of is None else self._index_of(key)
@@ -370,6 +383,7 @@ class VercelKVStore:
         )
 
     def delete(self, *keys: str) -> int:
+        check_keys(keys)
         if not keys:
             return 0
         if self._index_of is not None:
@@ -435,7 +449,8 @@ class VercelKVStore:
         One request per ``ZSCAN`` page of the index (an ``EVAL`` returning the
         members with their values, pruning members whose entry is gone).
         """
-        check_count(count)
+        check_scan(pattern, count)
+        check_key(index)
         return self._index_pages(index, pattern, str(count))
 
     def _index_pages(self, index: str, pattern: str, count: str) -> Iterator[list[tuple[str, str]]]:
@@ -472,6 +487,7 @@ class VercelKVStore:
         """Put existing *keys* into their indexes: one ``EVAL`` per 500 keys."""
         if self._index_of is None:
             raise RememberConfigurationError("add_to_index needs use_index() first")
+        check_keys(keys)
         pairs = [(k, i) for k in dict.fromkeys(keys) if (i := self._index_of(k)) is not None]
         added = 0
         for start in range(0, len(pairs), 500):
@@ -489,7 +505,7 @@ class VercelKVStore:
         return added
 
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
-        check_count(count)
+        check_scan(pattern, count)
         return self._scan(pattern, count)
 
     def _scan(self, pattern: str, count: int) -> Iterator[str]:
@@ -527,7 +543,7 @@ class VercelKVStore:
         the store logs that once and reads each page with ``SCAN`` then
         ``MGET`` from then on: two requests a page, the same result.
         """
-        check_count(count)
+        check_scan(pattern, count)
         return self._scan_pages(pattern, str(count))
 
     def _scan_pages(self, pattern: str, count: str) -> Iterator[list[tuple[str, str]]]:
@@ -597,12 +613,6 @@ class VercelKVStore:
     # -- HTTP ---------------------------------------------------------------------------------
 
     @staticmethod
-    def _check_ttl(ttl_ms: int) -> int:
-        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
-            raise RememberInputError(f"ttl_ms must be a positive int; got {ttl_ms!r}")
-        return ttl_ms
-
-    @staticmethod
     def _text_or_none(value: Any) -> str | None:
         if value is None or isinstance(value, str):
             return value
@@ -652,8 +662,8 @@ class VercelKVStore:
             body = json.dumps(command, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         except UnicodeEncodeError as exc:  # a lone surrogate cannot be sent as UTF-8
             raise RememberInputError(
-                f"Vercel KV {command[0]}: keys and values must be valid Unicode text "
-                "(found a lone surrogate)"
+                f"Vercel KV {command[0]}: the REST API's JSON carries Unicode text only, not "
+                "bytes that are not UTF-8 (a lone surrogate, as in a key another program wrote)"
             ) from exc
         reply = self._send(command[0], body, idempotent=idempotent)
         return _decode(reply)

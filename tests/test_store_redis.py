@@ -10,6 +10,7 @@ restarts, URLs, client ownership, the plugin's Redis types and 1.8.0 interop.
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import os
 import random
@@ -22,6 +23,8 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
+import redis.exceptions
+import redis.sentinel
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -33,8 +36,9 @@ from remember_sync.errors import (
     RememberInputError,
     RememberStoreError,
 )
+from remember_sync.stores._redis_connect import NoPrimaryFound
 from remember_sync.stores.base import Store
-from remember_sync.stores.redis import RedisStore
+from remember_sync.stores.redis import EXCEPTION_MAP, RedisStore
 from remember_sync.testing.redis_server import RedisCluster, RedisServer, find_redis_server
 from remember_sync.types import BRANDS, Identity
 from tests.conftest import TEST_SECRET, require_component, scan_items
@@ -944,3 +948,55 @@ def test_remembered_pages_are_bounded(redis_store: RedisStore) -> None:
     for i in range(300):
         assert dict(scan_items(redis_store, f"ns{i}:*")) == {f"ns{i}:k": "v"}
     assert 0 < len(redis_store._page_keys) <= 256
+
+
+# -- every driver exception is mapped (STYLE 13) -----------------------------------------------
+
+
+def test_every_redis_exception_is_mapped() -> None:
+    """Each exception class redis-py defines has its own row in the store's map."""
+    modules = (redis.exceptions, redis.sentinel, redis.cluster, redis.client)
+    defined = {
+        cls
+        for module in modules
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if issubclass(cls, BaseException) and cls.__module__.startswith("redis.")
+    }
+    assert defined, "redis-py's exceptions were not found"
+    assert sorted(c.__name__ for c in defined - set(EXCEPTION_MAP)) == []
+
+
+class _Raising(redis.Redis):
+    """A client whose every command raises *exc* (no server involved)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(port=1)
+        self.exc = exc
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        raise self.exc
+
+
+def _example(cls: type[BaseException]) -> BaseException:
+    if issubclass(cls, redis.exceptions.AskError):
+        return cls("3999 127.0.0.1:6381")  # the reply redis-py parses
+    if cls is NoPrimaryFound:
+        return NoPrimaryFound("No master found for 'mymaster': sentinel x failed")
+    return cls("boom")
+
+
+@pytest.mark.parametrize(
+    ("driver_error", "remember_error"),
+    [(cls, kind) for cls, (kind, _) in EXCEPTION_MAP.items()],
+    ids=[cls.__name__ for cls in EXCEPTION_MAP],
+)
+def test_each_mapped_exception_becomes_its_remember_error(
+    driver_error: type[BaseException], remember_error: type[Exception]
+) -> None:
+    """The store raises the mapped remember error, with the driver's exception as cause."""
+    exc = _example(driver_error)
+    store = RedisStore(client=_Raising(exc))
+    with pytest.raises(remember_error, match="^Redis GET failed: ") as info:
+        store.get("k")
+    assert type(info.value) is remember_error
+    assert info.value.__cause__ is exc

@@ -6,6 +6,7 @@ front of a real redis-server; faults are injected in the emulator.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -13,10 +14,12 @@ import traceback
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 import redis
 import requests
+import requests.exceptions
 
 from remember_sync import (
     Identity,
@@ -26,7 +29,7 @@ from remember_sync import (
     RememberStoreError,
 )
 from remember_sync.stores.base import Store
-from remember_sync.stores.vercel_kv import VercelKVStore
+from remember_sync.stores.vercel_kv import EXCEPTION_MAP, VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
 from remember_sync.testing.redis_server import free_port
 from tests.conftest import TEST_SECRET, scan_items
@@ -780,3 +783,47 @@ def test_plugin_with_wrong_token_fails_on_first_use_with_configuration_error(
     with kv_plugin(type="vercel-kv", environ=kv_env(kv_emulator, "nope-token")) as plugin:
         with pytest.raises(RememberConfigurationError, match="KV_REST_API_TOKEN"):
             plugin.accessor(ALICE).get("k", scope="user")
+
+
+# -- every driver exception is mapped (STYLE 13) -----------------------------------------------
+
+
+def test_every_requests_exception_is_mapped() -> None:
+    """Each exception class of requests.exceptions has its own row in the store's map."""
+    defined = {
+        cls
+        for _, cls in inspect.getmembers(requests.exceptions, inspect.isclass)
+        if issubclass(cls, BaseException)
+    }
+    assert defined, "requests' exceptions were not found"
+    assert sorted(c.__name__ for c in defined - set(EXCEPTION_MAP)) == []
+
+
+class _Raising(requests.Session):
+    """A session whose every request raises *exc* (nothing is sent)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__()
+        self.exc = exc
+
+    def post(self, *args: Any, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        raise self.exc
+
+
+RAISED = [(cls, kind) for cls, kind in EXCEPTION_MAP.items() if kind is not None]
+
+
+@pytest.mark.parametrize(
+    ("driver_error", "remember_error"), RAISED, ids=[cls.__name__ for cls, _ in RAISED]
+)
+def test_each_mapped_exception_becomes_its_remember_error(
+    driver_error: type[requests.RequestException], remember_error: type[Exception]
+) -> None:
+    """The store raises the mapped remember error, with the driver's exception as cause."""
+    args = ("boom", "{", 0) if driver_error is requests.exceptions.JSONDecodeError else ("boom",)
+    exc = driver_error(*args)
+    store = VercelKVStore("https://kv.invalid", "t0ken", session=_Raising(exc), retries=0)
+    with pytest.raises(remember_error, match="^Vercel KV GET at kv.invalid") as info:
+        store.get("k")
+    assert type(info.value) is remember_error
+    assert info.value.__cause__ is exc

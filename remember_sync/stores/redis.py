@@ -11,8 +11,9 @@ Keys and values are text.  They are sent as UTF-8 bytes and replies are
 decoded here, so a passed-in client works whether or not it was built with
 ``decode_responses=True``.
 
-Every driver exception is translated in :func:`_mapped` -- the one place --
-into :class:`~remember_sync.errors.RememberStoreError` (or
+Every driver exception is translated in :func:`_mapped` -- the one place, by
+the table :data:`EXCEPTION_MAP` -- into
+:class:`~remember_sync.errors.RememberStoreError` (or
 :class:`~remember_sync.errors.RememberConfigurationError` for rejected
 credentials, missing ACL permissions and rejected TLS certificates), with the
 driver's exception as ``__cause__``.
@@ -28,18 +29,11 @@ from typing import Any
 
 import redis
 import redis.cluster
+import redis.exceptions as rx
 import redis.sentinel
-from redis.exceptions import (
-    AuthenticationError,
-    AuthenticationWrongNumberOfArgsError,
-    AuthorizationError,
-    NoPermissionError,
-    NoScriptError,
-    RedisClusterException,
-    RedisError,
-)
+from redis.exceptions import NoScriptError
 
-from ..errors import RememberConfigurationError, RememberStoreError
+from ..errors import RememberConfigurationError, RememberError, RememberStoreError
 from . import _index_lua as index_lua
 from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -92,55 +86,99 @@ _GUESS_PAGES = 256
 _GUESS_KEYS = 500
 
 
-# Errors that mean "these credentials or this ACL user are wrong": retrying or
-# reporting them as an outage would hide a configuration mistake.
-_AUTH_ERRORS = (AuthenticationError, AuthenticationWrongNumberOfArgsError)
-_ACL_ERRORS = (AuthorizationError, NoPermissionError)
+# What each driver exception means to the caller (STYLE 13): an outage or a server error
+# (RememberStoreError: retry later), or a configuration mistake -- credentials, ACL, cluster
+# policy -- that retrying or reporting as an outage would hide (RememberConfigurationError).
+_STORE = (RememberStoreError, "{text}")
+_CREDENTIALS = (
+    RememberConfigurationError,
+    "the server rejected the credentials ({text}); check the Redis password (and username) "
+    "in config / the URL",
+)
+_PERMISSION = (
+    RememberConfigurationError,
+    "the Redis user lacks a permission ({text}); grant it the string, scan and scripting commands",
+)
 
+#: Every exception class of ``redis.exceptions`` and ``redis.sentinel`` (and the two more the
+#: store raises through the driver), each listed on its own -- a subclass is mapped only
+#: by its own row -- with the remember error it becomes and that error's message.  A class
+#: a new redis-py brings fails ``test_every_redis_exception_is_mapped`` until it has a row.
+EXCEPTION_MAP: dict[type[BaseException], tuple[type[RememberError], str]] = {
+    rx.RedisError: _STORE,
+    rx.ConnectionError: _STORE,  # refused, reset, closed: retried first (connection_retry)
+    rx.TimeoutError: _STORE,
+    rx.BusyLoadingError: _STORE,
+    rx.MaxConnectionsError: _STORE,
+    rx.ExternalAuthProviderError: _STORE,  # the credential provider failed: retry later
+    rx.AuthenticationError: _CREDENTIALS,
+    rx.AuthenticationWrongNumberOfArgsError: _CREDENTIALS,
+    rx.AuthorizationError: _PERMISSION,
+    rx.NoPermissionError: _PERMISSION,
+    rx.ResponseError: _STORE,  # an error reply (WRONGTYPE, a script's error...)
+    rx.NoScriptError: _STORE,  # only if reloading the script failed too
+    rx.ExecAbortError: _STORE,
+    rx.ModuleError: _STORE,
+    rx.NoSuchFieldsetError: _STORE,
+    rx.OutOfMemoryError: _STORE,  # maxmemory reached
+    rx.ReadOnlyError: _STORE,  # wrote to a replica: a failover in progress
+    rx.TryAgainError: _STORE,
+    rx.DataError: _STORE,  # redis-py refused an argument (the checks of base.py come first)
+    rx.InvalidResponse: _STORE,
+    rx.PubSubError: _STORE,  # never raised by the store's commands
+    rx.WatchError: _STORE,  # never raised: no WATCH
+    rx.LockError: _STORE,  # never raised: no locks
+    rx.LockNotOwnedError: _STORE,
+    rx.ChildDeadlockedError: _STORE,
+    rx.ClusterError: _STORE,
+    rx.ClusterDownError: _STORE,
+    rx.MasterDownError: _STORE,
+    rx.ClusterCrossSlotError: _STORE,
+    rx.AskError: _STORE,  # redirections are followed by the client; a leftover is an outage
+    rx.MovedError: _STORE,
+    rx.RedisClusterException: _STORE,
+    rx.SlotNotCoveredError: _STORE,
+    rx.CrossSlotTransactionError: _STORE,
+    rx.InvalidPipelineStack: _STORE,
+    rx.IncorrectPolicyType: (RememberConfigurationError, "{text}"),
+    redis.sentinel.MasterNotFoundError: (
+        # redis-py appends every sentinel client's full repr: the first sentence is kept.
+        RememberStoreError,
+        "{first} by the sentinels (none reachable, or the primary is down and no replica has "
+        "been promoted yet)",
+    ),
+    NoPrimaryFound: (RememberStoreError, "{detail}"),
+    redis.sentinel.SlaveNotFoundError: _STORE,
+    redis.sentinel.ReplicaNotFoundError: _STORE,
+    # A client built with decode_responses=True, reading bytes that are not UTF-8.
+    UnicodeError: (RememberStoreError, "not UTF-8 text ({text})"),
+}
 
-#: Every exception :func:`_mapped` translates.
-_DRIVER_ERRORS = (RedisError, RedisClusterException, UnicodeError)
+#: What the store's calls catch: every mapped class.
+_DRIVER_ERRORS = tuple(EXCEPTION_MAP)
 
 
 def _mapped(
     operation: str, exc: BaseException, *, no_client_cert: bool = False
-) -> RememberConfigurationError | RememberStoreError:
-    """The remember error for a redis-py exception (raise it ``from exc``).
+) -> RememberError:
+    """The remember error for a redis-py exception (raise it ``from exc``): its row of the map.
 
     *no_client_cert*: the store connects with TLS and sends no client
     certificate (see :func:`~remember_sync.stores._redis_tls.tls_cause`).
     """
-    if isinstance(exc, _AUTH_ERRORS):
-        return RememberConfigurationError(
-            f"Redis {operation} failed: the server rejected the credentials ({exc}); "
-            "check the Redis password (and username) in config / the URL"
-        )
-    if isinstance(exc, _ACL_ERRORS) or (
-        # A command a script runs, refused by the ACL (the listing index's scripts).
-        isinstance(exc, RedisError) and "executing the script can't run this command" in str(exc)
-    ):
-        return RememberConfigurationError(
-            f"Redis {operation} failed: the Redis user lacks a permission ({exc}); "
-            "grant it the string, scan and scripting commands"
-        )
-    if isinstance(exc, UnicodeError):
-        return RememberStoreError(f"Redis {operation} failed: not UTF-8 text ({exc})")
-    if isinstance(exc, NoPrimaryFound):
-        text = exc.detail
-    elif isinstance(exc, redis.sentinel.MasterNotFoundError):
-        # redis-py appends every sentinel client's full repr: keep the first sentence.
-        text = str(exc).split(" : ", 1)[0] + (
-            " by the sentinels (none reachable, or the primary is down and no replica has "
-            "been promoted yet)"
-        )
-    else:
-        text = str(exc)
-    tls = tls_cause(exc, no_client_cert=no_client_cert)
-    if tls is None:
-        return RememberStoreError(f"Redis {operation} failed: {text}")
-    if tls.configuration:
-        return RememberConfigurationError(f"Redis {operation} failed: {text} -- {tls.hint}")
-    return RememberStoreError(f"Redis {operation} failed: {text} -- {tls.hint}")
+    text = str(exc)
+    kind, template = next(EXCEPTION_MAP[c] for c in type(exc).__mro__ if c in EXCEPTION_MAP)
+    if "executing the script can't run this command" in text:
+        kind, template = _PERMISSION  # a command a script runs, refused by the ACL
+    message = template.format(
+        text=text, first=text.split(" : ", 1)[0], detail=getattr(exc, "detail", text)
+    )
+    if kind is RememberStoreError:
+        tls = tls_cause(exc, no_client_cert=no_client_cert)
+        if tls is not None:
+            kind = RememberConfigurationError if tls.configuration else RememberStoreError
+            message = f"{message} -- {tls.hint}"
+    return kind(f"Redis {operation} failed: {message}")
 
 
 @contextlib.contextmanager

@@ -43,9 +43,15 @@ from urllib.parse import urlsplit
 import requests
 import requests.adapters
 import requests.auth
+import requests.exceptions as rx
 from urllib3.exceptions import NewConnectionError
 
-from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
+from ..errors import (
+    RememberConfigurationError,
+    RememberError,
+    RememberInputError,
+    RememberStoreError,
+)
 from . import _index_lua as index_lua
 from .base import (
     CAS_LUA_SCRIPT,
@@ -114,6 +120,43 @@ class _AttemptFailed(Exception):
     def __init__(self, message: str, *, retryable: bool) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+#: Every exception class of ``requests.exceptions``, each on its own row (a subclass is mapped
+#: only by its own), and what it becomes.  ``RememberStoreError``: the attempt failed, and is
+#: retried as the module docs say before it is raised; ``RememberConfigurationError``: the URL
+#: or the proxy settings are wrong, not retried; ``None``: a warning, or a class requests only
+#: re-exports, never raised by a request.  A class a new requests brings fails
+#: ``test_every_requests_exception_is_mapped`` until it has a row.
+EXCEPTION_MAP: dict[type[BaseException], type[RememberError] | None] = {
+    rx.RequestException: RememberStoreError,
+    rx.ConnectionError: RememberStoreError,  # refused, reset, DNS: retried for every command
+    rx.ConnectTimeout: RememberStoreError,  # never sent: retried for every command
+    rx.ReadTimeout: RememberStoreError,
+    rx.Timeout: RememberStoreError,
+    rx.SSLError: RememberStoreError,
+    rx.ProxyError: RememberStoreError,
+    rx.ChunkedEncodingError: RememberStoreError,
+    rx.ContentDecodingError: RememberStoreError,
+    rx.HTTPError: RememberStoreError,
+    rx.RetryError: RememberStoreError,
+    rx.TooManyRedirects: RememberStoreError,  # never: redirects are not followed
+    rx.StreamConsumedError: RememberStoreError,
+    rx.UnrewindableBodyError: RememberStoreError,
+    rx.InvalidJSONError: RememberStoreError,
+    rx.JSONDecodeError: RememberStoreError,  # never: replies are parsed by _parse_reply
+    rx.InvalidURL: RememberConfigurationError,
+    rx.InvalidProxyURL: RememberConfigurationError,
+    rx.MissingSchema: RememberConfigurationError,
+    rx.InvalidSchema: RememberConfigurationError,
+    rx.URLRequired: RememberConfigurationError,
+    rx.InvalidHeader: RememberConfigurationError,
+    rx.BaseHTTPError: None,  # urllib3's, re-exported; requests wraps it
+    rx.CompatJSONDecodeError: None,  # json's, re-exported
+    rx.RequestsWarning: None,
+    rx.FileModeWarning: None,
+    rx.RequestsDependencyWarning: None,
+}
 
 
 def _never_sent(exc: requests.RequestException) -> bool:
@@ -702,7 +745,7 @@ class VercelKVStore:
 
     def _attempt(self, name: str, body: bytes, timeout: float, *, idempotent: bool) -> Any:
         """One POST: the ``result``, or :class:`_AttemptFailed` / a final Remember error."""
-        # The one place where requests' exceptions are translated.
+        # The one place where requests' exceptions are translated, by EXCEPTION_MAP.
         try:
             response = self._http().post(
                 self._url,
@@ -713,19 +756,22 @@ class VercelKVStore:
                 # A redirected POST would silently turn into a GET: refuse instead.
                 allow_redirects=False,
             )
-        except requests.Timeout as exc:
-            _redact_request(exc)
-            never_sent = _never_sent(exc)
-            what = "could not connect" if never_sent else "no answer"
-            raise self._failed(
-                f"{what} within {timeout:.3g} s ({type(exc).__name__})",
-                retryable=idempotent or never_sent,
-            ) from exc
         except requests.RequestException as exc:
             _redact_request(exc)
-            raise self._failed(
-                f"{type(exc).__name__}: {exc}", retryable=idempotent or _never_sent(exc)
-            ) from exc
+            kind = next(EXCEPTION_MAP[c] for c in type(exc).__mro__ if c in EXCEPTION_MAP)
+            if kind is RememberConfigurationError:
+                raise RememberConfigurationError(
+                    self._scrub(
+                        f"Vercel KV {name} at {self._host}: {type(exc).__name__}: {exc}; "
+                        f"check {URL_VARIABLE} and the proxy settings"
+                    )
+                ) from exc
+            never_sent = _never_sent(exc)
+            message = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, requests.Timeout):
+                what = "could not connect" if never_sent else "no answer"
+                message = f"{what} within {timeout:.3g} s ({type(exc).__name__})"
+            raise self._failed(message, retryable=idempotent or never_sent) from exc
 
         status = response.status_code
         if status in (401, 403):

@@ -1,26 +1,49 @@
-"""One conformance suite for the store protocol, run unchanged on every store kind."""
+"""One conformance suite for the store protocol, run unchanged on every store kind.
+
+Expiry: the memory store runs on the injected test clock, which jumps; a server expires
+keys on its own clock, so the suite waits -- explicitly, for the key to be gone.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from remember_sync.errors import RememberInputError, RememberInputTypeError
 from remember_sync.stores.base import ItemScanner, Store, to_bytes, to_text
-from tests.conftest import scan_items
+from remember_sync.stores.memory import MemoryStore
+from tests.conftest import FakeClock, scan_items
+
+#: Expire(key, ttl_ms): let *key*, written with *ttl_ms*, expire; fail if it does not.
+Expire = Callable[[str, int], None]
 
 
-def wait_until_gone(store: Store, key: str, timeout: float = 3.0) -> bool:
-    """Poll until *key* has expired (stores with a real clock can't be fast-forwarded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if store.get(key) is None:
-            return True
-        time.sleep(0.01)
-    return False
+@pytest.fixture
+def memory_store(clock: FakeClock) -> Iterator[Store]:
+    """The memory store of this suite: on the test clock (see ``expire``)."""
+    store = MemoryStore(clock=clock)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def expire(store: Store, store_kind: str, clock: FakeClock) -> Expire:
+    """Let a key's TTL run out: the memory store's clock jumps, a server's is waited for."""
+
+    def run_out(key: str, ttl_ms: int) -> None:
+        if store_kind == "memory":
+            clock.advance(ms=ttl_ms)
+            assert store.get(key) is None
+            return
+        deadline = time.monotonic() + 5 + ttl_ms / 1000
+        while store.get(key) is not None:
+            assert time.monotonic() < deadline, f"{key} outlived its TTL of {ttl_ms} ms by 5 s"
+            time.sleep(0.005)
+
+    return run_out
 
 
 def test_get_missing_returns_none(store: Store) -> None:
@@ -42,19 +65,20 @@ def test_set_overwrites(store: Store) -> None:
     assert store.get("t:k") == "b"
 
 
-def test_set_without_ttl_clears_previous_ttl(store: Store) -> None:
+def test_set_without_ttl_clears_previous_ttl(store: Store, expire: Expire) -> None:
     """set() without ttl_ms removes an earlier expiry."""
     store.set("t:k", "a", ttl_ms=50)
+    store.set("t:probe", "p", ttl_ms=50)  # expires no sooner than the first t:k would
     store.set("t:k", "b")
-    time.sleep(0.15)
+    expire("t:probe", 50)
     assert store.get("t:k") == "b"
 
 
-def test_ttl_expires_key(store: Store) -> None:
+def test_ttl_expires_key(store: Store, expire: Expire) -> None:
     """A key written with ttl_ms disappears from get, get_many and scan."""
     store.set("t:short", "v", ttl_ms=30)
     store.set("t:long", "v", ttl_ms=60_000)
-    assert wait_until_gone(store, "t:short")
+    expire("t:short", 30)
     assert store.get_many(["t:short", "t:long"]) == [None, "v"]
     assert sorted(store.scan("t:*")) == ["t:long"]
 
@@ -98,14 +122,15 @@ def test_compare_and_set_on_absent_key_writes_nothing(store: Store) -> None:
     assert store.get("t:gone") is None
 
 
-def test_compare_and_set_applies_ttl(store: Store) -> None:
+def test_compare_and_set_applies_ttl(store: Store, expire: Expire) -> None:
     """CAS with ttl_ms sets the new expiry; without it the key persists."""
     store.set("t:k", "a", ttl_ms=60_000)
     assert store.compare_and_set("t:k", "a", "b", ttl_ms=30) is True
-    assert wait_until_gone(store, "t:k")
+    expire("t:k", 30)
     store.set("t:p", "a", ttl_ms=50)
+    store.set("t:probe", "p", ttl_ms=50)  # expires no sooner than the first t:p would
     assert store.compare_and_set("t:p", "a", "b") is True
-    time.sleep(0.15)
+    expire("t:probe", 50)
     assert store.get("t:p") == "b"
 
 
@@ -214,7 +239,7 @@ def test_scan_pages_yields_each_matching_key_once_with_its_value(store: Store) -
 
 
 @pytest.mark.parametrize("count", [1, 7])
-def test_scan_pages_count_hint_and_expiry(store: Store, count: int) -> None:
+def test_scan_pages_count_hint_and_expiry(store: Store, count: int, expire: Expire) -> None:
     """Small pages give the same items; expired and deleted keys are left out."""
     assert isinstance(store, ItemScanner)
     for i in range(25):
@@ -222,7 +247,7 @@ def test_scan_pages_count_hint_and_expiry(store: Store, count: int) -> None:
     store.set("c:gone", "x", ttl_ms=1)
     store.set("c:deleted", "x")
     store.delete("c:deleted")
-    assert wait_until_gone(store, "c:gone")
+    expire("c:gone", 1)
     items = list(scan_items(store, "c:*", count=count))
     assert sorted(items) == sorted((f"c:{i}", str(i)) for i in range(25))
     with pytest.raises(RememberInputError):  # at the call, before any iteration

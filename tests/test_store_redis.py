@@ -41,16 +41,12 @@ from remember_sync.stores.base import Store
 from remember_sync.stores.redis import EXCEPTION_MAP, RedisStore
 from remember_sync.testing.redis_server import RedisCluster, RedisServer, find_redis_server
 from remember_sync.types import BRANDS, Identity
-from tests.conftest import TEST_SECRET, require_component, scan_items
+from tests.conftest import TEST_SECRET, FakeClock, require_component, scan_items
 from tests.vectors import VECTORS, vector_identity
 
 IDENT = Identity(session_id="s-1", user_id="alice@example.com", tool_name="search:web")
 
 Client = redis.Redis | redis.cluster.RedisCluster
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @pytest.fixture
@@ -179,23 +175,25 @@ def test_compatible_and_plaintext_modes_store_reference_forms(
 
 
 def test_pttl_equals_remaining_time(
-    redis_pair: tuple[RedisStore, Client], plugins: Callable[..., RememberPlugin]
+    redis_pair: tuple[RedisStore, Client],
+    plugins: Callable[..., RememberPlugin],
+    clock: FakeClock,
 ) -> None:
     """PTTL is the entry's remaining time (+-50 ms) after set, update and default_ttl."""
     store, plain = redis_pair
-    mem = plugins(store=store, default_ttl=300).accessor(IDENT)
+    mem = plugins(store=store, default_ttl=300, clock=clock).accessor(IDENT)
     key = "remember:v2:session:s-1:k"
 
     def check() -> None:
         entry = mem.get_entry("k")
         assert entry is not None and entry.expires_at is not None
         pttl = plain.pttl(key)
-        assert abs(pttl - (entry.expires_at - now_ms())) <= 50, (pttl, entry)
+        assert abs(pttl - (entry.expires_at - clock())) <= 50, (pttl, entry)
 
     mem.set("k", "v", ttl=60)
     check()
     assert plain.pttl(key) > 59_000
-    time.sleep(0.2)  # so "keeps the deadline" differs measurably from "restarts the TTL"
+    clock.advance(ms=200)  # so "keeps the deadline" differs measurably from "restarts the TTL"
     assert mem.update("k", "w") is True
     check()
     assert plain.pttl(key) < 59_900
@@ -240,6 +238,7 @@ def _update_race(store: Store, *, seconds: float = 1.0) -> tuple[list[str], dict
     outcomes: list[tuple[str, int, int, bool]] = []
     windows: dict[str, list[tuple[int, int]]] = {k: [] for k in names}
     stop = threading.Event()
+    progressed = threading.Condition()  # notified by an updater after each update
     errors: list[BaseException] = []
 
     def consistent(where: str, key: str, entry: Any) -> None:
@@ -260,7 +259,9 @@ def _update_race(store: Store, *, seconds: float = 1.0) -> tuple[list[str], dict
                 n += 1
                 t0 = time.monotonic_ns()
                 ok = upd.update(key, {"by": tid, "n": n})
-                outcomes.append((key, t0, time.monotonic_ns(), ok))
+                with progressed:
+                    outcomes.append((key, t0, time.monotonic_ns(), ok))
+                    progressed.notify_all()
                 if ok:
                     entry = upd.get_entry(key)
                     if entry is not None:
@@ -318,7 +319,10 @@ def _update_race(store: Store, *, seconds: float = 1.0) -> tuple[list[str], dict
             else:
                 create(key)
                 counts["sets"] += 1
-            time.sleep(0.001)
+            # Let at least one update run against this state before the next mutation.
+            seen = len(outcomes)
+            with progressed:
+                progressed.wait_for(lambda: len(outcomes) > seen or bool(errors), timeout=5)
     finally:
         stop.set()
         for t in threads:
@@ -922,7 +926,9 @@ def test_scan_pages_pipelines_the_values_of_remembered_pages(
     redis_store.delete("g:3")
     redis_store.set("g:4", "changed")
     redis_store.set("g:5", "short", ttl_ms=1)
-    time.sleep(0.05)
+    deadline = time.monotonic() + 5
+    while redis_store.get("g:5") is not None:  # an explicit wait: 1 ms on the server's clock
+        assert time.monotonic() < deadline
     expected = {f"g:{i}": f"v{i}" for i in range(40) if i not in (3, 4, 5)}
     expected.update({"g:new": "fresh", "g:4": "changed"})
     spy.calls.clear()
@@ -938,16 +944,16 @@ def test_scan_pages_pipelines_the_values_of_remembered_pages(
 
 
 def test_remembered_pages_are_bounded(redis_store: RedisStore) -> None:
-    """The store remembers at most 256 pages of at most 500 keys."""
+    """The store remembers at most 512 pages of at most 500 keys."""
     for i in range(600):
         redis_store.set(f"big:{i}", "v")
     for i in range(300):
         redis_store.set(f"ns{i}:k", "v")
     assert len(dict(scan_items(redis_store, "big:*"))) == 600
-    assert not any(where[0] == b"big:*" for where in redis_store._page_keys)  # > 500 keys
+    assert redis_store._guesses.get((b"big:*", 1000, 0)) is None  # > 500 keys
     for i in range(300):
         assert dict(scan_items(redis_store, f"ns{i}:*")) == {f"ns{i}:k": "v"}
-    assert 0 < len(redis_store._page_keys) <= 256
+    assert 0 < len(redis_store._guesses) <= 512
 
 
 # -- every driver exception is mapped (STYLE 13) -----------------------------------------------

@@ -33,6 +33,8 @@ import redis.exceptions as rx
 import redis.sentinel
 from redis.exceptions import NoScriptError
 
+from .._bounded import BoundedCache
+from .._fork import after_fork_in_child
 from ..errors import RememberConfigurationError, RememberError, RememberStoreError
 from . import _index_lua as index_lua
 from ._redis_connect import (
@@ -81,8 +83,8 @@ __all__ = [
 
 #: Keys per MGET/UNLINK command: bounds the size of one request and reply.
 _CHUNK = 1000
-#: scan_pages remembers the keys of this many SCAN pages (of at most _GUESS_KEYS keys).
-_GUESS_PAGES = 256
+#: scan_pages and index_pages remember the keys of this many pages (of at most _GUESS_KEYS keys).
+_GUESS_PAGES = 512
 _GUESS_KEYS = 500
 
 
@@ -399,10 +401,15 @@ class RedisStore:
                 "INDEX_PRUNE", "PRUNE_MISSING", "REINDEX",
             )
         }
-        # (pattern, count, cursor) -> the keys that SCAN page held last time (standalone).
-        self._page_keys: dict[tuple[bytes, int, int], list[bytes | str]] = {}
-        # (index, pattern, count, cursor) -> the members that index page held last time.
-        self._index_guess: dict[tuple[bytes, bytes, int, bytes], list[Any]] = {}
+        # The keys a page held last time: (pattern, count, cursor) for a SCAN page
+        # (standalone), (index, pattern, count, cursor) for an index page.
+        self._guesses: BoundedCache[tuple[Any, ...], list[Any]] = BoundedCache(_GUESS_PAGES)
+        after_fork_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # The cache's lock may have been held by another thread at the fork (see _fork);
+        # redis-py's pools make their own connections in the child.
+        self._guesses = BoundedCache(_GUESS_PAGES)
 
     @classmethod
     def from_url(
@@ -820,7 +827,7 @@ class RedisStore:
         cursor: Any = 0
         while True:
             where = (index, pattern, count, str(cursor).encode())
-            guess = self._index_guess.get(where)
+            guess = self._guesses.get(where)
             with _translate("index read", self._no_client_cert):
                 values: list[Any] = []
                 if guess:
@@ -831,7 +838,7 @@ class RedisStore:
                 else:
                     after, scored = self._client.zscan(index, cursor, match=pattern, count=count)
                 members = [m for m, _ in scored]
-                self._remember_index_page(where, members)
+                self._remember(where, members)
                 if members == guess:
                     known = dict(zip(members, values, strict=True))
                 else:
@@ -850,17 +857,6 @@ class RedisStore:
             cursor = int(after)
             if cursor == 0:
                 return
-
-    def _remember_index_page(
-        self, where: tuple[bytes, bytes, int, bytes], members: list[Any]
-    ) -> None:
-        """Keep an index page's members for the next read (bounded, as _remember_page)."""
-        if not members or len(members) > _GUESS_KEYS:
-            self._index_guess.pop(where, None)
-            return
-        if len(self._index_guess) >= _GUESS_PAGES and where not in self._index_guess:
-            self._index_guess.clear()
-        self._index_guess[where] = members
 
     def _cluster_index_pages(
         self, index: bytes, pattern: bytes, count: int
@@ -997,7 +993,7 @@ class RedisStore:
         for node in self._scan_nodes():
             cursor: Any = 0
             while True:
-                guess = None if node is not None else self._page_keys.get((pattern, count, cursor))
+                guess = None if node is not None else self._guesses.get((pattern, count, cursor))
                 values: list[Any] = []
                 if guess:
                     with _translate("SCAN + MGET", self._no_client_cert):
@@ -1008,7 +1004,7 @@ class RedisStore:
                 else:
                     after, page = self._scan_page(node, cursor, pattern, count)
                 if node is None:
-                    self._remember_page((pattern, count, cursor), page)
+                    self._remember((pattern, count, cursor), page)
                 keys = set(page)
                 if page == guess and len(keys) == len(page) and seen.isdisjoint(keys):
                     # The usual case: the page holds the keys it held last time, once each.
@@ -1045,14 +1041,12 @@ class RedisStore:
                     known.update(zip(missing, more, strict=True))
         return [(raw, known[raw]) for raw in fresh]
 
-    def _remember_page(self, where: tuple[bytes, int, int], page: list[bytes | str]) -> None:
-        """Keep *page*'s keys for the next walk (bounded; dict operations are atomic)."""
+    def _remember(self, where: tuple[Any, ...], page: list[Any]) -> None:
+        """Keep a page's keys for the next walk (a bounded cache; large pages are not kept)."""
         if not page or len(page) > _GUESS_KEYS:
-            self._page_keys.pop(where, None)
-            return
-        if len(self._page_keys) >= _GUESS_PAGES and where not in self._page_keys:
-            self._page_keys.clear()
-        self._page_keys[where] = page
+            self._guesses.pop(where)
+        else:
+            self._guesses.put(where, page)
 
     def close(self) -> None:
         """Close the client if this store created it; a passed-in client is left open."""

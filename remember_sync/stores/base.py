@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-from ..errors import RememberInputError, RememberInputTypeError
+from ..errors import RememberConfigurationError, RememberInputError, RememberInputTypeError
 
 __all__ = [
     "CAS_LUA_SCRIPT",
@@ -26,6 +26,7 @@ __all__ = [
     "ItemScanner",
     "NamespaceIndex",
     "Store",
+    "check_index_of",
     "check_key",
     "check_keys",
     "check_scan",
@@ -118,6 +119,13 @@ def check_scan(pattern: object, count: object) -> None:
     _check_count(count)
 
 
+def check_index_of(index_of: IndexOf) -> IndexOf:
+    """Refuse a ``use_index`` argument that is not a callable; return it."""
+    if not callable(index_of):
+        raise RememberConfigurationError("index_of must be a callable")
+    return index_of
+
+
 # -- the one rule for bytes: lossless ----------------------------------------------------------
 
 #: The codec error handler of every store's UTF-8 (bulk paths use it with ``str.decode``).
@@ -198,12 +206,7 @@ class Store(Protocol):
         ...
 
     def set(
-        self,
-        key: str,
-        value: str,
-        *,
-        ttl_ms: int | None = None,
-        only_if_absent: bool = False,
+        self, key: str, value: str, *, ttl_ms: int | None = None, only_if_absent: bool = False
     ) -> bool:
         """Store *value* under *key*; return whether it was written.
 

@@ -48,7 +48,7 @@ from .._clock import Clock, system_clock
 from .._fork import after_fork_in_child
 from .._glob import glob_matcher
 from ..errors import RememberConfigurationError, RememberInputError
-from .base import IndexOf, check_key, check_keys, check_scan, check_write
+from .base import IndexOf, check_index_of, check_key, check_keys, check_scan, check_write
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
 
@@ -337,12 +337,7 @@ class MemoryStore:
             return out
 
     def set(
-        self,
-        key: str,
-        value: str,
-        *,
-        ttl_ms: int | None = None,
-        only_if_absent: bool = False,
+        self, key: str, value: str, *, ttl_ms: int | None = None, only_if_absent: bool = False
     ) -> bool:
         check_write(key, value, ttl_ms)
         now = self._clock()
@@ -438,8 +433,7 @@ class MemoryStore:
 
         Returns ``True``: an in-process store's index is complete at once.
         """
-        if not callable(index_of):
-            raise RememberConfigurationError("index_of must be a callable")
+        check_index_of(index_of)
         with self._lock:
             self._index_of = index_of
             self._groups.clear()

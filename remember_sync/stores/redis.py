@@ -60,6 +60,7 @@ from .base import (
     CAS_LUA_SCRIPT,
     TEXT_ERRORS,
     IndexOf,
+    check_index_of,
     check_key,
     check_keys,
     check_scan,
@@ -561,13 +562,9 @@ class RedisStore:
         return out
 
     def set(
-        self,
-        key: str,
-        value: str,
-        *,
-        ttl_ms: int | None = None,
-        only_if_absent: bool = False,
+        self, key: str, value: str, *, ttl_ms: int | None = None, only_if_absent: bool = False
     ) -> bool:
+        """``SET ... PX ... NX``; an indexed key, standalone: one script that keeps its index."""
         check_write(key, value, ttl_ms)
         index = None if self._index_of is None else self._index_of(key)
         if index is not None:
@@ -685,14 +682,8 @@ class RedisStore:
     # -- the listing index (NamespaceIndex) --------------------------------------------
 
     def use_index(self, index_of: IndexOf) -> bool:
-        """Keep a sorted-set index per namespace from now on (see ``docs/redis.rst``).
-
-        Returns ``False``: entries already in the database are found only after
-        a reindex.
-        """
-        if not callable(index_of):
-            raise RememberConfigurationError("index_of must be a callable")
-        self._index_of = index_of
+        """Keep a sorted-set index per namespace (see ``docs/redis.rst``); ``False``: reindex."""
+        self._index_of = check_index_of(index_of)
         return False
 
     def _eval(self, name: str, keys: list[bytes], args: list[bytes], operation: str) -> bool:

@@ -36,7 +36,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableSet, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,6 +44,7 @@ import requests
 import requests.adapters
 import requests.auth
 import requests.exceptions as rx
+import urllib3.exceptions
 from urllib3.exceptions import NewConnectionError
 
 from ..errors import (
@@ -57,6 +58,7 @@ from .base import (
     CAS_LUA_SCRIPT,
     SCAN_ITEMS_LUA_SCRIPT,
     IndexOf,
+    check_index_of,
     check_key,
     check_keys,
     check_scan,
@@ -151,8 +153,8 @@ EXCEPTION_MAP: dict[type[BaseException], type[RememberError] | None] = {
     rx.InvalidSchema: RememberConfigurationError,
     rx.URLRequired: RememberConfigurationError,
     rx.InvalidHeader: RememberConfigurationError,
-    rx.BaseHTTPError: None,  # urllib3's, re-exported; requests wraps it
-    rx.CompatJSONDecodeError: None,  # json's, re-exported
+    urllib3.exceptions.HTTPError: None,  # BaseHTTPError: urllib3's, re-exported (wrapped)
+    json.JSONDecodeError: None,  # CompatJSONDecodeError: json's, re-exported
     rx.RequestsWarning: None,
     rx.FileModeWarning: None,
     rx.RequestsDependencyWarning: None,
@@ -372,17 +374,13 @@ class VercelKVStore:
         return [self._text_or_none(value) for value in result]
 
     def set(
-        self,
-        key: str,
-        value: str,
-        *,
-        ttl_ms: int | None = None,
-        only_if_absent: bool = False,
+        self, key: str, value: str, *, ttl_ms: int | None = None, only_if_absent: bool = False
     ) -> bool:
+        """One ``SET`` request; an indexed key: one ``EVAL`` that keeps its index too."""
         check_write(key, value, ttl_ms)
+        px = "" if ttl_ms is None else str(ttl_ms)
         index = None if self._index_of is None else self._index_of(key)
         if index is not None:
-            px = "" if ttl_ms is None else str(ttl_ms)
             script = ["EVAL", index_lua.SET_INDEXED, "2", key, index, value, px]
             # As SET: without NX the same state however often it runs.
             result = self._command(
@@ -390,8 +388,8 @@ class VercelKVStore:
             )
             return self._zero_or_one(result, "SET")
         command = ["SET", key, value]
-        if ttl_ms is not None:
-            command += ["PX", str(ttl_ms)]
+        if px:
+            command += ["PX", px]
         if only_if_absent:
             command.append("NX")
         # SET without NX writes the same state however often it arrives, so an
@@ -445,11 +443,9 @@ class VercelKVStore:
         """Keep a sorted-set index per namespace, in the same request as each write.
 
         Returns ``False``: entries already in the database are found only after
-        a reindex.
+        a reindex (:func:`remember_sync._ops.reindex.reindex`).
         """
-        if not callable(index_of):
-            raise RememberConfigurationError("index_of must be a callable")
-        self._index_of = index_of
+        self._index_of = check_index_of(index_of)
         return False
 
     def _zero_or_one(self, result: Any, operation: str) -> bool:
@@ -503,24 +499,8 @@ class VercelKVStore:
             command = ["EVAL", index_lua.INDEX_PAGE, "1", index, cursor, pattern, count, prune]
             result = self._command(command, idempotent=True)  # prunes only what is gone
             prune = ""
-            if not (
-                isinstance(result, list)
-                and len(result) == 3
-                and isinstance(result[0], str)
-                and isinstance(result[1], list)
-                and isinstance(result[2], list)
-                and len(result[1]) == len(result[2])
-            ):
-                raise RememberStoreError(
-                    f"Vercel KV answered the index read with {self._shape(result)}"
-                )
-            cursor = result[0]
-            found: list[tuple[str, str]] = []
-            for key, value in zip(result[1], result[2], strict=True):
-                text = self._text_or_none(value)
-                if isinstance(key, str) and text is not None and key not in seen:
-                    seen.add(key)
-                    found.append((key, text))
+            cursor, keys, values = self._page_reply(result, "the index read")
+            found = self._fresh(keys, values, seen)
             if found:
                 yield found
             if cursor == "0":
@@ -594,12 +574,7 @@ class VercelKVStore:
         cursor = "0"
         while True:
             cursor, keys, values = self._items_page(cursor, pattern, count)
-            found: list[tuple[str, str]] = []
-            for key, value in zip(keys, values, strict=True):
-                text = self._text_or_none(value)
-                if text is not None and key not in seen:
-                    seen.add(key)
-                    found.append((key, text))
+            found = self._fresh(keys, values, seen)
             if found:
                 yield found
             if cursor == "0":
@@ -624,19 +599,7 @@ class VercelKVStore:
                     exc,
                 )
             else:
-                if (
-                    isinstance(result, list)
-                    and len(result) == 3
-                    and isinstance(result[0], str)
-                    and isinstance(result[1], list)
-                    and isinstance(result[2], list)
-                    and len(result[1]) == len(result[2])
-                    and all(isinstance(key, str) for key in result[1])
-                ):
-                    return result[0], result[1], result[2]
-                raise RememberStoreError(
-                    f"Vercel KV answered the scan script with {self._shape(result)}"
-                )
+                return self._page_reply(result, "the scan script")
         cursor, keys = self._scan_page(cursor, pattern, count)
         return cursor, keys, self.get_many(keys)
 
@@ -660,6 +623,32 @@ class VercelKVStore:
         if value is None or isinstance(value, str):
             return value
         raise RememberStoreError(f"Vercel KV sent {type(value).__name__} where a string was due")
+
+    def _page_reply(self, result: Any, what: str) -> tuple[str, list[str], list[Any]]:
+        """A page script's ``[cursor, [keys], [values]]``, or RememberStoreError naming *what*."""
+        if (
+            isinstance(result, list)
+            and len(result) == 3
+            and isinstance(result[0], str)
+            and isinstance(result[1], list)
+            and isinstance(result[2], list)
+            and len(result[1]) == len(result[2])
+            and all(isinstance(key, str) for key in result[1])
+        ):
+            return result[0], result[1], result[2]
+        raise RememberStoreError(f"Vercel KV answered {what} with {self._shape(result)}")
+
+    def _fresh(
+        self, keys: list[str], values: list[Any], seen: MutableSet[str]
+    ) -> list[tuple[str, str]]:
+        """The page's pairs with a value whose key was not yielded before (now *seen*)."""
+        found: list[tuple[str, str]] = []
+        for key, value in zip(keys, values, strict=True):
+            text = self._text_or_none(value)
+            if text is not None and key not in seen:
+                seen.add(key)
+                found.append((key, text))
+        return found
 
     @staticmethod
     def _shape(result: Any) -> str:

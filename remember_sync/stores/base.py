@@ -39,25 +39,20 @@ __all__ = [
 IndexOf = Callable[[str], str | None]
 
 
-# -- the contract's argument checks: every store calls these, before any I/O -------------------
-#
-# Text (keys, values, patterns) is a ``str`` a store can carry as UTF-8: any text, and the lone
-# surrogates U+DC80..U+DCFF that stand for bytes which are not UTF-8 (:func:`to_text`).  Each
-# check starts with the common case (ASCII ``str``: every encrypted entry, every encoded key),
-# which costs a type test and an O(1) ``isascii``.
+# -- the contract's argument checks: every store calls them first, before any I/O -------------
+# Text (keys, values, patterns) is a str a store can carry as UTF-8: any text, and the lone
+# surrogates U+DC80..U+DCFF standing for bytes that are not UTF-8 (to_text).  The common case
+# (an ASCII str: every encrypted entry, every encoded key) costs a type test and an O(1) isascii.
 
 
 def _check_text(text: object, name: str) -> None:
     if not isinstance(text, str):
         raise RememberInputTypeError(f"{name} must be a str; got {type(text).__name__}")
-    if not text.isascii():
-        try:
-            text.encode("utf-8", TEXT_ERRORS)
-        except UnicodeEncodeError:
-            raise RememberInputError(
-                f"{name} must be Unicode text; it holds a lone surrogate "
-                f"({text.encode('utf-8', 'backslashreplace')[:60]!r}...)"
-            ) from None
+    try:
+        text.encode("utf-8", TEXT_ERRORS)
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "backslashreplace")[:60]
+        raise RememberInputError(f"{name} holds a lone surrogate: {shown!r}") from None
 
 
 def check_key(key: object) -> None:
@@ -68,55 +63,44 @@ def check_key(key: object) -> None:
 
 def check_keys(keys: object) -> None:
     """Refuse ``keys`` unless it is a sequence of keys (a single ``str`` is not)."""
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
-        raise RememberInputTypeError(f"keys must be a sequence of str; got {type(keys).__name__}")
+    kind = type(keys)  # list or tuple, as a rule: no isinstance against an ABC
+    if kind is not list and kind is not tuple and (
+        kind in (str, bytes) or not isinstance(keys, Sequence)
+    ):
+        raise RememberInputTypeError(f"keys must be a sequence of str; got {kind.__name__}")
     try:
         if all(map(str.isascii, keys)):
             return
     except TypeError:
-        pass  # an item is not a str: said below
+        pass  # an item that is not a str: named below
     for key in keys:
         _check_text(key, "key")
 
 
-def check_ttl_ms(ttl_ms: object) -> None:
-    """Refuse a time-to-live that is not a whole number of milliseconds >= 1 (or ``None``)."""
-    if ttl_ms is None:
-        return
-    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1:
-        raise RememberInputError(
-            f"ttl_ms must be a whole number of milliseconds >= 1, or None; got {ttl_ms!r}"
-        )
-
-
 def check_write(key: object, value: object, ttl_ms: object, expected: object = "") -> None:
-    """Refuse the arguments of ``set`` -- and of ``compare_and_set``, with *expected*."""
-    if not (
-        isinstance(key, str)
-        and key.isascii()
-        and isinstance(value, str)
-        and value.isascii()
-        and isinstance(expected, str)
-        and expected.isascii()
+    """Refuse the arguments of ``set`` -- and of ``compare_and_set``, with *expected*.
+
+    ``ttl_ms`` must be a whole number of milliseconds >= 1, or ``None``.
+    """
+    if (
+        isinstance(key, str) and key.isascii() and isinstance(value, str) and value.isascii()
+        and isinstance(expected, str) and expected.isascii()
         and (ttl_ms is None or (type(ttl_ms) is int and ttl_ms > 0))
-    ):
-        _check_text(key, "key")
-        _check_text(value, "value")
-        _check_text(expected, "expected")
-        check_ttl_ms(ttl_ms)
-
-
-def _check_count(count: object) -> None:
-    """Refuse a ``count`` hint of ``scan``/``scan_pages`` that is not a positive int."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise RememberInputError(f"count must be a positive int; got {count!r}")
+    ):  # fmt: skip
+        return
+    for text, name in ((key, "key"), (value, "value"), (expected, "expected")):
+        _check_text(text, name)
+    whole = isinstance(ttl_ms, int) and not isinstance(ttl_ms, bool)
+    if ttl_ms is not None and not (whole and ttl_ms >= 1):  # type: ignore[operator]
+        raise RememberInputError(f"ttl_ms must be a whole number >= 1, or None; got {ttl_ms!r}")
 
 
 def check_scan(pattern: object, count: object) -> None:
     """Refuse the arguments of ``scan``, ``scan_pages`` and ``index_pages``."""
     if not (isinstance(pattern, str) and pattern.isascii()):
         _check_text(pattern, "pattern")
-    _check_count(count)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise RememberInputError(f"count must be a positive int; got {count!r}")
 
 
 def check_index_of(index_of: IndexOf) -> IndexOf:
@@ -133,20 +117,15 @@ TEXT_ERRORS = "surrogateescape"
 
 
 def to_bytes(text: str) -> bytes:
-    """The bytes a store sends for *text* (checked by the functions above): UTF-8.
-
-    Lone surrogates U+DC80..U+DCFF become the bytes they stand for, so a key read
-    by :func:`to_text` is addressed again exactly.
-    """
+    """The UTF-8 a store sends for *text*; U+DC80..U+DCFF become the bytes they stand for."""
     return text.encode("utf-8", TEXT_ERRORS)
 
 
 def to_text(raw: bytes) -> str:
     """The text of bytes a store received, losslessly: ``to_bytes(to_text(b)) == b``.
 
-    Bytes that are not UTF-8 (written by another program) become lone surrogates
-    (``surrogateescape``) rather than U+FFFD: nothing is lost, and an entry made of
-    them fails to decrypt (the accessor reports it unreadable) as any garbage does.
+    Bytes that are not UTF-8 (another program's) become lone surrogates, not U+FFFD; an
+    entry made of them fails to decrypt (the accessor reports it unreadable) as garbage does.
     """
     return raw.decode("utf-8", TEXT_ERRORS)
 

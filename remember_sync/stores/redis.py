@@ -103,59 +103,41 @@ _PERMISSION = (
     "the Redis user lacks a permission ({text}); grant it the string, scan and scripting commands",
 )
 
-#: Every exception class of ``redis.exceptions`` and ``redis.sentinel`` (and the two more the
-#: store raises through the driver), each listed on its own -- a subclass is mapped only
-#: by its own row -- with the remember error it becomes and that error's message.  A class
-#: a new redis-py brings fails ``test_every_redis_exception_is_mapped`` until it has a row.
+#: Every exception class of redis-py, each listed on its own -- a subclass is mapped only by
+#: its own row -- with the remember error it becomes and that error's message.  A class a
+#: new redis-py brings fails ``test_every_redis_exception_is_mapped`` until it has a row.
 EXCEPTION_MAP: dict[type[BaseException], tuple[type[RememberError], str]] = {
-    rx.RedisError: _STORE,
-    rx.ConnectionError: _STORE,  # refused, reset, closed: retried first (connection_retry)
-    rx.TimeoutError: _STORE,
-    rx.BusyLoadingError: _STORE,
-    rx.MaxConnectionsError: _STORE,
-    rx.ExternalAuthProviderError: _STORE,  # the credential provider failed: retry later
+    **dict.fromkeys(
+        # Connection errors are retried first (connection_retry); an error reply (WRONGTYPE,
+        # OOM, READONLY during a failover, NOSCRIPT after the reload...) is the server's.
+        (rx.RedisError, rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError,
+         rx.MaxConnectionsError, rx.ExternalAuthProviderError, rx.ResponseError,
+         rx.NoScriptError, rx.ExecAbortError, rx.ModuleError, rx.NoSuchFieldsetError,
+         rx.OutOfMemoryError, rx.ReadOnlyError, rx.TryAgainError, rx.DataError,
+         rx.InvalidResponse, rx.ChildDeadlockedError, rx.ClusterError, rx.ClusterDownError,
+         rx.MasterDownError, rx.ClusterCrossSlotError, rx.AskError, rx.MovedError,
+         rx.RedisClusterException, rx.SlotNotCoveredError, redis.sentinel.SlaveNotFoundError,
+         redis.sentinel.ReplicaNotFoundError,
+         # Never raised by the store's commands (no pub/sub, WATCH, locks or transactions).
+         rx.PubSubError, rx.WatchError, rx.LockError, rx.LockNotOwnedError,
+         rx.CrossSlotTransactionError, rx.InvalidPipelineStack),
+        _STORE,
+    ),
     rx.AuthenticationError: _CREDENTIALS,
     rx.AuthenticationWrongNumberOfArgsError: _CREDENTIALS,
     rx.AuthorizationError: _PERMISSION,
     rx.NoPermissionError: _PERMISSION,
-    rx.ResponseError: _STORE,  # an error reply (WRONGTYPE, a script's error...)
-    rx.NoScriptError: _STORE,  # only if reloading the script failed too
-    rx.ExecAbortError: _STORE,
-    rx.ModuleError: _STORE,
-    rx.NoSuchFieldsetError: _STORE,
-    rx.OutOfMemoryError: _STORE,  # maxmemory reached
-    rx.ReadOnlyError: _STORE,  # wrote to a replica: a failover in progress
-    rx.TryAgainError: _STORE,
-    rx.DataError: _STORE,  # redis-py refused an argument (the checks of base.py come first)
-    rx.InvalidResponse: _STORE,
-    rx.PubSubError: _STORE,  # never raised by the store's commands
-    rx.WatchError: _STORE,  # never raised: no WATCH
-    rx.LockError: _STORE,  # never raised: no locks
-    rx.LockNotOwnedError: _STORE,
-    rx.ChildDeadlockedError: _STORE,
-    rx.ClusterError: _STORE,
-    rx.ClusterDownError: _STORE,
-    rx.MasterDownError: _STORE,
-    rx.ClusterCrossSlotError: _STORE,
-    rx.AskError: _STORE,  # redirections are followed by the client; a leftover is an outage
-    rx.MovedError: _STORE,
-    rx.RedisClusterException: _STORE,
-    rx.SlotNotCoveredError: _STORE,
-    rx.CrossSlotTransactionError: _STORE,
-    rx.InvalidPipelineStack: _STORE,
     rx.IncorrectPolicyType: (RememberConfigurationError, "{text}"),
+    # redis-py appends every sentinel client's full repr: the first sentence is kept.
     redis.sentinel.MasterNotFoundError: (
-        # redis-py appends every sentinel client's full repr: the first sentence is kept.
         RememberStoreError,
         "{first} by the sentinels (none reachable, or the primary is down and no replica has "
         "been promoted yet)",
     ),
     NoPrimaryFound: (RememberStoreError, "{detail}"),
-    redis.sentinel.SlaveNotFoundError: _STORE,
-    redis.sentinel.ReplicaNotFoundError: _STORE,
     # A client built with decode_responses=True, reading bytes that are not UTF-8.
     UnicodeError: (RememberStoreError, "not UTF-8 text ({text})"),
-}
+}  # fmt: skip
 
 #: What the store's calls catch: every mapped class.
 _DRIVER_ERRORS = tuple(EXCEPTION_MAP)
@@ -392,16 +374,12 @@ class RedisStore:
             )
         #: (replicas, timeout ms) for WAIT after each write, or None.
         self._wait = (replicas, timeout_ms or DEFAULT_WAIT_TIMEOUT_MS) if replicas else None
-        self._cas = client.register_script(CAS_LUA_SCRIPT)
         #: The listing index (use_index): key -> index name, or None while it is off.
         self._index_of: IndexOf | None = None
-        self._scripts = {
-            name: client.register_script(getattr(index_lua, name))
-            for name in (
-                "SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_ADD",
-                "INDEX_PRUNE", "PRUNE_MISSING", "REINDEX",
-            )
-        }
+        names = ("SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_ADD", "INDEX_PRUNE")
+        sources = {name: getattr(index_lua, name) for name in (*names, "PRUNE_MISSING", "REINDEX")}
+        sources["CAS"] = CAS_LUA_SCRIPT
+        self._scripts = {name: client.register_script(text) for name, text in sources.items()}
         # The keys a page held last time: (pattern, count, cursor) for a SCAN page
         # (standalone), (index, pattern, count, cursor) for an index page.
         self._guesses: BoundedCache[tuple[Any, ...], list[Any]] = BoundedCache(_GUESS_PAGES)
@@ -591,16 +569,17 @@ class RedisStore:
             raise _mapped("SET", exc, no_client_cert=self._no_client_cert) from exc
         return bool(done)
 
-    def _with_wait(self, *commands: list[Any]) -> list[Any]:
-        """Run *commands* then ``WAIT`` in one round trip; their replies, then WAIT's.
+    def _with_wait(self, *commands: list[Any], wait: bool = True) -> list[Any]:
+        """Run *commands* (then ``WAIT`` if *wait*) in one round trip; their replies, then WAIT's.
 
         A failing command raises here (WAIT still ran after it, harmlessly).
         """
-        assert self._wait is not None
         pipe = self._client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
-        pipe.execute_command("WAIT", *self._wait)
+        if wait:
+            assert self._wait is not None
+            pipe.execute_command("WAIT", *self._wait)
         replies: list[Any] = pipe.execute(raise_on_error=False)
         for reply in replies:
             if isinstance(reply, Exception):
@@ -629,29 +608,7 @@ class RedisStore:
             if not self._cluster:
                 return self._eval("CAS_INDEXED", [_b(key), _b(index)], args, "compare-and-set")
             self._index_add(index, [(key, ttl_ms)])  # cluster: the index first (superset)
-        try:
-            if self._wait is not None:
-                return self._cas_and_wait(_b(key), args)
-            # register_script: EVALSHA, and SCRIPT LOAD + retry on NOSCRIPT (a restarted
-            # or failed-over server has an empty script cache).
-            done = self._cas(keys=[_b(key)], args=args, client=self._client)
-        except _DRIVER_ERRORS as exc:
-            operation = "EVALSHA (compare-and-set)"
-            raise _mapped(operation, exc, no_client_cert=self._no_client_cert) from exc
-        return int(done) == 1
-
-    def _cas_and_wait(self, key: bytes, args: list[bytes]) -> bool:
-        """compare-and-set then ``WAIT``, pipelined; loads the script on ``NOSCRIPT``."""
-        command = ["EVALSHA", self._cas.sha, 1, key, *args]
-        try:
-            done, acked = self._with_wait(command)
-        except NoScriptError:  # nothing was written; WAIT ran for nothing
-            self._client.script_load(CAS_LUA_SCRIPT)
-            done, acked = self._with_wait(command)
-        if int(done) == 1:
-            self._check_replicas("EVALSHA (compare-and-set)", acked)
-            return True
-        return False
+        return self._eval("CAS", [_b(key)], args, "EVALSHA (compare-and-set)")
 
     def delete(self, *keys: str) -> int:
         check_keys(keys)
@@ -687,7 +644,11 @@ class RedisStore:
         return False
 
     def _eval(self, name: str, keys: list[bytes], args: list[bytes], operation: str) -> bool:
-        """Run index script *name* (and ``WAIT`` when configured); whether it returned 1."""
+        """Run script *name* (and ``WAIT`` when configured); whether it returned 1.
+
+        ``EVALSHA``, and ``SCRIPT LOAD`` + one retry on ``NOSCRIPT`` (a restarted or
+        failed-over server has an empty script cache).
+        """
         script = self._scripts[name]
         command = ["EVALSHA", script.sha, len(keys), *keys, *args]
         try:
@@ -778,16 +739,7 @@ class RedisStore:
 
     def _run_all(self, commands: list[list[Any]]) -> list[Any]:
         """*commands* in one pipeline (then ``WAIT`` when configured); their replies."""
-        if self._wait is not None:
-            return self._with_wait(*commands) if commands else []
-        pipe = self._client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        replies: list[Any] = pipe.execute(raise_on_error=False)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
+        return self._with_wait(*commands, wait=self._wait is not None and bool(commands))
 
     def index_pages(
         self, index: str, pattern: str, *, count: int = 1000

@@ -124,41 +124,34 @@ class _AttemptFailed(Exception):
         self.retryable = retryable
 
 
-#: Every exception class of ``requests.exceptions``, each on its own row (a subclass is mapped
-#: only by its own), and what it becomes.  ``RememberStoreError``: the attempt failed, and is
-#: retried as the module docs say before it is raised; ``RememberConfigurationError``: the URL
-#: or the proxy settings are wrong, not retried; ``None``: a warning, or a class requests only
-#: re-exports, never raised by a request.  A class a new requests brings fails
+#: Every exception class of ``requests.exceptions``, each on its own (a subclass is mapped
+#: only by its own row), and what it becomes.  ``RememberStoreError``: the attempt failed, and
+#: is retried as the module docs say first; ``RememberConfigurationError``: the URL or the proxy
+#: settings are wrong, not retried; ``None``: a warning, or a class requests re-exports, never
+#: raised by a request.  A class a new requests brings fails
 #: ``test_every_requests_exception_is_mapped`` until it has a row.
 EXCEPTION_MAP: dict[type[BaseException], type[RememberError] | None] = {
-    rx.RequestException: RememberStoreError,
-    rx.ConnectionError: RememberStoreError,  # refused, reset, DNS: retried for every command
-    rx.ConnectTimeout: RememberStoreError,  # never sent: retried for every command
-    rx.ReadTimeout: RememberStoreError,
-    rx.Timeout: RememberStoreError,
-    rx.SSLError: RememberStoreError,
-    rx.ProxyError: RememberStoreError,
-    rx.ChunkedEncodingError: RememberStoreError,
-    rx.ContentDecodingError: RememberStoreError,
-    rx.HTTPError: RememberStoreError,
-    rx.RetryError: RememberStoreError,
-    rx.TooManyRedirects: RememberStoreError,  # never: redirects are not followed
-    rx.StreamConsumedError: RememberStoreError,
-    rx.UnrewindableBodyError: RememberStoreError,
-    rx.InvalidJSONError: RememberStoreError,
-    rx.JSONDecodeError: RememberStoreError,  # never: replies are parsed by _parse_reply
-    rx.InvalidURL: RememberConfigurationError,
-    rx.InvalidProxyURL: RememberConfigurationError,
-    rx.MissingSchema: RememberConfigurationError,
-    rx.InvalidSchema: RememberConfigurationError,
-    rx.URLRequired: RememberConfigurationError,
-    rx.InvalidHeader: RememberConfigurationError,
-    urllib3.exceptions.HTTPError: None,  # BaseHTTPError: urllib3's, re-exported (wrapped)
-    json.JSONDecodeError: None,  # CompatJSONDecodeError: json's, re-exported
-    rx.RequestsWarning: None,
-    rx.FileModeWarning: None,
-    rx.RequestsDependencyWarning: None,
-}
+    **dict.fromkeys(
+        # Redirects are not followed and replies are parsed by _parse_reply, so the last
+        # row's classes are never raised either.
+        (rx.RequestException, rx.ConnectionError, rx.ConnectTimeout, rx.ReadTimeout,
+         rx.Timeout, rx.SSLError, rx.ProxyError, rx.ChunkedEncodingError,
+         rx.ContentDecodingError, rx.HTTPError, rx.RetryError, rx.StreamConsumedError,
+         rx.UnrewindableBodyError, rx.TooManyRedirects, rx.InvalidJSONError, rx.JSONDecodeError),
+        RememberStoreError,
+    ),
+    **dict.fromkeys(
+        (rx.InvalidURL, rx.InvalidProxyURL, rx.MissingSchema, rx.InvalidSchema, rx.URLRequired,
+         rx.InvalidHeader),
+        RememberConfigurationError,
+    ),
+    **dict.fromkeys(
+        # requests' BaseHTTPError (urllib3's) and CompatJSONDecodeError (json's); warnings.
+        (urllib3.exceptions.HTTPError, json.JSONDecodeError, rx.RequestsWarning,
+         rx.FileModeWarning, rx.RequestsDependencyWarning),
+        None,
+    ),
+}  # fmt: skip
 
 
 def _never_sent(exc: requests.RequestException) -> bool:
@@ -381,12 +374,10 @@ class VercelKVStore:
         px = "" if ttl_ms is None else str(ttl_ms)
         index = None if self._index_of is None else self._index_of(key)
         if index is not None:
-            script = ["EVAL", index_lua.SET_INDEXED, "2", key, index, value, px]
+            nx = "1" if only_if_absent else ""
+            script = ["EVAL", index_lua.SET_INDEXED, "2", key, index, value, px, nx]
             # As SET: without NX the same state however often it runs.
-            result = self._command(
-                [*script, "1" if only_if_absent else ""], idempotent=not only_if_absent
-            )
-            return self._zero_or_one(result, "SET")
+            return self._flag(script, "the indexed SET", idempotent=not only_if_absent)
         command = ["SET", key, value]
         if px:
             command += ["PX", px]
@@ -413,15 +404,9 @@ class VercelKVStore:
         index = None if self._index_of is None else self._index_of(key)
         if index is not None:
             command = ["EVAL", index_lua.CAS_INDEXED, "2", key, index, expected, value, px]
-            return self._zero_or_one(self._command(command, idempotent=False), "compare-and-set")
-        result = self._command(
-            ["EVAL", CAS_LUA_SCRIPT, "1", key, expected, value, px], idempotent=False
-        )
-        if result == 1 or result == 0:
-            return bool(result)
-        raise RememberStoreError(
-            f"Vercel KV answered the compare-and-set with {self._shape(result)}"
-        )
+            return self._flag(command, "the indexed compare-and-set", idempotent=False)
+        command = ["EVAL", CAS_LUA_SCRIPT, "1", key, expected, value, px]
+        return self._flag(command, "the compare-and-set", idempotent=False)
 
     def delete(self, *keys: str) -> int:
         check_keys(keys)
@@ -432,10 +417,7 @@ class VercelKVStore:
         # UNLINK's effect is the same however often it runs.  After a lost reply
         # the repeat counts fewer keys -- exactly what the caller would see by
         # repeating the call after an error, but with the deletion confirmed.
-        result = self._command(["UNLINK", *keys], idempotent=True)
-        if isinstance(result, int) and not isinstance(result, bool):
-            return result
-        raise RememberStoreError(f"Vercel KV answered UNLINK with {self._shape(result)}")
+        return self._number(["UNLINK", *keys], "UNLINK")
 
     # -- the listing index (NamespaceIndex) --------------------------------------------
 
@@ -448,12 +430,19 @@ class VercelKVStore:
         self._index_of = check_index_of(index_of)
         return False
 
-    def _zero_or_one(self, result: Any, operation: str) -> bool:
-        if result == 1 or result == 0:
-            return bool(result)
-        raise RememberStoreError(
-            f"Vercel KV answered the indexed {operation} with {self._shape(result)}"
-        )
+    def _number(self, command: list[str], what: str, *, idempotent: bool = True) -> int:
+        """Run *command*, whose reply is a count: that count (or RememberStoreError)."""
+        result = self._command(command, idempotent=idempotent)
+        if isinstance(result, int) and not isinstance(result, bool):
+            return result
+        raise RememberStoreError(f"Vercel KV answered {what} with {self._shape(result)}")
+
+    def _flag(self, command: list[str], what: str, *, idempotent: bool) -> bool:
+        """Run *command*, whose reply is 1 (done) or 0 (not done)."""
+        done = self._number(command, what, idempotent=idempotent)
+        if done not in (0, 1):
+            raise RememberStoreError(f"Vercel KV answered {what} with {done}")
+        return done == 1
 
     def _delete_indexed(self, keys: Sequence[str]) -> int:
         assert self._index_of is not None
@@ -464,20 +453,12 @@ class VercelKVStore:
             (plain if index is None else groups.setdefault(index, [])).append(key)
         removed = 0
         if plain:
-            result = self._command(["UNLINK", *plain], idempotent=True)
-            if not isinstance(result, int) or isinstance(result, bool):
-                raise RememberStoreError(f"Vercel KV answered UNLINK with {self._shape(result)}")
-            removed += result
+            removed += self._number(["UNLINK", *plain], "UNLINK")
         for index, members in groups.items():
             for start in range(0, len(members), 1000):
                 chunk = members[start : start + 1000]
                 command = ["EVAL", index_lua.DELETE_INDEXED, str(1 + len(chunk)), index, *chunk]
-                result = self._command(command, idempotent=True)  # as UNLINK
-                if not isinstance(result, int) or isinstance(result, bool):
-                    raise RememberStoreError(
-                        f"Vercel KV answered the indexed UNLINK with {self._shape(result)}"
-                    )
-                removed += result
+                removed += self._number(command, "the indexed UNLINK")  # idempotent as UNLINK
         return removed
 
     def index_pages(
@@ -519,12 +500,7 @@ class VercelKVStore:
                 "EVAL", index_lua.REINDEX, str(len(chunk)),
                 *(k for k, _ in chunk), *(i for _, i in chunk),
             ]
-            result = self._command(command, idempotent=True)
-            if not isinstance(result, int) or isinstance(result, bool):
-                raise RememberStoreError(
-                    f"Vercel KV answered the reindex with {self._shape(result)}"
-                )
-            added += result
+            added += self._number(command, "the reindex")
         return added
 
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:

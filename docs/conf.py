@@ -1,0 +1,92 @@
+"""Sphinx configuration: the API reference of the public surface, the guides as chapters.
+
+Build it as ``.ci/run`` does (warnings are errors)::
+
+    pip install -e '.[docs]'
+    python -m sphinx -W --keep-going -b html docs build/html
+
+The examples in these pages and in the README are doctests run by ``pytest``
+(``--doctest-glob`` in pyproject.toml), not by Sphinx.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.environment import BuildEnvironment
+from sphinx.util.nodes import get_node_source, make_refnode
+
+# Document the checkout being built, not whichever copy of the package is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+project = "remember_sync"
+author = "remember_sync contributors"
+copyright = "remember_sync contributors"
+
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.viewcode"]
+
+root_doc = "index"
+exclude_patterns = ["_build"]
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+# undoc-members: every name in a public ``__all__`` appears, documented or not.
+autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True}
+
+html_theme = "alabaster"
+html_theme_options = {"description": "Encrypted, scoped memory for AI-agent tools"}
+
+# Every cross reference into the package must reach a documented public name; references to
+# other libraries are not checked (no intersphinx: the build runs offline).
+nitpicky = True
+nitpick_ignore_regex = [(r"py:.*", r"(?!remember_sync\b).*")]
+
+
+def _public_name(
+    app: Sphinx, env: BuildEnvironment, node: Any, contnode: nodes.Element
+) -> nodes.Element | None:
+    """Resolve a reference that names a name where it is defined, not where it is public.
+
+    Signatures and docstrings say ``remember_sync.stores.base.Store`` (or an internal type);
+    the reference documents ``remember_sync.stores.Store``.  Link the public name when there is
+    one, else show the text.  The pages (``*.rst``) get no such help: a role there that names a
+    private module or an undocumented name stays an error.
+    """
+    target = str(node.get("reftarget", ""))
+    if node.get("refdomain") != "py" or not target.startswith("remember_sync."):
+        return None
+    try:
+        source = get_node_source(node)
+    except ValueError:
+        source = ""
+    if source.endswith(".rst"):
+        return None
+    py = env.get_domain("py")
+    name = target.rpartition(".")[2]
+    candidates = [
+        full
+        for full, entry in py.objects.items()  # type: ignore[attr-defined]
+        if full.rpartition(".")[2] == name
+        and py.objects.get(full.rpartition(".")[0], None) is not None  # type: ignore[attr-defined]
+        and py.objects[full.rpartition(".")[0]].objtype == "module"  # type: ignore[attr-defined]
+        and entry.objtype != "module"
+    ]
+    # A re-export is public in the nearest package above its defining module.
+    in_package = [c for c in candidates if target.startswith(c.rpartition(".")[0] + ".")]
+    if in_package:
+        candidates = [max(in_package, key=len)]
+    if len(candidates) != 1:
+        return contnode
+    entry = py.objects[candidates[0]]  # type: ignore[attr-defined]
+    return make_refnode(
+        app.builder, env.docname, entry.docname, entry.node_id, contnode, candidates[0]
+    )
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("missing-reference", _public_name)
+    return {"parallel_read_safe": True}

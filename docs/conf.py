@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.domains.python import PythonDomain
 from sphinx.environment import BuildEnvironment
 from sphinx.util.nodes import get_node_source, make_refnode
 
@@ -33,7 +34,7 @@ root_doc = "index"
 exclude_patterns = ["_build"]
 
 autodoc_member_order = "bysource"
-autodoc_typehints = "description"
+python_use_unqualified_type_names = True
 # undoc-members: every name in a public ``__all__`` appears, documented or not.
 autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True}
 
@@ -53,27 +54,29 @@ def _public_name(
 
     Signatures and docstrings say ``remember_sync.stores.base.Store`` (or an internal type);
     the reference documents ``remember_sync.stores.Store``.  Link the public name when there is
-    one, else show the text.  The pages (``*.rst``) get no such help: a role there that names a
-    private module or an undocumented name stays an error.
+    one, else show the text.  The pages get no such help: a role there that names a private
+    module or an undocumented name stays an error.
     """
     target = str(node.get("reftarget", ""))
     if node.get("refdomain") != "py" or not target.startswith("remember_sync."):
         return None
+    # A role written in a page: roles carry ``refwarn`` (annotations and field types do
+    # not), and a docstring's text has a "docstring of" source.
     try:
         source = get_node_source(node)
     except ValueError:
         source = ""
-    if source.endswith(".rst"):
+    if "refwarn" in node and "docstring of" not in source:
         return None
-    py = env.get_domain("py")
+    py = cast(PythonDomain, env.get_domain("py"))
     name = target.rpartition(".")[2]
+    modules = {full for full, entry in py.objects.items() if entry.objtype == "module"}
     candidates = [
         full
-        for full, entry in py.objects.items()  # type: ignore[attr-defined]
-        if full.rpartition(".")[2] == name
-        and py.objects.get(full.rpartition(".")[0], None) is not None  # type: ignore[attr-defined]
-        and py.objects[full.rpartition(".")[0]].objtype == "module"  # type: ignore[attr-defined]
-        and entry.objtype != "module"
+        for full, entry in py.objects.items()
+        if entry.objtype != "module"
+        and full.rpartition(".")[0] in modules
+        and full.rpartition(".")[2] == name
     ]
     # A re-export is public in the nearest package above its defining module.
     in_package = [c for c in candidates if target.startswith(c.rpartition(".")[0] + ".")]
@@ -81,7 +84,7 @@ def _public_name(
         candidates = [max(in_package, key=len)]
     if len(candidates) != 1:
         return contnode
-    entry = py.objects[candidates[0]]  # type: ignore[attr-defined]
+    entry = py.objects[candidates[0]]
     return make_refnode(
         app.builder, env.docname, entry.docname, entry.node_id, contnode, candidates[0]
     )

@@ -36,7 +36,7 @@ exclude_patterns = ["_build"]
 autodoc_member_order = "bysource"
 python_use_unqualified_type_names = True
 # undoc-members: every name in a public ``__all__`` appears, documented or not.
-autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True}
+autodoc_default_options = {"members": True, "undoc-members": True}
 
 html_theme = "alabaster"
 html_theme_options = {"description": "Encrypted, scoped memory for AI-agent tools"}

@@ -11,6 +11,8 @@ The examples in these pages and in the README are doctests run by ``pytest``
 
 from __future__ import annotations
 
+import importlib
+import re
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -19,10 +21,16 @@ from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.domains.python import PythonDomain
 from sphinx.environment import BuildEnvironment
+from sphinx.util import logging
 from sphinx.util.nodes import get_node_source, make_refnode
 
 # Document the checkout being built, not whichever copy of the package is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+#: The modules the reference documents (its ``automodule`` directives).
+PUBLIC_MODULES = re.findall(
+    r"^\.\. automodule:: (\S+)", (Path(__file__).parent / "api.rst").read_text(), re.MULTILINE
+)
 
 project = "remember_sync"
 author = "remember_sync contributors"
@@ -90,6 +98,28 @@ def _public_name(
     )
 
 
+def _load_lazy_exports(app: Sphinx) -> None:
+    """Bind every ``__all__`` name a module loads lazily (PEP 562), so autodoc sees it."""
+    for name in PUBLIC_MODULES:
+        module = importlib.import_module(name)
+        for export in getattr(module, "__all__", ()):
+            if export not in vars(module):
+                setattr(module, export, getattr(module, export))
+
+
+def _check_every_export_documented(app: Sphinx, env: BuildEnvironment) -> None:
+    """Warn (an error under ``-W``) for a public ``__all__`` name the reference leaves out."""
+    objects = cast(PythonDomain, env.get_domain("py")).objects
+    for name in PUBLIC_MODULES:
+        for export in getattr(importlib.import_module(name), "__all__", ()):
+            if f"{name}.{export}" not in objects:
+                logging.getLogger(__name__).warning(
+                    "%s.%s is in __all__ but not in docs/api.rst", name, export
+                )
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("builder-inited", _load_lazy_exports)
+    app.connect("env-check-consistency", _check_every_export_documented)
     app.connect("missing-reference", _public_name)
     return {"parallel_read_safe": True}

@@ -1204,8 +1204,8 @@ def reindex_store(
     )
 
 
-#: Stores that already have a backfill worker in this process (see _claim).
-_backfills: dict[int, Callable[[], object | None]] = {}
+#: (store, prefix) pairs that already have a backfill worker in this process (see _claim).
+_backfills: dict[tuple[int, str], Callable[[], object | None]] = {}
 
 
 class IndexBackfill:
@@ -1258,7 +1258,7 @@ class IndexBackfill:
         if not self.prefix or nested_prefix(self.prefix) is not None:
             self.state = "stood-down"
             return self
-        key = id(self.store)
+        key = (id(self.store), self.prefix)  # two prefixes on one store: two passes
         with _claims_lock:
             held = _backfills.get(key)
             if held is not None and held() is self.store:
@@ -1312,9 +1312,9 @@ class IndexBackfill:
 
     def _release(self) -> None:
         with _claims_lock:
-            held = _backfills.get(id(self.store))
+            held = _backfills.get((id(self.store), self.prefix))
             if held is not None and held() is self.store:
-                del _backfills[id(self.store)]
+                del _backfills[(id(self.store), self.prefix)]
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the worker thread ended; return ``False`` on timeout."""

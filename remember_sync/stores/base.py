@@ -13,10 +13,11 @@ silently succeed: a store implements all of them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-from ..errors import RememberInputError
+from ..errors import RememberConfigurationError, RememberInputError
 
 __all__ = [
     "CAS_LUA_SCRIPT",
@@ -26,10 +27,47 @@ __all__ = [
     "NamespaceIndex",
     "Store",
     "check_count",
+    "merged_index_of",
 ]
 
 #: Maps a full key to the name of its listing index, or ``None`` for a key no index holds.
 IndexOf = Callable[[str], str | None]
+
+
+def _same(f: IndexOf, g: IndexOf) -> bool:
+    if f is g:
+        return True
+    if isinstance(f, functools.partial) and isinstance(g, functools.partial):
+        return (f.func, f.args, f.keywords) == (g.func, g.args, g.keywords)
+    return False
+
+
+class _AnyIndexOf:
+    """Several plugins (key prefixes) on one store: the first index any of them names."""
+
+    def __init__(self, parts: tuple[IndexOf, ...]) -> None:
+        self.parts = parts
+
+    def __call__(self, key: str) -> str | None:
+        for part in self.parts:
+            index = part(key)
+            if index is not None:
+                return index
+        return None
+
+
+def merged_index_of(current: IndexOf | None, index_of: IndexOf) -> IndexOf:
+    """What a store's ``use_index(index_of)`` keeps: *index_of* added to *current*, not
+    replacing it (a second plugin on the same store, with another prefix, must not
+    stop the first one's writes from being indexed); the same function twice is kept once.
+    """
+    if not callable(index_of):
+        raise RememberConfigurationError("index_of must be a callable")
+    parts = () if current is None else getattr(current, "parts", (current,))
+    if any(_same(part, index_of) for part in parts):
+        return current  # type: ignore[return-value]
+    return _AnyIndexOf((*parts, index_of)) if parts else index_of
+
 
 def check_count(count: object) -> None:
     """Refuse a ``count`` hint of ``scan``/``scan_pages`` that is not a positive int."""

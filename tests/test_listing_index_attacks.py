@@ -1,0 +1,196 @@
+"""Outside review of the listing index (issue 21): deployments attacking it.
+
+Each test is one way a real deployment meets the index: two apps sharing a
+store, an ACL user set up from the pre-index docs, hostile patterns, forked
+workers, a reindex racing writers.  See the review report for what held.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from remember_sync import Identity, RememberPlugin
+from remember_sync._keys import namespace_index_key, scope_prefix
+from remember_sync.errors import RememberConfigurationError
+from remember_sync.stores.base import Store
+from remember_sync.stores.redis import RedisStore
+from remember_sync.testing.redis_server import RedisServer, find_redis_server
+from remember_sync.types import Namespace
+from tests.conftest import TEST_SECRET, FakeClock
+
+ME = Identity(session_id="s-1", user_id="u-1")
+
+
+def test_two_prefixes_sharing_one_store_each_list_their_own_writes(
+    make_plugin: Callable[..., RememberPlugin], store: Store
+) -> None:
+    """Two apps (key_prefix a:/b:) on ONE store object: a write made after the second
+    app started is still listed by the first, and neither sees the other's keys."""
+    first = make_plugin(key_prefix="a:")
+    second = make_plugin(key_prefix="b:")
+    assert first.core.index_usable() and second.core.index_usable()
+    a, b = first.accessor(ME), second.accessor(ME)
+    a.set("mine", 1)
+    b.set("theirs", 2)
+    assert a.list() == ["mine"] and set(a.entries()) == {"mine"}
+    assert b.list() == ["theirs"] and set(b.entries()) == {"theirs"}
+    assert a.forget_many(pattern="*") == 1
+    assert (a.list(), b.list()) == ([], ["theirs"])
+
+
+# -- ACL -------------------------------------------------------------------------------------
+
+#: The recommended ACL of the releases before the index (docs/redis.rst, 1.x).
+PRE_INDEX_ACL = "+get +set +mget +unlink +scan +evalsha +eval +script|load +ping".split()
+
+
+def _acl_plugin(server: RedisServer, keys: str, acl: list[str]) -> RememberPlugin:
+    admin = server.client()
+    try:
+        admin.execute_command(  # type: ignore[no-untyped-call]
+            "ACL", "SETUSER", "mem", "reset", "on", ">pw", keys, "-@all", *acl
+        )
+        admin.set("remember:__indexed__", "{}")  # the fleet's older entries are indexed
+    finally:
+        admin.close()
+    return RememberPlugin.init(
+        store=RedisStore(port=server.port, username="mem", password="pw"),
+        skip_legacy_purge=True, background_reindex=False,
+        encryption={"secrets": [TEST_SECRET]},
+    )
+
+
+@pytest.fixture
+def acl_server() -> Any:
+    binary = find_redis_server()
+    assert binary is not None
+    with RedisServer(binary) as server:
+        yield server
+
+
+def test_acl_user_without_sorted_set_commands_gets_a_configuration_error_naming_them(
+    acl_server: RedisServer,
+) -> None:
+    """An operator who followed the pre-index ACL upgrades: every indexed operation is a
+    RememberConfigurationError that says what to grant (or to list by scanning), and
+    listing is never an empty "nothing found"."""
+    plugin = _acl_plugin(acl_server, "~remember:*", PRE_INDEX_ACL)
+    try:
+        mem = plugin.accessor(ME)
+        for call in (lambda: mem.set("k", 1), lambda: mem.forget("k")):
+            with pytest.raises(RememberConfigurationError) as info:
+                call()
+            text = str(info.value)
+            assert "sorted-set" in text and "listing='scan'" in text, text
+        with pytest.raises(RememberConfigurationError, match="sorted-set"):
+            mem.list()
+    finally:
+        plugin.store.close()
+        plugin.close()
+
+
+def test_acl_user_whose_key_pattern_leaves_out_the_index_keys_gets_a_configuration_error(
+    acl_server: RedisServer,
+) -> None:
+    """An ACL limited to the entry keys (~remember:v2:* ...) cannot touch the index keys:
+    a configuration error, not a store outage."""
+    acl = "+@all".split()
+    plugin = _acl_plugin(acl_server, "~remember:v2:*", acl)
+    try:
+        mem = plugin.accessor(ME)
+        with pytest.raises(RememberConfigurationError, match="permission"):
+            mem.set("k", 1)
+    finally:
+        plugin.store.close()
+        plugin.close()
+
+
+def index_key_of_me(prefix: str) -> str:
+    return namespace_index_key(prefix, scope_prefix(prefix, Namespace("session", session="s-1")))
+
+
+# -- hostile patterns ------------------------------------------------------------------------
+
+
+def test_hostile_patterns_on_the_index_stay_fast_and_exact(
+    make_plugin: Callable[..., RememberPlugin],
+) -> None:
+    """Patterns made to blow up a backtracking glob matcher, over the index."""
+    plugin = make_plugin()
+    mem = plugin.accessor(ME)
+    keys = ["a" * 60, "a" * 59 + "b", "x*y", "x?y", "[ab]", "\\q", "a]b"]
+    for key in keys:
+        mem.set(key, 1)
+    cases = {
+        "a*" * 10 + "b": ["a" * 59 + "b"],
+        "*a" * 9 + "*c": [],
+        "x*y": ["x*y", "x?y"],
+        "[ab]": ["[ab]"],
+        "\\q": ["\\q"],
+        "a]*": ["a]b"],
+        "?" * 20: [],
+    }
+    for pattern, want in cases.items():
+        started = time.perf_counter()
+        assert mem.list(pattern=pattern) == sorted(want), pattern
+        assert time.perf_counter() - started < 2.0, pattern
+
+
+# -- forked workers ------------------------------------------------------------------------
+
+
+def test_forked_workers_writing_and_forgetting_one_namespace_keep_the_index_exact(
+    redis_url: str, redis_client: redis.Redis, clock: FakeClock
+) -> None:
+    """Four forked processes race set/forget/update on the same keys through one Redis;
+    afterwards list() is exactly the keys with an entry."""
+    plugin = RememberPlugin.init(
+        store=RedisStore.from_url(redis_url), skip_legacy_purge=True,
+        encryption={"secrets": [TEST_SECRET]},
+    )
+    try:
+        assert plugin.index_backfill is not None and plugin.index_backfill.wait(30)
+        keys = [f"k{i}" for i in range(6)]
+        children = []
+        for seed in range(4):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                code = 0
+                try:
+                    import random
+
+                    rng = random.Random(seed)
+                    mem = plugin.accessor(ME)
+                    for _ in range(150):
+                        key, op = rng.choice(keys), rng.randrange(4)
+                        if op == 0:
+                            mem.set(key, seed, ttl=rng.choice([None, 600]))
+                        elif op == 1:
+                            mem.forget(key)
+                        elif op == 2:
+                            mem.update(key, -seed)
+                        else:
+                            mem.forget_many(pattern=key[:1] + "*" if rng.random() < 0.1 else key)
+                except BaseException:  # noqa: BLE001 - the exit code reports it
+                    code = 1
+                os._exit(code)
+            children.append(pid)
+        for pid in children:
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+        mem = plugin.accessor(ME)
+        live = sorted(k for k in keys if mem.get(k) is not None)
+        assert mem.list() == live
+        raw: list[bytes] = redis_client.zrange(index_key_of_me("remember:"), 0, -1)  # type: ignore[assignment]
+        members = {m.decode() for m in raw}
+        head = scope_prefix("remember:", Namespace("session", session="s-1"))
+        assert {m[len(head) :] for m in members} == set(live)  # standalone: exact
+    finally:
+        plugin.store.close()
+        plugin.close()

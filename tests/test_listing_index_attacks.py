@@ -194,3 +194,48 @@ def test_forked_workers_writing_and_forgetting_one_namespace_keep_the_index_exac
     finally:
         plugin.store.close()
         plugin.close()
+
+
+# -- writers that keep no index, beside an index-mode reader ---------------------------------
+
+
+def test_a_writer_keeping_no_index_is_hidden_from_index_readers_until_a_reindex(
+    redis_url: str, redis_store: RedisStore, redis_client: redis.Redis, clock: FakeClock
+) -> None:
+    """The documented limit (docs/redis.rst, "Writers that keep no index"): once the
+    fleet record exists, entries written by a writer without the index -- a
+    ``listing='scan'``/``frontmcp_compatible`` plugin, 1.8.0, or an older release
+    during a rolling upgrade -- are not listed by index-mode plugins, and such a
+    writer re-writing an indexed entry without its TTL hides it once the index key
+    expires; ``remember-sync reindex`` after those writers are gone repairs both."""
+    from remember_sync._ops.reindex import reindex
+
+    common: dict[str, Any] = {
+        "store": redis_store, "clock": clock, "skip_legacy_purge": True,
+        "encryption": {"secrets": [TEST_SECRET]},
+    }
+    new = RememberPlugin.init(**common)
+    try:
+        assert new.index_backfill is not None and new.index_backfill.wait(30)
+        assert new.core.index_usable()
+        mem = new.accessor(ME)
+        mem.set("brief", 1, ttl=1)
+        old_store = RedisStore.from_url(redis_url)  # another process: its own store
+        old = RememberPlugin.init(**{**common, "store": old_store}, listing="scan")
+        try:
+            old.accessor(ME).set("late", 2)  # after the fleet record
+            old.accessor(ME).set("brief", 3)  # no TTL now, the index still says 1 s
+            index = index_key_of_me("remember:")
+            deadline = time.monotonic() + 10
+            while redis_client.exists(index) and time.monotonic() < deadline:
+                time.sleep(0.05)  # a server-side expiry we cannot be told about
+            assert redis_client.exists(index) == 0
+            assert mem.list() == []  # both hidden: the limit the docs state
+            assert old.accessor(ME).list() == ["brief", "late"]  # scanning sees them
+            reindex(redis_store, "remember:", clock=clock)
+            assert mem.list() == ["brief", "late"]
+        finally:
+            old.close()
+            old_store.close()
+    finally:
+        new.close()

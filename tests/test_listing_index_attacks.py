@@ -239,3 +239,66 @@ def test_a_writer_keeping_no_index_is_hidden_from_index_readers_until_a_reindex(
             old_store.close()
     finally:
         new.close()
+
+
+# -- the background reindex: a pass that died, a pass that takes long ------------------------
+
+
+def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def test_a_reindex_killed_midway_is_taken_over_by_a_running_instance(
+    redis_store: RedisStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instance running the fleet's pass is OOM-killed; its restart (or any running
+    instance) meets the dead pass's lease: once the lease expires, one of them runs the
+    pass -- the fleet does not scan for ever, waiting for a restart after the lease."""
+    import remember_sync._purge as purge
+
+    monkeypatch.setattr(purge, "INDEXING_RETRY_S", 0.05)
+    redis_store.set("remember:__indexing__", "{}", ttl_ms=300)  # the dead instance's lease
+    plugin = RememberPlugin.init(
+        store=redis_store, clock=clock, skip_legacy_purge=True,
+        encryption={"secrets": [TEST_SECRET]},
+    )
+    try:
+        backfill = plugin.index_backfill
+        assert backfill is not None and backfill.wait(30) and backfill.state == "elsewhere"
+        _until(lambda: backfill.state == "indexed")
+        assert redis_store.get("remember:__indexed__") is not None
+    finally:
+        plugin.close()
+
+
+def test_a_pass_that_lost_its_lease_stops_and_leaves_the_new_holder_s_lease(
+    redis_store: RedisStore, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass slower than its lease (a paused process, a huge Vercel KV): another instance
+    took the lease over.  The first stops before its next batch, records nothing, and
+    does not delete the new holder's lease (a third instance would start a third pass)."""
+    from remember_sync._purge import IndexBackfill
+
+    head = scope_prefix("remember:", Namespace("session", session="s-1"))
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(1500):  # two batches of the pass
+        pipe.set(f"{head}k{i}", "v")
+    pipe.execute()
+    backfill = IndexBackfill(redis_store, "remember:", clock=lambda: 0)
+    original = redis_store.add_to_index
+
+    def taken_over(keys: Any) -> int:
+        redis_client.set("remember:__indexing__", "theirs", px=600_000)
+        return original(keys)
+
+    monkeypatch.setattr(redis_store, "add_to_index", taken_over)
+    backfill.start()
+    try:
+        assert backfill.wait(30) and backfill.state == "stopped"
+        assert redis_client.get("remember:__indexing__") == b"theirs"
+        assert redis_client.exists("remember:__indexed__") == 0
+    finally:
+        backfill.stop()

@@ -17,7 +17,7 @@ import redis
 
 from remember_sync import Identity, RememberPlugin
 from remember_sync._keys import namespace_index_key, scope_prefix
-from remember_sync.errors import RememberConfigurationError
+from remember_sync.errors import RememberConfigurationError, RememberStoreError
 from remember_sync.stores.base import Store
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisServer, find_redis_server
@@ -88,6 +88,11 @@ def test_acl_user_without_sorted_set_commands_gets_a_configuration_error_naming_
                 call()
             text = str(info.value)
             assert "sorted-set" in text and "listing='scan'" in text, text
+        admin = acl_server.client()
+        try:
+            assert admin.keys("remember:v2:*") == []  # the failed set wrote nothing
+        finally:
+            admin.close()
         with pytest.raises(RememberConfigurationError, match="sorted-set"):
             mem.list()
     finally:
@@ -302,3 +307,33 @@ def test_a_pass_that_lost_its_lease_stops_and_leaves_the_new_holder_s_lease(
         assert redis_client.exists("remember:__indexed__") == 0
     finally:
         backfill.stop()
+
+
+def test_a_foreign_value_at_an_index_key_fails_writes_before_they_happen(
+    redis_store: RedisStore, redis_client: redis.Redis, clock: FakeClock
+) -> None:
+    """Someone else's string sits where a namespace's index goes: our writes and forgets
+    fail without happening (no entry written or deleted behind an error), reads fail
+    loudly rather than list nothing, and the foreign value is never touched."""
+    plugin = RememberPlugin.init(
+        store=redis_store, clock=clock, skip_legacy_purge=True,
+        encryption={"secrets": [TEST_SECRET]},
+    )
+    assert plugin.index_backfill is not None and plugin.index_backfill.wait(30)
+    mem = plugin.accessor(ME)
+    mem.set("kept", 1)
+    client = redis_client
+    index = index_key_of_me("remember:")
+    client.delete(index)
+    client.set(index, "foreign")
+    head = scope_prefix("remember:", Namespace("session", session="s-1"))
+    with pytest.raises(RememberStoreError, match="WRONGTYPE"):
+        mem.set("new", 2)
+    assert client.exists(head + "new") == 0
+    with pytest.raises(RememberStoreError, match="WRONGTYPE"):
+        mem.forget("kept")
+    assert client.exists(head + "kept") == 1
+    with pytest.raises(RememberStoreError, match="WRONGTYPE"):
+        mem.list()
+    assert client.get(index) == b"foreign"
+    plugin.close()

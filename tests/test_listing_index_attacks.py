@@ -337,3 +337,64 @@ def test_a_foreign_value_at_an_index_key_fails_writes_before_they_happen(
         mem.list()
     assert client.get(index) == b"foreign"
     plugin.close()
+
+
+# -- memory: the groups and the bounds -------------------------------------------------------
+
+
+@pytest.mark.parametrize("bounds", [{}, {"max_entries": 50}, {"max_bytes": 20_000}])
+def test_memory_groups_never_outlive_their_entries(clock: FakeClock, bounds: dict[str, int]) -> None:
+    """A long-running server: many short sessions, each a namespace of its own.  Expired
+    and evicted keys leave their groups; the groups never hold more keys than the store."""
+    from remember_sync._keys import index_key_of
+    from remember_sync.stores.memory import MemoryStore
+
+    store = MemoryStore(clock=clock, **bounds)
+    store.use_index(lambda k: index_key_of("remember:", k))
+    for i in range(2000):
+        head = scope_prefix("remember:", Namespace("session", session=f"s-{i}"))
+        store.set(head + "note", "x" * 100, ttl_ms=1_000 if i % 2 else None)
+        if i % 200 == 199:
+            clock.advance(s=2)
+        grouped = sum(len(g) for g in store._groups.values())
+        assert grouped == len(store._group_of) <= len(store._data)
+    clock.advance(s=2)
+    store.set("remember:v2:session:last:note", "x")
+    assert len(store._group_of) == len(store) == sum(len(g) for g in store._groups.values())
+    if "max_bytes" in bounds:
+        assert store.stored_bytes <= bounds["max_bytes"]
+
+
+# -- a reindex racing writers ----------------------------------------------------------------
+
+
+def test_a_reindex_racing_writers_neither_resurrects_nor_loses_entries(
+    make_plugin: Callable[..., RememberPlugin], store: Store, clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between the reindex's SCAN and its batch, a writer forgets one older entry,
+    re-writes another and adds a new one: afterwards list() is exactly what exists."""
+    from remember_sync._ops.reindex import reindex
+
+    legacy = make_plugin(listing="scan")
+    for i in range(4):
+        legacy.accessor(ME).set(f"old-{i}", i)
+    plugin = make_plugin(background_reindex=False)
+    mem = plugin.accessor(ME)
+    original = store.add_to_index  # type: ignore[attr-defined]
+
+    def racing(keys: Any) -> int:
+        mem.forget("old-0")
+        mem.set("old-1", "rewritten", ttl=600)
+        mem.set("brand-new", 1)
+        return int(original(keys))
+
+    monkeypatch.setattr(store, "add_to_index", racing)
+    reindex(store, "remember:", clock=clock)
+    monkeypatch.undo()
+    clock.advance(s=6)
+    assert plugin.core.index_usable()
+    assert mem.list() == ["brand-new", "old-1", "old-2", "old-3"]
+    assert mem.get("old-1") == "rewritten" and mem.get("old-0") is None
+    assert mem.forget_many(pattern="old-*") == 3
+    assert mem.list() == ["brand-new"]

@@ -172,16 +172,14 @@ def test_forked_workers_writing_and_forgetting_one_namespace_keep_the_index_exac
 
                     rng = random.Random(seed)
                     mem = plugin.accessor(ME)
+                    ops: list[Callable[[str], object]] = [
+                        lambda k: mem.set(k, seed, ttl=rng.choice([None, 600])),
+                        mem.forget,
+                        lambda k: mem.update(k, -seed),
+                        lambda k: mem.forget_many(pattern="k*" if rng.random() < 0.1 else k),
+                    ]
                     for _ in range(150):
-                        key, op = rng.choice(keys), rng.randrange(4)
-                        if op == 0:
-                            mem.set(key, seed, ttl=rng.choice([None, 600]))
-                        elif op == 1:
-                            mem.forget(key)
-                        elif op == 2:
-                            mem.update(key, -seed)
-                        else:
-                            mem.forget_many(pattern=key[:1] + "*" if rng.random() < 0.1 else key)
+                        rng.choice(ops)(rng.choice(keys))
                 except BaseException:  # noqa: BLE001 - the exit code reports it
                     code = 1
                 os._exit(code)
@@ -343,13 +341,15 @@ def test_a_foreign_value_at_an_index_key_fails_writes_before_they_happen(
 
 
 @pytest.mark.parametrize("bounds", [{}, {"max_entries": 50}, {"max_bytes": 20_000}])
-def test_memory_groups_never_outlive_their_entries(clock: FakeClock, bounds: dict[str, int]) -> None:
+def test_memory_groups_never_outlive_their_entries(
+    clock: FakeClock, bounds: dict[str, int]
+) -> None:
     """A long-running server: many short sessions, each a namespace of its own.  Expired
     and evicted keys leave their groups; the groups never hold more keys than the store."""
     from remember_sync._keys import index_key_of
     from remember_sync.stores.memory import MemoryStore
 
-    store = MemoryStore(clock=clock, **bounds)
+    store = MemoryStore(clock=clock, **bounds)  # type: ignore[arg-type]
     store.use_index(lambda k: index_key_of("remember:", k))
     for i in range(2000):
         head = scope_prefix("remember:", Namespace("session", session=f"s-{i}"))

@@ -1112,8 +1112,9 @@ after_fork_in_child(_after_fork_in_child)
 #: How long one instance's claim to run the fleet's reindex holds (renewed before each
 #: batch: an instance that dies mid-pass lets another start over after it).
 INDEXING_LEASE_MS = 600_000
-#: An instance that met another's lease (or failed) tries again this often until the
-#: record is there: a pass whose instance died is taken over by a running one.
+#: An instance that met another's lease tries again this often until the record is
+#: there (a pass whose instance died is taken over by a running one); after a failed
+#: pass it waits twice as long each time, up to 64 times this.
 INDEXING_RETRY_S = 60.0
 
 
@@ -1251,6 +1252,7 @@ class IndexBackfill:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._retry: threading.Timer | None = None
+        self._failures = 0
         self.state = "idle"
         self.result: ReindexResult | None = None
         """What the pass did, when this instance ran it."""
@@ -1293,7 +1295,10 @@ class IndexBackfill:
         if self.state != "indexed":
             self._release()
             if not self._stop.is_set():  # elsewhere, failed, or lost the lease: later again
-                self._retry = threading.Timer(INDEXING_RETRY_S, self._run)
+                # A failed pass scanned the keyspace: back off (to 64x) before the next.
+                self._failures += self.state == "failed"
+                delay = INDEXING_RETRY_S * min(2**self._failures, 64)
+                self._retry = threading.Timer(delay, self._run)
                 self._retry.daemon = True
                 self._retry.start()
 

@@ -398,3 +398,32 @@ def test_a_reindex_racing_writers_neither_resurrects_nor_loses_entries(
     assert mem.get("old-1") == "rewritten" and mem.get("old-0") is None
     assert mem.forget_many(pattern="old-*") == 3
     assert mem.list() == ["brand-new"]
+
+
+def test_a_pass_that_failed_at_boot_is_retried_until_it_succeeds(
+    redis_store: RedisStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole fleet boots while Redis is briefly failing: the pass is tried again
+    (backing off) instead of leaving every instance scanning until its next restart."""
+    import remember_sync._purge as purge
+    from remember_sync.errors import RememberStoreError as StoreError
+
+    monkeypatch.setattr(purge, "INDEXING_RETRY_S", 0.02)
+    head = scope_prefix("remember:", Namespace("session", session="s-1"))
+    redis_store.set(head + "old", "v")
+    failures = iter([True, True])
+    original = redis_store.add_to_index
+
+    def flaky(keys: Any) -> int:
+        if next(failures, False):
+            raise StoreError("Redis reindex failed: Connection refused")
+        return original(keys)
+
+    monkeypatch.setattr(redis_store, "add_to_index", flaky)
+    backfill = purge.IndexBackfill(redis_store, "remember:", clock=clock).start()
+    try:
+        _until(lambda: backfill.state == "indexed")
+        assert redis_store.get("remember:__indexed__") is not None
+        assert redis_store.get("remember:__indexing__") is None  # every lease released
+    finally:
+        backfill.stop()

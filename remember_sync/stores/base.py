@@ -35,11 +35,10 @@ IndexOf = Callable[[str], str | None]
 
 
 def _same(f: IndexOf, g: IndexOf) -> bool:
-    if f is g:
-        return True
+    """Whether *f* and *g* are the same function (or equal ``functools.partial`` objects)."""
     if isinstance(f, functools.partial) and isinstance(g, functools.partial):
         return (f.func, f.args, f.keywords) == (g.func, g.args, g.keywords)
-    return False
+    return f is g
 
 
 class _AnyIndexOf:
@@ -49,17 +48,13 @@ class _AnyIndexOf:
         self.parts = parts
 
     def __call__(self, key: str) -> str | None:
-        for part in self.parts:
-            index = part(key)
-            if index is not None:
-                return index
-        return None
+        return next((i for part in self.parts if (i := part(key)) is not None), None)
 
 
 def merged_index_of(current: IndexOf | None, index_of: IndexOf) -> IndexOf:
-    """What a store's ``use_index(index_of)`` keeps: *index_of* added to *current*, not
-    replacing it (a second plugin on the same store, with another prefix, must not
-    stop the first one's writes from being indexed); the same function twice is kept once.
+    """What ``use_index(index_of)`` keeps: *index_of* beside *current*, not instead of it
+    (a second plugin with another prefix on the same store must not stop the first
+    one's writes from being indexed); the same function twice is kept once.
     """
     if not callable(index_of):
         raise RememberConfigurationError("index_of must be a callable")

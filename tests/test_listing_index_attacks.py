@@ -427,3 +427,41 @@ def test_a_pass_that_failed_at_boot_is_retried_until_it_succeeds(
         assert redis_store.get("remember:__indexing__") is None  # every lease released
     finally:
         backfill.stop()
+
+
+# -- other applications' keys ----------------------------------------------------------------
+
+
+def test_another_app_s_keys_are_never_listed_pruned_or_deleted(
+    redis_url: str, redis_store: RedisStore, redis_client: redis.Redis, clock: FakeClock
+) -> None:
+    """A second app under a prefix nested in ours (remember:app2:), and a foreign sorted
+    set sitting at one of our index keys naming other apps' keys: our listing, reindex,
+    pruning and forget_many never show, drop or delete any of them."""
+    other = RememberPlugin.init(
+        store=RedisStore.from_url(redis_url), key_prefix="remember:app2:", clock=clock,
+        skip_legacy_purge=True, encryption={"secrets": [TEST_SECRET]},
+    )
+    ours = RememberPlugin.init(
+        store=redis_store, clock=clock, skip_legacy_purge=True,
+        encryption={"secrets": [TEST_SECRET]},
+    )
+    try:
+        for plugin in (other, ours):
+            assert plugin.index_backfill is not None and plugin.index_backfill.wait(30)
+        other.accessor(ME).set("theirs", 1)
+        mem = ours.accessor(ME)
+        mem.set("mine", 2)
+        redis_client.set("app3:secret", "s")
+        redis_client.zadd(index_key_of_me("remember:"), {"app3:secret": 1, "app3:gone": 1})
+        before = {k for k in redis_client.keys("*") if not k.startswith(b"remember:v2:")}
+        assert mem.list() == ["mine"] and mem.list(pattern="*secret*") == []
+        assert mem.forget_many(pattern="*") == 1
+        assert redis_client.get("app3:secret") == b"s"
+        assert other.accessor(ME).list() == ["theirs"]
+        after = set(redis_client.keys("*"))
+        assert before - after <= {index_key_of_me("remember:").encode()}  # only our index
+    finally:
+        other.store.close()
+        other.close()
+        ours.close()

@@ -88,9 +88,12 @@ def test_acl_user_without_sorted_set_commands_gets_a_configuration_error_naming_
                 call()
             text = str(info.value)
             assert "sorted-set" in text and "listing='scan'" in text, text
+        entry = scope_prefix("remember:", Namespace("session", session="s-1")) + "raw"
+        with pytest.raises(RememberConfigurationError, match="sorted-set"):
+            plugin.store.set(entry, "v")
         admin = acl_server.client()
         try:
-            assert admin.keys("remember:v2:*") == []  # the failed set wrote nothing
+            assert admin.keys("remember:v2:*") == []  # the failed sets wrote nothing
         finally:
             admin.close()
         with pytest.raises(RememberConfigurationError, match="sorted-set"):

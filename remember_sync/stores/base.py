@@ -13,10 +13,11 @@ silently succeed: a store implements all of them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-from ..errors import RememberInputError
+from ..errors import RememberConfigurationError, RememberInputError
 
 __all__ = [
     "CAS_LUA_SCRIPT",
@@ -26,10 +27,42 @@ __all__ = [
     "NamespaceIndex",
     "Store",
     "check_count",
+    "merged_index_of",
 ]
 
 #: Maps a full key to the name of its listing index, or ``None`` for a key no index holds.
 IndexOf = Callable[[str], str | None]
+
+
+def _same(f: IndexOf, g: IndexOf) -> bool:
+    """Whether *f* and *g* are the same function (or equal ``functools.partial`` objects)."""
+    if isinstance(f, functools.partial) and isinstance(g, functools.partial):
+        return (f.func, f.args, f.keywords) == (g.func, g.args, g.keywords)
+    return f is g
+
+
+class _AnyIndexOf:
+    """Several plugins (key prefixes) on one store: the first index any of them names."""
+
+    def __init__(self, parts: tuple[IndexOf, ...]) -> None:
+        self.parts = parts
+
+    def __call__(self, key: str) -> str | None:
+        return next((i for part in self.parts if (i := part(key)) is not None), None)
+
+
+def merged_index_of(current: IndexOf | None, index_of: IndexOf) -> IndexOf:
+    """What ``use_index(index_of)`` keeps: *index_of* beside *current*, not instead of it
+    (a second plugin with another prefix on the same store must not stop the first
+    one's writes from being indexed); the same function twice is kept once.
+    """
+    if not callable(index_of):
+        raise RememberConfigurationError("index_of must be a callable")
+    parts = () if current is None else getattr(current, "parts", (current,))
+    if any(_same(part, index_of) for part in parts):
+        return current  # type: ignore[return-value]
+    return _AnyIndexOf((*parts, index_of)) if parts else index_of
+
 
 def check_count(count: object) -> None:
     """Refuse a ``count`` hint of ``scan``/``scan_pages`` that is not a positive int."""

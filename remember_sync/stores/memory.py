@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from .._fork import after_fork_in_child
 from ..errors import RememberConfigurationError, RememberInputError
-from .base import IndexOf, check_count
+from .base import IndexOf, check_count, merged_index_of
 from .glob import glob_matcher
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
@@ -437,10 +437,8 @@ class MemoryStore:
 
         Returns ``True``: an in-process store's index is complete at once.
         """
-        if not callable(index_of):
-            raise RememberConfigurationError("index_of must be a callable")
         with self._lock:
-            self._index_of = index_of
+            self._index_of = merged_index_of(self._index_of, index_of)
             self._groups.clear()
             self._group_of.clear()
             for key in list(self._data):

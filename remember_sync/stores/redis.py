@@ -41,7 +41,7 @@ from redis.exceptions import (
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
 from . import index_lua
-from .base import CAS_LUA_SCRIPT, IndexOf, check_count
+from .base import CAS_LUA_SCRIPT, IndexOf, check_count, merged_index_of
 from .redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
@@ -101,7 +101,8 @@ def _mapped(
     ):
         return RememberConfigurationError(
             f"Redis {operation} failed: the Redis user lacks a permission ({exc}); "
-            "grant it the string, scan and scripting commands"
+            "grant it the string, scan, scripting and sorted-set commands of the ACL in "
+            "docs/redis.rst (the listing index's; or set listing='scan')"
         )
     if isinstance(exc, UnicodeError):
         return RememberStoreError(f"Redis {operation} failed: not UTF-8 text ({exc})")
@@ -630,9 +631,7 @@ class RedisStore:
         Returns ``False``: entries already in the database are found only after
         a reindex.
         """
-        if not callable(index_of):
-            raise RememberConfigurationError("index_of must be a callable")
-        self._index_of = index_of
+        self._index_of = merged_index_of(self._index_of, index_of)
         return False
 
     def _eval(self, name: str, keys: list[bytes], args: list[bytes], operation: str) -> bool:

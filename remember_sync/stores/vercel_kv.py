@@ -47,7 +47,7 @@ from urllib3.exceptions import NewConnectionError
 
 from ..errors import RememberConfigurationError, RememberInputError, RememberStoreError
 from . import index_lua
-from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, check_count
+from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, check_count, merged_index_of
 
 __all__ = ["VercelKVStore"]
 
@@ -390,9 +390,7 @@ class VercelKVStore:
         Returns ``False``: entries already in the database are found only after
         a reindex.
         """
-        if not callable(index_of):
-            raise RememberConfigurationError("index_of must be a callable")
-        self._index_of = index_of
+        self._index_of = merged_index_of(self._index_of, index_of)
         return False
 
     def _zero_or_one(self, result: Any, operation: str) -> bool:

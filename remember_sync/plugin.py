@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any
 
 from ._codec import EntryCodec
@@ -23,6 +22,8 @@ from .accessor import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore, Re
 from .errors import RememberConfigurationError
 from .stores.base import Store
 from .stores.memory import MemoryStore
+from .tools import MemoryTools
+from .tools.results import tools_disabled_result
 from .types import SCOPES, Identity
 
 __all__ = ["STORE_TYPES", "RememberPlugin", "register_global_store_resolver"]
@@ -155,6 +156,13 @@ class RememberPlugin:
         self._owns_store = owns_store
         self.store_type = store_type
         self.tools_options: dict[str, Any] = dict(tools)
+        self._tools = (
+            MemoryTools(
+                core, prefix=tools.get("prefix", ""), allowed_scopes=tools["allowed_scopes"]
+            )
+            if tools.get("enabled")
+            else None
+        )
         self.purge_options: dict[str, Any] = dict(purge_options)
         self._closed = False
         self._purge: Any = None
@@ -324,11 +332,6 @@ class RememberPlugin:
         return self._core.prefix
 
     @property
-    def core(self) -> AccessorCore:
-        """Shared settings behind every accessor (for hosts and operators' tools)."""
-        return self._core
-
-    @property
     def keyring(self) -> Keyring | None:
         """The master secrets (``None`` with encryption disabled)."""
         return self._core.codec.keyring
@@ -406,12 +409,7 @@ class RememberPlugin:
     def __enter__(self) -> RememberPlugin:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def tool_definitions(self) -> list[dict[str, Any]]:
@@ -420,9 +418,7 @@ class RememberPlugin:
         ``<prefix>remember_this``, ``<prefix>recall``, ``<prefix>forget`` and
         ``<prefix>list_memories``; an empty list unless ``tools.enabled``.
         """
-        from .tools import plugin_tool_definitions
-
-        return plugin_tool_definitions(self)
+        return [] if self._tools is None else self._tools.definitions()
 
     def call_tool(
         self,
@@ -440,9 +436,9 @@ class RememberPlugin:
         :param identity: the caller (default: the identity bound in this
             context); ``tool`` scope is keyed by *name*, the tool running.
         """
-        from .tools import call_plugin_tool
-
-        return call_plugin_tool(self, name, arguments, identity=identity)
+        if self._tools is None:
+            return tools_disabled_result(name)
+        return self._tools.call(name, arguments, identity=identity)
 
     def __repr__(self) -> str:
         source = self.keyring.source if self.keyring is not None else "disabled"

@@ -536,6 +536,6 @@ def test_validator_keywords(schema: dict[str, Any], good: Any, bad: Any, expecte
 def test_memory_tools_refuse_unknown_allowed_scopes(tools_plugin: RememberPlugin) -> None:
     """MemoryTools checks its own allowed_scopes too (it can be built without a plugin)."""
     with pytest.raises(RememberInputError, match="allowed_scopes"):
-        MemoryTools(tools_plugin.core, allowed_scopes=["forever"])
+        MemoryTools(tools_plugin._core, allowed_scopes=["forever"])
     with pytest.raises(RememberInputError, match="allowed_scopes"):
-        MemoryTools(tools_plugin.core, allowed_scopes=[])
+        MemoryTools(tools_plugin._core, allowed_scopes=[])

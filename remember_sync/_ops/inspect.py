@@ -15,7 +15,6 @@ from .._keys import layout_marker_key
 from .._purge import (
     DEFAULT_DELAY_MS,
     KeyIdStatus,
-    LayoutMarkerError,
     Marker,
     key_id_key,
     mismatch_message,
@@ -25,7 +24,7 @@ from .._purge import (
     read_marker,
     sweep_legacy,
 )
-from ..errors import RememberError
+from ..errors import LayoutMarkerError, RememberError
 from ..stores.base import Store
 from ..types import BRANDS, SCOPES
 from .walk import classify, list_keys, read_items

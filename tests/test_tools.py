@@ -16,6 +16,7 @@ from remember_sync.stores.memory import MemoryStore
 from remember_sync.tools import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
+    MAX_NESTING,
     MemoryTools,
     error_parts,
     error_result,
@@ -379,6 +380,21 @@ def test_value_of_every_json_type_is_accepted_and_non_json_refused_as_before(
         assert ok(tools_plugin, "recall", {"key": "k"})["value"] == value
     code, message = fails(tools_plugin, "remember_this", {"key": "k", "value": float("nan")})
     assert code == "REMEMBER_INVALID_INPUT" and "float nan" in message, message
+
+
+def test_nesting_beyond_the_bound_is_refused(tools_plugin: RememberPlugin) -> None:
+    """A value or metadata nested past MAX_NESTING is REMEMBER_INVALID_INPUT; at it, stored."""
+    def nested(depth: int) -> Any:
+        return json.loads("[" * depth + "]" * depth)
+
+    ok(tools_plugin, "remember_this", {"key": "k", "value": nested(MAX_NESTING)})
+    assert ok(tools_plugin, "recall", {"key": "k"})["value"] == nested(MAX_NESTING)
+    for args in (
+        {"key": "k", "value": nested(MAX_NESTING + 1)},
+        {"key": "k", "value": 1, "metadata": {"m": nested(MAX_NESTING)}},
+    ):
+        code, message = fails(tools_plugin, "remember_this", args)
+        assert code == "REMEMBER_INVALID_INPUT" and f"{MAX_NESTING} levels" in message
 
 
 def test_error_parts_reads_back_error_result() -> None:

@@ -30,6 +30,7 @@ from ..accessor import MAX_TTL_SECONDS, AccessorCore, RememberAccessor
 from ..errors import (
     RememberDecryptionError,
     RememberInputError,
+    RememberInputTypeError,
     RememberScopeNotAllowedError,
     RememberStoreError,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "DEFAULT_ALLOWED_SCOPES",
     "DEFAULT_LIST_LIMIT",
     "MAX_LIST_LIMIT",
+    "MAX_NESTING",
     "RESERVED_BRAND",
     "TOOL_BRANDS",
     "TOOL_NAMES",
@@ -64,6 +66,10 @@ RESERVED_BRAND: Final = "approval"
 APPROVAL_PROTECTED_CODE: Final = "REMEMBER_APPROVAL_PROTECTED"
 #: Compare-and-set rounds a tool write may lose to concurrent writers before it fails.
 _WRITE_ATTEMPTS: Final = 1000
+#: Deepest nesting of a value or metadata the tools store.  json's encoder and decoder
+#: recurse, so a value nested near the interpreter's recursion limit could be stored
+#: from one stack depth and then not be read back from a deeper one.
+MAX_NESTING: Final = 128
 
 # What the model is told about each scope: one shared description for all four
 # tools (SPEC section 8.1).  None of these lifetimes is "until disconnect" or
@@ -172,17 +178,17 @@ class MemoryTools:
         scope = self._scope_schema()
         scopes = list(self.allowed_scopes)
         key = {"type": "string", "minLength": 1}
-        remember = {
-            "name": self.names["remember_this"],
-            "title": "Remember this",
-            "description": (
+        remember = self._definition(
+            "remember_this",
+            "Remember this",
+            (
                 "Remember something for later. Store a value that can be recalled in future "
                 "conversations. Use this when the user asks you to remember preferences, "
                 "settings, or any information they want to persist. Read it back with "
                 f"{n['recall']}, delete it with {n['forget']}, and see what is stored with "
                 f"{n['list_memories']}."
             ),
-            "inputSchema": _object(
+            _object(
                 {
                     "key": {
                         **key,
@@ -213,7 +219,7 @@ class MemoryTools:
                 },
                 required=["key", "value"],
             ),
-            "outputSchema": _object(
+            _object(
                 {
                     "success": {"type": "boolean"},
                     "key": {"type": "string"},
@@ -225,22 +231,22 @@ class MemoryTools:
                 },
                 required=["success", "key", "scope"],
             ),
-            "annotations": _annotations("Remember this", read_only=False),
-        }
-        recall = {
-            "name": self.names["recall"],
-            "title": "Recall",
-            "description": (
+            read_only=False,
+        )
+        recall = self._definition(
+            "recall",
+            "Recall",
+            (
                 "Recall something that was previously remembered. Use this to retrieve stored "
                 "preferences, settings, or any information that was saved with "
                 f"{n['remember_this']}. Use {n['list_memories']} to see which keys exist and "
                 f"{n['forget']} to delete one."
             ),
-            "inputSchema": _object(
+            _object(
                 {"key": {**key, "description": "What memory to recall"}, "scope": scope},
                 required=["key"],
             ),
-            "outputSchema": {
+            {
                 **_object(
                     {
                         "found": {"type": "boolean"},
@@ -258,22 +264,22 @@ class MemoryTools:
                 "if": {"properties": {"found": {"const": True}}},
                 "then": {"required": ["value", "createdAt"]},
             },
-            "annotations": _annotations("Recall", read_only=True),
-        }
-        forget = {
-            "name": self.names["forget"],
-            "title": "Forget",
-            "description": (
+            read_only=True,
+        )
+        forget = self._definition(
+            "forget",
+            "Forget",
+            (
                 "Forget a previously remembered value (stored with "
                 f"{n['remember_this']}). Use this when the user wants to delete stored "
                 f"preferences or information. {n['list_memories']} shows which keys exist; "
                 f"{n['recall']} reads one back."
             ),
-            "inputSchema": _object(
+            _object(
                 {"key": {**key, "description": "What memory to forget"}, "scope": scope},
                 required=["key"],
             ),
-            "outputSchema": _object(
+            _object(
                 {
                     "success": {"type": "boolean"},
                     "key": {"type": "string"},
@@ -282,19 +288,17 @@ class MemoryTools:
                 },
                 required=["success", "key", "scope", "existed"],
             ),
-            "annotations": _annotations(
-                "Forget", read_only=False, destructive=True, idempotent=True
-            ),
-        }
-        listing = {
-            "name": self.names["list_memories"],
-            "title": "List memories",
-            "description": (
+            read_only=False, destructive=True, idempotent=True,
+        )
+        listing = self._definition(
+            "list_memories",
+            "List memories",
+            (
                 "List all remembered keys in a scope. Use this to see what memories are stored "
                 f"for the current session or user. Read one with {n['recall']}, delete one "
                 f"with {n['forget']}, and store one with {n['remember_this']}."
             ),
-            "inputSchema": _object(
+            _object(
                 {
                     "scope": scope,
                     "pattern": {
@@ -315,7 +319,7 @@ class MemoryTools:
                 },
                 required=[],
             ),
-            "outputSchema": _object(
+            _object(
                 {
                     "keys": {"type": "array", "items": {"type": "string"}},
                     "scope": {"type": "string", "enum": scopes},
@@ -330,9 +334,32 @@ class MemoryTools:
                 },
                 required=["keys", "scope", "count", "truncated"],
             ),
-            "annotations": _annotations("List memories", read_only=True),
-        }
+            read_only=True,
+        )
         return [remember, recall, forget, listing]
+
+    def _definition(
+        self, bare: str, title: str, description: str, inputs: dict[str, Any],
+        outputs: dict[str, Any], *, read_only: bool, destructive: bool = False,
+        idempotent: bool = False,
+    ) -> dict[str, Any]:
+        """One tool's definition; the memory tools never reach outside the store."""
+        annotations: dict[str, Any] = {
+            "title": title,
+            "readOnlyHint": read_only,
+            "destructiveHint": destructive,
+        }
+        if idempotent:
+            annotations["idempotentHint"] = True
+        annotations["openWorldHint"] = False
+        return {
+            "name": self.names[bare],
+            "title": title,
+            "description": description,
+            "inputSchema": inputs,
+            "outputSchema": outputs,
+            "annotations": annotations,
+        }
 
     # -- dispatch -------------------------------------------------------------------
 
@@ -382,9 +409,9 @@ class MemoryTools:
         key = check_key(args["key"])
         ttl = args.get("ttl")
         value, metadata = args["value"], args.get("metadata")
-        check_json_value(value, "value")
-        if metadata is not None:
-            check_json_value(metadata, "metadata")
+        for what, data in (("value", value), ("metadata", metadata)):
+            check_json_value(data, what)
+            _check_nesting(data, what)
         core = self._core
         ns, head = core.namespace(mem.identity, scope)
         skey = head + key
@@ -449,6 +476,20 @@ class MemoryTools:
         keys = mem.list(scope=scope, pattern=args.get("pattern", "*"))
         shown = keys[:limit]
         return {"keys": shown, "scope": scope, "count": len(shown), "truncated": len(keys) > limit}
+
+
+def _check_nesting(data: Any, what: str) -> None:
+    """Refuse *data* nested more than ``MAX_NESTING`` containers deep (walked iteratively)."""
+    stack = [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth > MAX_NESTING:
+                raise RememberInputTypeError(
+                    f"{what} is nested more than {MAX_NESTING} levels deep"
+                )
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
 
 
 def _check_replaceable(
@@ -524,21 +565,6 @@ def _object(properties: dict[str, Any], *, required: list[str]) -> dict[str, Any
         "required": required,
         "additionalProperties": False,
     }
-
-
-def _annotations(
-    title: str, *, read_only: bool, destructive: bool = False, idempotent: bool = False
-) -> dict[str, Any]:
-    """MCP tool annotations: the memory tools never reach outside the store."""
-    out: dict[str, Any] = {
-        "title": title,
-        "readOnlyHint": read_only,
-        "destructiveHint": destructive,
-    }
-    if idempotent:
-        out["idempotentHint"] = True
-    out["openWorldHint"] = False
-    return out
 
 
 def _check_schema(schema: Mapping[str, Any]) -> dict[str, Any]:

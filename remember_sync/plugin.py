@@ -438,7 +438,7 @@ class RememberPlugin:
         """
         if self._tools is None:
             return tools_disabled_result(name)
-        return self._tools.call(name, arguments, identity=identity)
+        return self._tools.call(name, arguments, identity)
 
     def __repr__(self) -> str:
         source = self.keyring.source if self.keyring is not None else "disabled"

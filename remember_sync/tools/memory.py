@@ -364,15 +364,11 @@ class MemoryTools:
     # -- dispatch -------------------------------------------------------------------
 
     def call(
-        self,
-        name: str,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        identity: Identity | None = None,
+        self, name: str, arguments: Mapping[str, Any] | None, identity: Identity | None
     ) -> dict[str, Any]:
         """Run tool *name* and return a ``CallToolResult``-shaped dict; never raises.
 
-        :param identity: who is calling (default: the identity bound in this
+        :param identity: who is calling (``None``: the identity bound in this
             context).  The tool's own name is added, so ``tool`` scope is
             keyed by the tool running the call.
         """

@@ -156,13 +156,10 @@ class RememberPlugin:
         self._owns_store = owns_store
         self.store_type = store_type
         self.tools_options: dict[str, Any] = dict(tools)
-        self._tools = (
-            MemoryTools(
-                core, prefix=tools.get("prefix", ""), allowed_scopes=tools["allowed_scopes"]
-            )
-            if tools.get("enabled")
-            else None
-        )
+        self._tools: MemoryTools | None = None
+        if tools.get("enabled"):
+            scopes = tools["allowed_scopes"]
+            self._tools = MemoryTools(core, prefix=tools["prefix"], allowed_scopes=scopes)
         self.purge_options: dict[str, Any] = dict(purge_options)
         self._closed = False
         self._purge: Any = None

@@ -67,24 +67,14 @@ class ExportResult(Report):
 def _decrypted_record(
     rel_key: str, ns: Namespace, key: str, entry: RememberEntry
 ) -> dict[str, Any]:
-    record: dict[str, Any] = {"storageKey": rel_key, "scope": ns.scope}
-    if ns.scope in ("session", "tool"):
-        record["session"] = ns.session
-    if ns.scope == "user":
-        record["user"] = ns.user
-    if ns.scope == "tool":
-        record["tool"] = ns.tool
-    record["key"] = key
-    record["value"] = entry.value
-    if entry.brand is not None:
-        record["brand"] = entry.brand
-    record["createdAt"] = entry.created_at
-    record["updatedAt"] = entry.updated_at
-    if entry.expires_at is not None:
-        record["expiresAt"] = entry.expires_at
-    if entry.metadata is not None:
-        record["metadata"] = entry.metadata
-    return record
+    record: dict[str, Any] = {
+        "storageKey": rel_key, "scope": ns.scope, "session": ns.session, "user": ns.user,
+        "tool": ns.tool, "key": key, "value": entry.value, "brand": entry.brand,
+        "createdAt": entry.created_at, "updatedAt": entry.updated_at,
+        "expiresAt": entry.expires_at, "metadata": entry.metadata,
+    }
+    # A scope's unused identity parts are None (Namespace), and so are absent options.
+    return {k: v for k, v in record.items() if v is not None or k == "value"}
 
 
 def export_entries(

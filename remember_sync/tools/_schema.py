@@ -25,42 +25,22 @@ def json_text(value: Any) -> str:
 
 #: Every JSON type: the schema ``type`` of a value that may be any JSON value
 #: (strict schema consumers want a ``type`` on every property).
-JSON_TYPES: Final[tuple[str, ...]] = (
-    "string",
-    "number",
-    "integer",
-    "boolean",
-    "object",
-    "array",
-    "null",
-)
-_TYPE_NAMES: Final[dict[str, str]] = {
-    "object": "an object",
-    "array": "an array",
-    "string": "a string",
-    "integer": "an integer",
-    "number": "a number",
-    "boolean": "true or false",
-    "null": "null",
+JSON_TYPES: Final = ("string", "number", "integer", "boolean", "object", "array", "null")
+_TYPE_NAMES: Final = {
+    "object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
+    "number": "a number", "boolean": "true or false", "null": "null",
 }
+#: Python types to JSON type names, in the order they are tried (a bool is an int).
+_KINDS: Final = (
+    (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+    ((list, tuple), "array"), (Mapping, "object"),
+)
 
 
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
+    return next((name for kind, name in _KINDS if isinstance(value, kind)), type(value).__name__)
 
 
 def _has_type(value: Any, wanted: str) -> bool:

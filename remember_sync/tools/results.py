@@ -51,7 +51,10 @@ _DECRYPT_MESSAGE = (
     "The memory tools leave it unchanged."
 )
 
-# What the model is told about each scope: one shared description for all four
+#: Errors the caller can act on: their code and message go back as they are.
+_CALLER_ERRORS: Final = (
+    RememberInputError, RememberInputTypeError, RememberScopeNotAllowedError, RememberIdentityError
+)
 
 
 def success_result(structured: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,15 +97,7 @@ def result_for_exception(exc: BaseException, *, tool: str) -> dict[str, Any]:
     Errors meant for the caller (bad input, scope, identity) keep their code
     and message; anything else is logged here and reported without detail.
     """
-    if isinstance(
-        exc,
-        (
-            RememberInputError,
-            RememberInputTypeError,
-            RememberScopeNotAllowedError,
-            RememberIdentityError,
-        ),
-    ):
+    if isinstance(exc, _CALLER_ERRORS):
         return error_result(exc.code, exc.message)
     if isinstance(exc, RememberStoreError):
         log.warning("remember: tool %r: the store failed: %s", tool, exc.message, exc_info=exc)

@@ -17,6 +17,7 @@ from ._codec import EntryCodec
 from ._config import store_settings
 from ._crypto import Keyring
 from ._keys import storage_namespace
+from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
 from ._secrets import resolve_keyring
 from .accessor import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore, RememberAccessor
 from .errors import RememberConfigurationError
@@ -344,22 +345,16 @@ class RememberPlugin:
         purge's first step also checks the secret against the key id the store
         records; with ``skip_legacy_purge`` a read-only one-shot check does that.
         """
-        from ._purge import KeyIdCheck, LegacyPurge
-
-        keyring = self.keyring
+        core, keyring = self._core, self.keyring
         kids = keyring.kids if keyring is not None else None
-        if self.purge_options.get("skip") or not self._core.prefix:
-            if kids is not None and self._core.prefix:
-                self._key_check = KeyIdCheck(
-                    self._core.store, self._core.prefix, kids, clock=self._core.clock
-                ).start()
+        if self.purge_options.get("skip") or not core.prefix:
+            if kids is not None and core.prefix:
+                check = KeyIdCheck(core.store, core.prefix, kids, clock=core.clock)
+                self._key_check = check.start()
             return
+        delay = self.purge_options["delay_ms"]
         self._purge = LegacyPurge(
-            self._core.store,
-            self._core.prefix,
-            delay_ms=self.purge_options["delay_ms"],
-            clock=self._core.clock,
-            kids=kids,
+            core.store, core.prefix, delay_ms=delay, clock=core.clock, kids=kids
         ).start()
 
     @property
@@ -381,8 +376,6 @@ class RememberPlugin:
             return
         if not self.purge_options.get("reindex", True):
             return
-        from ._purge import IndexBackfill
-
         def done() -> None:
             core.index_ready = True
 

@@ -28,16 +28,8 @@ from ..stores.base import Store
 from ..types import RememberEntry
 
 __all__ = [
-    "BATCH",
-    "MAX_LISTED",
-    "Item",
-    "KeyKind",
-    "Report",
-    "classify",
-    "decode_item",
-    "list_keys",
-    "read_items",
-    "walk_entries",
+    "BATCH", "MAX_LISTED", "Item", "KeyKind", "Report", "classify", "decode_item", "list_keys",
+    "read_items", "walk_entries",
 ]
 
 #: Values per ``get_many`` round trip.

@@ -1,14 +1,8 @@
-"""The LLM-callable memory tools, owned by the plugin (SPEC section 8.1).
-
-* :mod:`~remember_sync.tools.memory` -- the four tools (:class:`MemoryTools`);
-* :mod:`~remember_sync.tools.results` -- MCP ``CallToolResult`` shaping;
-* :mod:`~remember_sync.tools._schema` -- the JSON Schema subset arguments are
-  validated with (:func:`validate_arguments`, also used for the MCP server's
-  user tools).
-
-A plugin built with ``tools={"enabled": True}`` holds its own
-:class:`MemoryTools`; reach it through ``plugin.tool_definitions()`` and
-``plugin.call_tool()``.
+"""The LLM-callable memory tools (SPEC section 8.1): :mod:`.memory` (the four tools),
+:mod:`.results` (``CallToolResult`` shaping) and :func:`validate_arguments` (the JSON Schema
+subset, also used for the MCP server's user tools).  A plugin built with
+``tools={"enabled": True}`` owns one :class:`MemoryTools`: ``plugin.tool_definitions()``
+and ``plugin.call_tool()`` are the way in.
 """
 
 from __future__ import annotations

@@ -41,15 +41,8 @@ from ._schema import JSON_TYPES, validate_arguments
 from .results import UNKNOWN_TOOL_CODE, error_result, result_for_exception, success_result
 
 __all__ = [
-    "APPROVAL_PROTECTED_CODE",
-    "DEFAULT_ALLOWED_SCOPES",
-    "DEFAULT_LIST_LIMIT",
-    "MAX_LIST_LIMIT",
-    "MAX_NESTING",
-    "RESERVED_BRAND",
-    "TOOL_BRANDS",
-    "TOOL_NAMES",
-    "MemoryTools",
+    "APPROVAL_PROTECTED_CODE", "DEFAULT_ALLOWED_SCOPES", "DEFAULT_LIST_LIMIT", "MAX_LIST_LIMIT",
+    "MAX_NESTING", "RESERVED_BRAND", "TOOL_BRANDS", "TOOL_NAMES", "MemoryTools",
 ]
 
 #: The bare tool names; the published names are ``prefix + name``.

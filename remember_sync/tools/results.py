@@ -27,13 +27,8 @@ from ..errors import (
 from ._schema import json_text
 
 __all__ = [
-    "INTERNAL_ERROR_CODE",
-    "UNKNOWN_TOOL_CODE",
-    "error_parts",
-    "error_result",
-    "result_for_exception",
-    "success_result",
-    "tools_disabled_result",
+    "INTERNAL_ERROR_CODE", "UNKNOWN_TOOL_CODE", "error_parts", "error_result",
+    "result_for_exception", "success_result", "tools_disabled_result",
 ]
 
 log = logging.getLogger("remember_sync")
@@ -68,12 +63,7 @@ def success_result(structured: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def error_result(code: str, message: str) -> dict[str, Any]:
-    """A tool error (``isError: true``) the model can read and act on.
-
-    The one text content is ``"<CODE>: <message>"``; there is no
-    ``structuredContent``, which would have to match the tool's
-    ``outputSchema`` (SPEC section 10).
-    """
+    """A tool error (``isError: true``): one text content ``"<CODE>: <message>"`` (see above)."""
     return {"content": [{"type": "text", "text": f"{code}: {message}"}], "isError": True}
 
 

@@ -68,6 +68,7 @@ from ._keys import (
     legacy_patterns,
 )
 from .errors import (
+    LayoutMarkerError,
     RememberConfigurationError,
     RememberDecryptionError,
     RememberError,
@@ -137,26 +138,6 @@ _BOOKKEEPING = ("__layout__", "__keyid__", "__indexed__", "__indexing__")
 _NESTED_MARKERS = (
     "v2:session:", "v2:user:", "v2:tool:", "global:", *_BOOKKEEPING, "__revoked__:", "__index__:"
 )
-
-
-class LayoutMarkerError(RememberError):
-    """The layout marker cannot be trusted, so nothing may be purged.
-
-    :attr reason: ``"unreadable"`` (present but not ``{"firstSeenAt": <number>, ...}``)
-        or ``"vanished"`` (our only-if-absent write lost a race, then the
-        winner's marker was gone).
-    :attr key: the marker's storage key.
-    :attr raw: the stored text (``None`` when vanished).
-    """
-
-    code = "REMEMBER_LAYOUT_MARKER_UNUSABLE"
-    http_status = 500
-
-    def __init__(self, message: str, *, key: str, reason: str, raw: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
-        self.reason = reason
-        self.raw = raw
 
 
 @dataclass(frozen=True)

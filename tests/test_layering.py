@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },
     "accessor": CORE | {"stores", "_fork"},
-    "tools": CORE | {"stores", "accessor"},
+    "tools": CORE | {"stores", "accessor", "tools"},
     "plugin": CORE | {"stores", "accessor", "_purge", "tools", "_config"},
     "_progress": {"_clock"},
     "_config": {"errors", "types"},

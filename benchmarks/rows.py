@@ -579,7 +579,7 @@ def _envelope_floor(plugin: RememberPlugin, ident: Identity, n: int) -> Op:
     offsets of the first envelope, AES-GCM with the key-bound associated data,
     and one JSON scan.  No checks, no expiry, no entry objects.
     """
-    core = plugin.core
+    core = plugin._core
     ns, head = core.namespace(ident, "session")
     keyring = plugin.keyring
     if keyring is None:

@@ -7,16 +7,15 @@ here touches standard output, which belongs to the command's result.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from types import TracebackType
 from typing import TextIO
+
+from ._clock import Clock, system_clock
 
 __all__ = ["Progress"]
 
 _WIDTH = 24
-#: Seconds between redraws: a fast loop over a million keys must not spend its time drawing.
-_REDRAW_EVERY = 0.1
+#: Milliseconds between redraws: a fast loop over a million keys must not spend its time drawing.
+_REDRAW_EVERY_MS = 100
 
 
 class Progress:
@@ -34,7 +33,7 @@ class Progress:
     :param stream: where to draw (standard error in the CLI); ``None`` turns it off.
     :param enabled: force drawing on or off; by default it is on exactly when
         *stream* is a TTY.
-    :param clock: monotonic seconds (inject in tests).
+    :param clock: epoch milliseconds (inject a fake one in tests).
     """
 
     def __init__(
@@ -44,7 +43,7 @@ class Progress:
         *,
         stream: TextIO | None,
         enabled: bool | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = system_clock,
     ) -> None:
         self.total = max(0, total)
         self.label = label
@@ -64,14 +63,13 @@ class Progress:
         if not self.enabled:
             return
         now = self._clock()
-        if now - self._last_draw >= _REDRAW_EVERY or self.done >= self.total:
+        if now - self._last_draw >= _REDRAW_EVERY_MS or self.done >= self.total:
             self._draw(now)
 
-    def render(self, now: float | None = None) -> str:
+    def render(self, now: int | None = None) -> str:
         """The bar's text (without the carriage return)."""
         now = self._clock() if now is None else now
-        elapsed = max(now - self._started, 1e-9)
-        rate = self.done / elapsed
+        rate = self.done * 1000 / max(now - self._started, 1e-6)
         if self.total:
             filled = min(_WIDTH, self.done * _WIDTH // self.total)
         else:
@@ -79,7 +77,7 @@ class Progress:
         bar = "#" * filled + "." * (_WIDTH - filled)
         return f"{self.label} [{bar}] {self.done}/{self.total} keys  {rate:,.0f} keys/s"
 
-    def _draw(self, now: float) -> None:
+    def _draw(self, now: int) -> None:
         self._last_draw = now
         assert self._stream is not None  # enabled implies a stream
         self._stream.write("\r" + self.render(now) + "\x1b[K")
@@ -96,12 +94,7 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

@@ -68,6 +68,7 @@ from ._keys import (
     legacy_patterns,
 )
 from .errors import (
+    LayoutMarkerError,
     RememberConfigurationError,
     RememberDecryptionError,
     RememberError,
@@ -78,6 +79,7 @@ from .stores.base import NamespaceIndex, Store
 __all__ = [
     "DEFAULT_DELAY_MS",
     "INDEXING_LEASE_MS",
+    "INDEXING_RETRY_S",
     "IndexBackfill",
     "LEGACY_SCOPES",
     "MARKER_VERSION",
@@ -136,26 +138,6 @@ _BOOKKEEPING = ("__layout__", "__keyid__", "__indexed__", "__indexing__")
 _NESTED_MARKERS = (
     "v2:session:", "v2:user:", "v2:tool:", "global:", *_BOOKKEEPING, "__revoked__:", "__index__:"
 )
-
-
-class LayoutMarkerError(RememberError):
-    """The layout marker cannot be trusted, so nothing may be purged.
-
-    :attr reason: ``"unreadable"`` (present but not ``{"firstSeenAt": <number>, ...}``)
-        or ``"vanished"`` (our only-if-absent write lost a race, then the
-        winner's marker was gone).
-    :attr key: the marker's storage key.
-    :attr raw: the stored text (``None`` when vanished).
-    """
-
-    code = "REMEMBER_LAYOUT_MARKER_UNUSABLE"
-    http_status = 500
-
-    def __init__(self, message: str, *, key: str, reason: str, raw: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
-        self.reason = reason
-        self.raw = raw
 
 
 @dataclass(frozen=True)
@@ -1108,9 +1090,13 @@ after_fork_in_child(_after_fork_in_child)
 
 # -- the one-time background reindex ----------------------------------------------------------
 
-#: How long one instance's claim to run the fleet's reindex holds (renewed by nothing:
-#: an instance that dies mid-pass lets another start over after it).
+#: How long one instance's claim to run the fleet's reindex holds (renewed before each
+#: batch: an instance that dies mid-pass lets another start over after it).
 INDEXING_LEASE_MS = 600_000
+#: An instance that met another's lease tries again this often until the record is
+#: there (a pass whose instance died is taken over by a running one); after a failed
+#: pass it waits twice as long each time, up to 64 times this.
+INDEXING_RETRY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -1204,8 +1190,8 @@ def reindex_store(
     )
 
 
-#: Stores that already have a backfill worker in this process (see _claim).
-_backfills: dict[int, Callable[[], object | None]] = {}
+#: (store, prefix) pairs that already have a backfill worker in this process (see _claim).
+_backfills: dict[tuple[int, str], Callable[[], object | None]] = {}
 
 
 class IndexBackfill:
@@ -1216,10 +1202,12 @@ class IndexBackfill:
     ``P + "__indexed__"`` records that the fleet's older entries are indexed
     (then nothing runs), and ``P + "__indexing__"`` -- written only-if-absent,
     with a :data:`INDEXING_LEASE_MS` TTL -- lets one instance of the fleet run
-    the pass while the others wait for the record (an instance that dies
-    mid-pass lets the next start take over once the lease expires).  Until the
-    record appears, plugins list by scanning; every failure stands down
-    quietly (a DEBUG log) and listing keeps scanning.
+    the pass while the others wait for the record.  The lease is renewed
+    before each batch (a pass that lost it stops); an instance that met it, or
+    failed, tries again every :data:`INDEXING_RETRY_S` until the record is
+    there, so a pass whose instance died is taken over once its lease expires.
+    Until the record appears, plugins list by scanning; every failure stands
+    down quietly (a DEBUG log) and listing keeps scanning.
 
     States (:attr:`state`): ``"idle"``, ``"running"``, ``"indexed"`` (recorded,
     by us or before), ``"elsewhere"`` (another instance holds the lease),
@@ -1244,6 +1232,8 @@ class IndexBackfill:
         self._log = logger or log
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._retry: threading.Timer | None = None
+        self._failures = 0
         self.state = "idle"
         self.result: ReindexResult | None = None
         """What the pass did, when this instance ran it."""
@@ -1258,7 +1248,7 @@ class IndexBackfill:
         if not self.prefix or nested_prefix(self.prefix) is not None:
             self.state = "stood-down"
             return self
-        key = id(self.store)
+        key = (id(self.store), self.prefix)  # two prefixes on one store: two passes
         with _claims_lock:
             held = _backfills.get(key)
             if held is not None and held() is self.store:
@@ -1281,12 +1271,17 @@ class IndexBackfill:
         except Exception as exc:  # noqa: BLE001 - a background thread must never die silently
             self._log.debug("remember: background reindex stood down (%s)", exc)
             self.state = "failed"
-            self._release()
-            return
         if self.state == "indexed" and self._on_done is not None:
             self._on_done()
         if self.state != "indexed":
             self._release()
+            if not self._stop.is_set():  # elsewhere, failed, or lost the lease: later again
+                # A failed pass scanned the keyspace: back off (to 64x) before the next.
+                self._failures += self.state == "failed"
+                delay = INDEXING_RETRY_S * min(2**self._failures, 64)
+                self._retry = threading.Timer(delay, self._run)
+                self._retry.daemon = True
+                self._retry.start()
 
     def _step(self) -> str:
         store, prefix = self.store, self.prefix
@@ -1296,10 +1291,17 @@ class IndexBackfill:
         mine = json.dumps({"startedAt": self._clock(), "pid": os.getpid()}, separators=(",", ":"))
         if not store.set(lease, mine, ttl_ms=INDEXING_LEASE_MS, only_if_absent=True):
             return "elsewhere"
+
+        def stop_or_lost() -> bool:  # before each batch: renew the lease, stop if it is gone
+            return self._stop.is_set() or not store.compare_and_set(
+                lease, mine, mine, ttl_ms=INDEXING_LEASE_MS
+            )
+
         try:
-            result = reindex_store(store, prefix, should_stop=self._stop.is_set, clock=self._clock)
+            result = reindex_store(store, prefix, should_stop=stop_or_lost, clock=self._clock)
         finally:
-            store.delete(lease)
+            if store.get(lease) == mine:  # never another instance's lease
+                store.delete(lease)
         self.result = result
         if result.stopped:
             return "stopped"
@@ -1312,9 +1314,9 @@ class IndexBackfill:
 
     def _release(self) -> None:
         with _claims_lock:
-            held = _backfills.get(id(self.store))
+            held = _backfills.get((id(self.store), self.prefix))
             if held is not None and held() is self.store:
-                del _backfills[id(self.store)]
+                del _backfills[(id(self.store), self.prefix)]
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the worker thread ended; return ``False`` on timeout."""
@@ -1326,9 +1328,12 @@ class IndexBackfill:
     def stop(self, timeout: float | None = 5.0) -> None:
         """Ask a running pass to stop after its batch, and wait for it."""
         self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        retry = self._retry
+        if retry is not None:
+            retry.cancel()
+        for thread in (self._thread, retry):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout)
 
     def __repr__(self) -> str:
         return f"IndexBackfill(prefix={self.prefix!r}, state={self.state!r})"

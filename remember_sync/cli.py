@@ -637,7 +637,7 @@ def _read_before_replacing(
     doubled-prefix key (``forget`` deletes it too).  The plugin must be opened
     with ``on_decrypt_error="raise"``.
     """
-    core = opened.plugin.core
+    core = opened.plugin._core
     ns, head = core.namespace(args.identity, args.scope)
     skey = head + args.key
     places = [skey, core.prefix + skey] if twin and core.read_doubled_prefix else [skey]
@@ -717,7 +717,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     from ._ops.inspect import collect_stats
 
     with _opened(args) as opened:
-        core = opened.plugin.core
+        core = opened.plugin._core
         stats = collect_stats(
             core.store, core.prefix, core.codec, now=core.clock(),
             progress_stream=_progress_stream(), read_doubled_prefix=core.read_doubled_prefix,
@@ -777,7 +777,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             codec, now = None, wall_clock_ms()
         else:
             secret = secret_check(opened.secret_summary())
-            codec, now = opened.plugin.core.codec, opened.plugin.core.clock()
+            codec, now = opened.plugin._core.codec, opened.plugin._core.clock()
             opened.plugin.close()  # it does not own the store; nothing of it is needed below
         checks = run_doctor(
             store,
@@ -838,7 +838,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             )
         with _output(args.output) as out:
             result = export_entries(
-                opened.plugin.core, out, decrypted=args.decrypted,
+                opened.plugin._core, out, decrypted=args.decrypted,
                 progress_stream=_progress_stream(),
             )
     form = "decrypted entries" if args.decrypted else "encrypted envelopes"
@@ -861,7 +861,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     with _opened(args, writes=True) as opened:
         result = import_entries(
-            opened.plugin.core, args.records, overwrite=args.overwrite,
+            opened.plugin._core, args.records, overwrite=args.overwrite,
             progress_stream=_progress_stream(),
         )
     problems = result.existing or result.unreadable
@@ -888,7 +888,7 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
     from ._ops.rotate import rotate
 
     with _opened(args, writes=True) as opened:
-        result = rotate(opened.plugin.core, dry_run=args.dry_run,
+        result = rotate(opened.plugin._core, dry_run=args.dry_run,
                         progress_stream=_progress_stream())
     if args.json:
         _print_json(result.to_dict())

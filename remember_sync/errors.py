@@ -10,6 +10,8 @@ keeps working.  This module imports nothing from the package.
 from __future__ import annotations
 
 __all__ = [
+    "DemoFailed",
+    "LayoutMarkerError",
     "RememberConfigurationError",
     "RememberConflictError",
     "RememberDecryptionError",
@@ -20,6 +22,7 @@ __all__ = [
     "RememberScopeNotAllowedError",
     "RememberStoreError",
     "RememberUnavailableError",
+    "ToolError",
 ]
 
 
@@ -124,4 +127,42 @@ class RememberDecryptionError(RememberError):
     """A stored entry could not be decrypted or parsed (wrong secret, tampering, garbage)."""
 
     code = "REMEMBER_DECRYPTION_FAILED"
+    http_status = 500
+
+
+class LayoutMarkerError(RememberError):
+    """The layout marker cannot be trusted, so nothing may be purged; fix or delete it.
+
+    :attr reason: ``"unreadable"`` (present but not ``{"firstSeenAt": <number>, ...}``)
+        or ``"vanished"`` (our only-if-absent write lost a race, then the
+        winner's marker was gone).
+    :attr key: the marker's storage key.
+    :attr raw: the stored text (``None`` when vanished).
+    """
+
+    code = "REMEMBER_LAYOUT_MARKER_UNUSABLE"
+    http_status = 500
+
+    def __init__(self, message: str, *, key: str, reason: str, raw: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.reason = reason
+        self.raw = raw
+
+
+class ToolError(RememberError):
+    """Raise inside a user tool to return a tool error (``isError: true``) to the model.
+
+    :param message: what went wrong, written for the model.
+    :param code: a stable machine-readable code (default ``TOOL_ERROR``).
+    """
+
+    code = "TOOL_ERROR"
+    http_status = 400
+
+
+class DemoFailed(RememberError):
+    """A step of ``remember-sync demo`` did not come out as narrated (a bug: please report it)."""
+
+    code = "REMEMBER_DEMO_FAILED"
     http_status = 500

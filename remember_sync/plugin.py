@@ -11,18 +11,20 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any
 
 from ._codec import EntryCodec
 from ._config import store_settings
 from ._crypto import Keyring
 from ._keys import storage_namespace
+from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
 from ._secrets import resolve_keyring
 from .accessor import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore, RememberAccessor
 from .errors import RememberConfigurationError
 from .stores.base import Store
 from .stores.memory import MemoryStore
+from .tools import MemoryTools
+from .tools.results import tools_disabled_result
 from .types import SCOPES, Identity
 
 __all__ = ["STORE_TYPES", "RememberPlugin", "register_global_store_resolver"]
@@ -155,6 +157,10 @@ class RememberPlugin:
         self._owns_store = owns_store
         self.store_type = store_type
         self.tools_options: dict[str, Any] = dict(tools)
+        self._tools: MemoryTools | None = None
+        if tools.get("enabled"):
+            scopes = tools["allowed_scopes"]
+            self._tools = MemoryTools(core, prefix=tools["prefix"], allowed_scopes=scopes)
         self.purge_options: dict[str, Any] = dict(purge_options)
         self._closed = False
         self._purge: Any = None
@@ -324,11 +330,6 @@ class RememberPlugin:
         return self._core.prefix
 
     @property
-    def core(self) -> AccessorCore:
-        """Shared settings behind every accessor (for hosts and operators' tools)."""
-        return self._core
-
-    @property
     def keyring(self) -> Keyring | None:
         """The master secrets (``None`` with encryption disabled)."""
         return self._core.codec.keyring
@@ -344,22 +345,16 @@ class RememberPlugin:
         purge's first step also checks the secret against the key id the store
         records; with ``skip_legacy_purge`` a read-only one-shot check does that.
         """
-        from ._purge import KeyIdCheck, LegacyPurge
-
-        keyring = self.keyring
+        core, keyring = self._core, self.keyring
         kids = keyring.kids if keyring is not None else None
-        if self.purge_options.get("skip") or not self._core.prefix:
-            if kids is not None and self._core.prefix:
-                self._key_check = KeyIdCheck(
-                    self._core.store, self._core.prefix, kids, clock=self._core.clock
-                ).start()
+        if self.purge_options.get("skip") or not core.prefix:
+            if kids is not None and core.prefix:
+                check = KeyIdCheck(core.store, core.prefix, kids, clock=core.clock)
+                self._key_check = check.start()
             return
+        delay = self.purge_options["delay_ms"]
         self._purge = LegacyPurge(
-            self._core.store,
-            self._core.prefix,
-            delay_ms=self.purge_options["delay_ms"],
-            clock=self._core.clock,
-            kids=kids,
+            core.store, core.prefix, delay_ms=delay, clock=core.clock, kids=kids
         ).start()
 
     @property
@@ -381,8 +376,6 @@ class RememberPlugin:
             return
         if not self.purge_options.get("reindex", True):
             return
-        from ._purge import IndexBackfill
-
         def done() -> None:
             core.index_ready = True
 
@@ -406,12 +399,7 @@ class RememberPlugin:
     def __enter__(self) -> RememberPlugin:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def tool_definitions(self) -> list[dict[str, Any]]:
@@ -420,9 +408,7 @@ class RememberPlugin:
         ``<prefix>remember_this``, ``<prefix>recall``, ``<prefix>forget`` and
         ``<prefix>list_memories``; an empty list unless ``tools.enabled``.
         """
-        from .tools import plugin_tool_definitions
-
-        return plugin_tool_definitions(self)
+        return [] if self._tools is None else self._tools.definitions()
 
     def call_tool(
         self,
@@ -440,9 +426,9 @@ class RememberPlugin:
         :param identity: the caller (default: the identity bound in this
             context); ``tool`` scope is keyed by *name*, the tool running.
         """
-        from .tools import call_plugin_tool
-
-        return call_plugin_tool(self, name, arguments, identity=identity)
+        if self._tools is None:
+            return tools_disabled_result(name)
+        return self._tools.call(name, arguments, identity)
 
     def __repr__(self) -> str:
         source = self.keyring.source if self.keyring is not None else "disabled"

@@ -251,7 +251,7 @@ def test_refusals_happen_before_store_io(plugin: RememberPlugin, store: Store) -
             calls.append(name)
             return getattr(store, name)
 
-    plugin.core.store = Spy()  # type: ignore[assignment]
+    plugin._core.store = Spy()  # type: ignore[assignment]
     anon = plugin.accessor(Identity(None, "anon:1", "t"))
     for scope in ("session", "user", "tool"):
         with pytest.raises(RememberIdentityError):

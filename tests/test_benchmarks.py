@@ -21,6 +21,8 @@ from benchmarks.run import main, run, to_json
 from remember_sync.testing.redis_server import find_redis_server
 from tests.conftest import require_component
 
+pytestmark = pytest.mark.benchmark
+
 TINY = Sizes(
     seconds=0.01,
     block_seconds=0.002,

@@ -123,6 +123,10 @@ def open_plugin(redis_url: str) -> Iterator[Callable[..., RememberPlugin]]:
             skip_legacy_purge=True,
         )
         made.append((plugin, store))
+        # The background reindex writes its lease and record; tests that snapshot raw keys
+        # must not race it, so wait for it to end before handing the plugin out.
+        backfill = plugin.index_backfill
+        assert backfill is None or backfill.wait(30), "background reindex did not finish"
         return plugin
 
     yield make

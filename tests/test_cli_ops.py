@@ -72,7 +72,7 @@ def test_rotate_never_loses_a_concurrent_update(clock: FakeClock) -> None:
     store.before_cas["remember:v2:user:alice:theme"] = lambda: new.accessor(alice).update(
         "theme", "light", scope="user"
     )
-    result = rotate(new.core)
+    result = rotate(new._core)
     assert (result.examined, result.unreadable, result.contended) == (2, 0, 0)
     # "lang" was rotated; "theme" was already current after the concurrent update.
     assert (result.rotated, result.current) == (1, 1)
@@ -91,7 +91,7 @@ def test_rotate_keeps_deadlines_and_skips_expired(shared: MemoryStore, clock: Fa
     mem.set("long", 2, ttl=100)
     clock.advance(s=50)  # "short" is past its deadline (the memory store has dropped it)
     new = _plugin(shared, clock, SECRET_B, SECRET_A)
-    result = rotate(new.core)
+    result = rotate(new._core)
     assert result.rotated == 1
     clock.advance(s=49)
     assert _plugin(shared, clock, SECRET_B).accessor(Identity(session_id="s")).get("long") == 2
@@ -107,11 +107,11 @@ def test_import_skips_entries_whose_deadline_passed(clock: FakeClock) -> None:
     mem.set("soon", 1, scope="user", ttl=5)
     mem.set("later", 2, scope="user", ttl=500)
     out = io.StringIO()
-    assert export_entries(plugin.core, out).exported == 2
+    assert export_entries(plugin._core, out).exported == 2
     clock.advance(s=10)
     target = MemoryStore(clock=clock)
     copy = _plugin(target, clock, SECRET_A)
-    result = import_entries(copy.core, parse_records(out.getvalue().splitlines()))
+    result = import_entries(copy._core, parse_records(out.getvalue().splitlines()))
     assert (result.imported, result.expired) == (1, 1)
     assert copy.accessor(Identity(user_id="u")).list(scope="user") == ["later"]
 
@@ -150,7 +150,7 @@ def test_doctor_flags_an_unreadable_marker(shared: MemoryStore, clock: FakeClock
     """A layout marker that is not a clock needs attention (the purge stands down)."""
     shared.set("remember:__layout__", "garbage")
     plugin = _plugin(shared, clock, SECRET_A)
-    checks = run_doctor(shared, "remember:", secret=OK_SECRET, codec=plugin.core.codec,
+    checks = run_doctor(shared, "remember:", secret=OK_SECRET, codec=plugin._core.codec,
                         now=clock.now)
     marker = next(c for c in checks if c.name == "marker")
     assert marker.status == "attention" and "unreadable" in marker.message
@@ -161,7 +161,7 @@ def test_doctor_notes_entries_sealed_by_a_previous_secret(
 ) -> None:
     """Readable entries under an older secret are a note suggesting rotate, not a failure."""
     _plugin(shared, clock, SECRET_A).accessor(Identity()).set("k", 1, scope="global")
-    codec = _plugin(shared, clock, SECRET_B, SECRET_A).core.codec
+    codec = _plugin(shared, clock, SECRET_B, SECRET_A)._core.codec
     checks = run_doctor(shared, "remember:", secret=OK_SECRET, codec=codec, now=clock.now)
     entries = next(c for c in checks if c.name == "entries")
     assert entries.status == "note" and "rotate" in entries.message
@@ -208,7 +208,7 @@ def test_redact_scrubs_every_known_secret() -> None:
 
 def test_progress_draws_only_on_a_tty() -> None:
     """The bar renders done/total and a rate on a terminal and writes nothing elsewhere."""
-    ticks = iter([0.0, 2.0, 2.0, 4.0, 4.0])
+    ticks = iter([0, 2000, 2000, 4000, 4000])
     tty = _TTY()
     with Progress(100, "rotate", stream=tty, clock=lambda: next(ticks)) as bar:
         bar.advance(50)

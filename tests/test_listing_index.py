@@ -158,7 +158,7 @@ def test_index_keeps_step_with_a_dict_model(
 ) -> None:
     """set/forget/update/increment/forget_many/expiry vs a dict: list and entries agree."""
     plugin = make_plugin()
-    assert plugin.core.listing == "index" and plugin.core.index_usable()
+    assert plugin._core.listing == "index" and plugin._core.index_usable()
     run_state_machine_as_test(_machine(plugin, store, clock), settings=MODEL)
 
 
@@ -169,12 +169,12 @@ def test_frontmcp_compatible_and_read_doubled_prefix_default_to_scanning(
     make_plugin: Callable[..., RememberPlugin],
 ) -> None:
     """A 1.8.0 writer keeps no index: beside one, listing scans (and can be forced either way)."""
-    assert make_plugin().core.listing == "index"
+    assert make_plugin()._core.listing == "index"
     compatible = make_plugin(encryption={"frontmcp_compatible": True, "secrets": [TEST_SECRET]})
-    assert compatible.core.listing == "scan"
-    assert make_plugin(read_doubled_prefix=True).core.listing == "scan"
-    assert make_plugin(read_doubled_prefix=True, listing="index").core.listing == "index"
-    assert make_plugin(listing="scan").core.listing == "scan"
+    assert compatible._core.listing == "scan"
+    assert make_plugin(read_doubled_prefix=True)._core.listing == "scan"
+    assert make_plugin(read_doubled_prefix=True, listing="index")._core.listing == "index"
+    assert make_plugin(listing="scan")._core.listing == "scan"
     with pytest.raises(RememberConfigurationError, match="listing"):
         make_plugin(listing="btree")
 
@@ -299,7 +299,7 @@ def test_walkers_skip_index_keys(
     assert (result.found, result.deleted) == (0, 0)
     from remember_sync._ops.inspect import collect_stats
 
-    stats = collect_stats(redis_store, P, plugin.core.codec, now=plugin.core.clock())
+    stats = collect_stats(redis_store, P, plugin._core.codec, now=plugin._core.clock())
     assert stats.entries == 2 and stats.unreadable == 0
     assert mem.list() == ["k"] and mem.list(scope="user") == ["u"]
 
@@ -380,7 +380,7 @@ def test_older_entries_are_listed_by_scanning_then_through_the_reindexed_index(
         backfill = plugin.index_backfill
         assert backfill is not None and backfill.wait(30) and backfill.state == "indexed"
         assert backfill.result is not None and backfill.result.entries == 5
-        assert plugin.core.index_usable()
+        assert plugin._core.index_usable()
         mem = plugin.accessor(ME)
         assert mem.list() == [f"old-{i}" for i in range(5)]
         assert len(_index_members(store)) == 5
@@ -410,13 +410,13 @@ def test_listing_scans_until_the_fleet_record_appears(
     plugin = RememberPlugin.init(**common)
     try:
         assert plugin.index_backfill.wait(30) and plugin.index_backfill.state == "elsewhere"
-        assert not plugin.core.index_usable()
+        assert not plugin._core.index_usable()
         mem = plugin.accessor(ME)
         assert mem.list() == ["old-0", "old-1", "old-2"]  # by scanning
         mem.set("new", 1)
         reindex(redis_store, P, clock=clock)  # the other instance finishes
         clock.advance(s=6)  # the record is re-read at most every 5 s
-        assert plugin.core.index_usable()
+        assert plugin._core.index_usable()
         assert mem.list() == ["new", "old-0", "old-1", "old-2"]
     finally:
         plugin.close()

@@ -5,6 +5,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.benchmark
+
 
 def test_benchmark_runs_at_a_tiny_size() -> None:
     """run() measures the bare and the MCP server with real keep-alive clients and a ratio."""

@@ -286,7 +286,7 @@ def test_modify_moves_a_doubled_prefix_entry_under_its_real_key(
 ) -> None:
     """read_doubled_prefix: a 1.8.0 entry is moved once, then modified; created_at is kept."""
     plain = make_plugin(encryption={"enabled": False})
-    skey = plain.core.namespace(WHO, "session")[1] + "n"
+    skey = plain._core.namespace(WHO, "session")[1] + "n"
     store.set("remember:" + skey, '{"value":2,"createdAt":1000,"updatedAt":1000}')
     compat = make_plugin(encryption={"enabled": False}, read_doubled_prefix=True)
     assert _mem(compat).increment("n") == 3
@@ -355,7 +355,7 @@ def losing() -> Iterator[tuple[RememberPlugin, list[float]]]:
         store=_AlwaysLosingStore(), encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True
     )
     pauses: list[float] = []
-    plugin.core.sleep = pauses.append
+    plugin._core.sleep = pauses.append
     yield plugin, pauses
     plugin.close()
 
@@ -397,7 +397,7 @@ def test_a_writer_that_always_wins_makes_modify_give_up(
     a, b = two
     a.set("n", 0)
     plugin = make_plugin()
-    plugin.core.sleep = lambda seconds: None
+    plugin._core.sleep = lambda seconds: None
     mem = _mem(plugin)
     calls = 0
 

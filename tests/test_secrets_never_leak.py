@@ -266,8 +266,8 @@ def test_no_secret_appears_anywhere_in_a_full_run(
         ("keyring", plugin.keyring),
         ("store", plugin.store),
         ("store from url", store),
-        ("core", plugin.core),
-        ("codec", plugin.core.codec),
+        ("core", plugin._core),
+        ("codec", plugin._core.codec),
         ("stats", plugin.stats()),
         ("signer", SessionSigner(plugin.keyring)),  # type: ignore[arg-type]
         ("identity", ident),

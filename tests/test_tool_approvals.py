@@ -56,7 +56,7 @@ def approve(plugin: RememberPlugin, key: str, scope: Scope, value: Any = "yes") 
 
 
 def _storage_key(plugin: RememberPlugin, key: str, scope: Scope) -> str:
-    return plugin.core.namespace(WHO.with_tool(None), scope)[1] + key
+    return plugin._core.namespace(WHO.with_tool(None), scope)[1] + key
 
 
 @pytest.mark.parametrize("scope", SCOPES)
@@ -170,7 +170,7 @@ def test_an_approval_written_between_check_and_write_is_never_overwritten(
     host = host_plugin.accessor(WHO)
     if before == "preference":
         host.set("k", "old", brand="preference")
-    skey = host_plugin.core.namespace(WHO, "session")[1] + "k"
+    skey = host_plugin._core.namespace(WHO, "session")[1] + "k"
     racing = _HostBetween(store, lambda: host.set("k", "approved", brand="approval"), skey)
     plugin = make_plugin(store=racing, tools={"enabled": True})
     args: dict[str, Any] = {"key": "k", "value": "model"} if tool == "remember_this" else {

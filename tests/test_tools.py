@@ -16,6 +16,7 @@ from remember_sync.stores.memory import MemoryStore
 from remember_sync.tools import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
+    MAX_NESTING,
     MemoryTools,
     error_parts,
     error_result,
@@ -381,6 +382,21 @@ def test_value_of_every_json_type_is_accepted_and_non_json_refused_as_before(
     assert code == "REMEMBER_INVALID_INPUT" and "float nan" in message, message
 
 
+def test_nesting_beyond_the_bound_is_refused(tools_plugin: RememberPlugin) -> None:
+    """A value or metadata nested past MAX_NESTING is REMEMBER_INVALID_INPUT; at it, stored."""
+    def nested(depth: int) -> Any:
+        return json.loads("[" * depth + "]" * depth)
+
+    ok(tools_plugin, "remember_this", {"key": "k", "value": nested(MAX_NESTING)})
+    assert ok(tools_plugin, "recall", {"key": "k"})["value"] == nested(MAX_NESTING)
+    for args in (
+        {"key": "k", "value": nested(MAX_NESTING + 1)},
+        {"key": "k", "value": 1, "metadata": {"m": nested(MAX_NESTING)}},
+    ):
+        code, message = fails(tools_plugin, "remember_this", args)
+        assert code == "REMEMBER_INVALID_INPUT" and f"{MAX_NESTING} levels" in message
+
+
 def test_error_parts_reads_back_error_result() -> None:
     """error_parts splits "<CODE>: <message>" (the message may hold ': '); refuses successes."""
     assert error_parts(error_result("REMEMBER_X", "a: b")) == ("REMEMBER_X", "a: b")
@@ -536,6 +552,6 @@ def test_validator_keywords(schema: dict[str, Any], good: Any, bad: Any, expecte
 def test_memory_tools_refuse_unknown_allowed_scopes(tools_plugin: RememberPlugin) -> None:
     """MemoryTools checks its own allowed_scopes too (it can be built without a plugin)."""
     with pytest.raises(RememberInputError, match="allowed_scopes"):
-        MemoryTools(tools_plugin.core, allowed_scopes=["forever"])
+        MemoryTools(tools_plugin._core, allowed_scopes=["forever"])
     with pytest.raises(RememberInputError, match="allowed_scopes"):
-        MemoryTools(tools_plugin.core, allowed_scopes=[])
+        MemoryTools(tools_plugin._core, allowed_scopes=[])

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 from typing import Any, TextIO
 
+from .._clock import FakeClock, system_clock
 from .._keys import glob_escape
 from .._secrets import generate_secret
+from ..errors import DemoFailed
 from ..plugin import RememberPlugin
 from ..tools import error_parts
 from ..types import Identity
@@ -25,20 +26,6 @@ from ..types import Identity
 __all__ = ["DemoFailed", "run_demo"]
 
 PREFIX = "remember:"
-
-
-class DemoFailed(Exception):
-    """A step of the demo did not come out as narrated (a bug: please report it)."""
-
-
-class _Clock:
-    """Epoch milliseconds that move only when the demo says so."""
-
-    def __init__(self) -> None:
-        self.now = time.time_ns() // 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def _compact(value: Any) -> str:
@@ -83,7 +70,7 @@ class _Script:
 
 def run_demo(out: TextIO) -> None:
     """Print the walkthrough to *out*; raise :class:`DemoFailed` if a step misbehaves."""
-    clock = _Clock()
+    clock = FakeClock(system_clock())
     plugin = RememberPlugin.init(
         encryption={"secrets": [generate_secret()]},
         tools={"enabled": True, "allowed_scopes": ["session", "user", "tool"]},
@@ -95,7 +82,7 @@ def run_demo(out: TextIO) -> None:
         _walkthrough(_Script(plugin, out), clock)
 
 
-def _walkthrough(s: _Script, clock: _Clock) -> None:
+def _walkthrough(s: _Script, clock: FakeClock) -> None:
     alice_1 = Identity(session_id="s-alice-1", user_id="alice")
     alice_2 = Identity(session_id="s-alice-2", user_id="alice")
     bob = Identity(session_id="s-bob-1", user_id="bob")
@@ -140,7 +127,7 @@ def _walkthrough(s: _Script, clock: _Clock) -> None:
            {"key": "otp", "value": "493021", "scope": "session", "ttl": 5, "brand": "cache"})
     r = s.call("alice/s-alice-1", alice_1, "recall", {"key": "otp", "scope": "session"})
     s.expect(r["structuredContent"].get("found") is True, "the code to be there")
-    clock.now += 6_000
+    clock.advance(6_000)
     s.say("   ... 6 seconds later (the demo's clock is simulated: nothing sleeps) ...")
     r = s.call("alice/s-alice-1", alice_1, "recall", {"key": "otp", "scope": "session"})
     s.expect(r["structuredContent"].get("found") is False, "the code to have expired")

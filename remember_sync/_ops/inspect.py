@@ -7,7 +7,7 @@ import secrets as _random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO
 
 from .._codec import EntryCodec
@@ -15,7 +15,6 @@ from .._keys import layout_marker_key
 from .._purge import (
     DEFAULT_DELAY_MS,
     KeyIdStatus,
-    LayoutMarkerError,
     Marker,
     key_id_key,
     mismatch_message,
@@ -25,10 +24,10 @@ from .._purge import (
     read_marker,
     sweep_legacy,
 )
-from ..errors import RememberError
+from ..errors import LayoutMarkerError, RememberError
 from ..stores.base import Store
 from ..types import BRANDS, SCOPES
-from .walk import classify, list_keys, read_items
+from .walk import Report, classify, list_keys, read_items
 
 __all__ = [
     "Check",
@@ -40,8 +39,6 @@ __all__ = [
 ]
 
 HOUR_MS = 3_600_000
-#: How many keys a report lists by name (its counts are always complete).
-MAX_LISTED = 1000
 
 
 def format_ms(epoch_ms: int) -> str:
@@ -51,7 +48,7 @@ def format_ms(epoch_ms: int) -> str:
 
 
 @dataclass
-class StoreStats:
+class StoreStats(Report):
     """What one walk of the store found under the prefix.
 
     Entry counts (``entries``, ``by_scope``, ``by_brand``, ``expiring_within_hour``,
@@ -88,9 +85,6 @@ class StoreStats:
     #: Entries whose envelope does not bind its storage key (1.8.0's form), readable
     #: or refused by ``accept_unbound=False``.
     unbound: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def collect_stats(
@@ -143,9 +137,7 @@ def collect_stats(
         stats.key_bytes += len(item.key.encode("utf-8", "surrogateescape"))
         stats.value_bytes += len(item.raw.encode("utf-8", "surrogateescape"))
         if item.entry is None:
-            stats.unreadable += 1
-            if len(stats.unreadable_keys) < MAX_LISTED:
-                stats.unreadable_keys.append(item.stored_at)
+            stats.note("unreadable", item.stored_at)
             continue
         entry = item.entry
         if entry.is_expired(now):

@@ -37,14 +37,13 @@ unreadable, the old secret can be dropped.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, TextIO
+from dataclasses import dataclass, field
+from typing import TextIO
 
 from .._keys import ParsedKey
 from .._purge import record_rotated_key_id
 from ..accessor import AccessorCore
-from .inspect import MAX_LISTED
-from .walk import Item, classify, decode_item, list_keys, read_items
+from .walk import Item, Report, decode_item, walk_entries
 
 __all__ = ["RotateResult", "rotate"]
 
@@ -53,7 +52,7 @@ CAS_ATTEMPTS = 5
 
 
 @dataclass
-class RotateResult:
+class RotateResult(Report):
     """What ``rotate`` did.
 
     :attr rotated: entries re-encrypted (or, on a dry run, that would be).
@@ -80,9 +79,6 @@ class RotateResult:
     #: A complete run recorded the primary secret's key id under ``P + "__keyid__"``.
     key_id_recorded: bool = False
     dry_run: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @property
     def complete(self) -> bool:
@@ -116,11 +112,14 @@ def _rotate_one(core: AccessorCore, item: Item, dry_run: bool, *, in_place: bool
         ttl_ms = core.ttl_ms(item.entry.expires_at, now)
         if core.store.compare_and_set(item.stored_at, item.raw, fresh, ttl_ms=ttl_ms):
             return "rotated"
-        # Someone wrote (or deleted) it since we read it: look again.
-        item = decode_item(
-            core.codec, item.key, parsed, core.store.get(item.stored_at), stored_at=item.stored_at
-        )
+        item = _reread(core, item)  # someone wrote (or deleted) it since we read it
     return "contended"
+
+
+def _reread(core: AccessorCore, item: Item) -> Item:
+    """*item* read again from where it is stored."""
+    raw = core.store.get(item.stored_at)
+    return decode_item(core.codec, item.key, item.parsed, raw, stored_at=item.stored_at)
 
 
 def _move_doubled(core: AccessorCore, item: Item, dry_run: bool) -> str:
@@ -156,36 +155,26 @@ def rotate(
     """
     result = RotateResult(dry_run=dry_run)
     prefix = core.prefix
-    keys = list_keys(core.store, prefix)
-    if not core.read_doubled_prefix:
-        result.doubled_unread = sum(1 for k in keys if classify(prefix, k)[0] == "doubled")
-    for item in read_items(
-        core.store, core.codec, keys, label="rotate", progress_stream=progress_stream,
-        read_doubled_prefix=core.read_doubled_prefix,
-    ):
+    result.doubled_unread, items = walk_entries(
+        core, label="rotate", progress_stream=progress_stream
+    )
+    for item in items:
         in_place = item.shadowed
         if in_place:
             # The application reads the single-layout twin, but this copy is what it
             # reads again once the twin expires or is forgotten: it is brought to the
             # primary secret where it is (never deleted), or reported if unreadable.
             result.shadowed += 1
-            item = decode_item(
-                core.codec, item.key, item.parsed, core.store.get(item.stored_at),
-                stored_at=item.stored_at,
-            )
+            item = _reread(core, item)
         result.examined += 1
         outcome = _rotate_one(core, item, dry_run, in_place=in_place)
         if outcome == "moved":
             result.moved += 1
             result.rotated += 1
         elif outcome == "unreadable":
-            result.unreadable += 1
-            if len(result.unreadable_keys) < MAX_LISTED:
-                result.unreadable_keys.append(item.stored_at)
+            result.note("unreadable", item.stored_at)
         elif outcome == "contended":
-            result.contended += 1
-            if len(result.contended_keys) < MAX_LISTED:
-                result.contended_keys.append(item.key)
+            result.note("contended", item.key)
         else:
             setattr(result, outcome, getattr(result, outcome) + 1)
     keyring = core.codec.keyring

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from .._codec import check_json_value
@@ -40,8 +40,7 @@ from ..accessor import AccessorCore
 from ..errors import RememberDecryptionError, RememberError, RememberInputError
 from ..types import SCOPES, Namespace, RememberEntry
 from .context import json_line
-from .inspect import MAX_LISTED
-from .walk import classify, list_keys, read_items
+from .walk import Report, walk_entries
 
 __all__ = [
     "ExportResult",
@@ -54,7 +53,7 @@ __all__ = [
 
 
 @dataclass
-class ExportResult:
+class ExportResult(Report):
     """What ``export`` wrote and what it could not."""
 
     exported: int = 0
@@ -64,31 +63,18 @@ class ExportResult:
     #: Doubled-prefix keys not read because ``read_doubled_prefix`` is off.
     doubled_unread: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def _decrypted_record(
     rel_key: str, ns: Namespace, key: str, entry: RememberEntry
 ) -> dict[str, Any]:
-    record: dict[str, Any] = {"storageKey": rel_key, "scope": ns.scope}
-    if ns.scope in ("session", "tool"):
-        record["session"] = ns.session
-    if ns.scope == "user":
-        record["user"] = ns.user
-    if ns.scope == "tool":
-        record["tool"] = ns.tool
-    record["key"] = key
-    record["value"] = entry.value
-    if entry.brand is not None:
-        record["brand"] = entry.brand
-    record["createdAt"] = entry.created_at
-    record["updatedAt"] = entry.updated_at
-    if entry.expires_at is not None:
-        record["expiresAt"] = entry.expires_at
-    if entry.metadata is not None:
-        record["metadata"] = entry.metadata
-    return record
+    record: dict[str, Any] = {
+        "storageKey": rel_key, "scope": ns.scope, "session": ns.session, "user": ns.user,
+        "tool": ns.tool, "key": key, "value": entry.value, "brand": entry.brand,
+        "createdAt": entry.created_at, "updatedAt": entry.updated_at,
+        "expiresAt": entry.expires_at, "metadata": entry.metadata,
+    }
+    # A scope's unused identity parts are None (Namespace), and so are absent options.
+    return {k: v for k, v in record.items() if v is not None or k == "value"}
 
 
 def export_entries(
@@ -107,19 +93,14 @@ def export_entries(
     """
     result = ExportResult()
     prefix = core.prefix
-    keys = list_keys(core.store, prefix)
-    if not core.read_doubled_prefix:
-        result.doubled_unread = sum(1 for k in keys if classify(prefix, k)[0] == "doubled")
-    for item in read_items(
-        core.store, core.codec, keys, label="export", progress_stream=progress_stream,
-        read_doubled_prefix=core.read_doubled_prefix,
-    ):
+    result.doubled_unread, items = walk_entries(
+        core, label="export", progress_stream=progress_stream
+    )
+    for item in items:
         if item.shadowed or item.raw is None:
             continue  # shadowed: the application reads (and we export) its twin
         if item.entry is None:
-            result.unreadable += 1
-            if len(result.unreadable_keys) < MAX_LISTED:
-                result.unreadable_keys.append(item.stored_at)
+            result.note("unreadable", item.stored_at)
             continue
         now = core.clock()
         entry = item.entry
@@ -156,7 +137,7 @@ class ImportRecord:
 
 
 @dataclass
-class ImportResult:
+class ImportResult(Report):
     """What ``import`` wrote and what it skipped."""
 
     imported: int = 0
@@ -165,9 +146,6 @@ class ImportResult:
     unreadable: int = 0
     existing_keys: list[str] = field(default_factory=list)
     unreadable_keys: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _bad(line: int, message: str) -> RememberInputError:
@@ -295,9 +273,7 @@ def import_entries(
             try:
                 entry = core.codec.decode(rec.stored, rec.namespace, skey)
             except RememberDecryptionError:
-                result.unreadable += 1
-                if len(result.unreadable_keys) < MAX_LISTED:
-                    result.unreadable_keys.append(skey)
+                result.note("unreadable", skey)
                 continue
             ready.append((skey, rec.stored, entry.expires_at))
         else:
@@ -316,8 +292,6 @@ def import_entries(
             elif core.store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=not overwrite):
                 result.imported += 1
             else:
-                result.existing += 1
-                if len(result.existing_keys) < MAX_LISTED:
-                    result.existing_keys.append(skey)
+                result.note("existing", skey)
             bar.advance()
     return result

@@ -15,21 +15,27 @@ reads them.  A doubled-prefix key whose single-layout twin also exists is
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Literal, TextIO
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, TextIO
 
 from .._codec import UNBOUND_REFUSED, EntryCodec
 from .._keys import ParsedKey, glob_escape, layout_marker_key, parse_storage_key
 from .._progress import Progress
 from .._purge import LEGACY_SCOPES
+from ..accessor import AccessorCore
 from ..errors import RememberDecryptionError
 from ..stores.base import Store
 from ..types import RememberEntry
 
-__all__ = ["BATCH", "Item", "KeyKind", "classify", "decode_item", "list_keys", "read_items"]
+__all__ = [
+    "BATCH", "MAX_LISTED", "Item", "KeyKind", "Report", "classify", "decode_item", "list_keys",
+    "read_items", "walk_entries",
+]
 
 #: Values per ``get_many`` round trip.
 BATCH = 500
+#: How many keys a report lists by name (its counts are always complete).
+MAX_LISTED = 1000
 
 #: ``entry``: a ``v2``/``global`` storage key; ``doubled``: one in 1.8.0's doubled-prefix
 #: layout (``P + P + ...``); ``legacy``: a pre-``v2`` key the purge deletes; ``marker``:
@@ -44,6 +50,24 @@ def list_keys(store: Store, prefix: str) -> list[str]:
         if key.startswith(prefix):
             seen.setdefault(key, None)
     return sorted(seen)
+
+
+@dataclass
+class Report:
+    """Base of the operators' reports: counters, and the keys behind some of them."""
+
+    def note(self, kind: str, key: str) -> None:
+        """Count one more *kind* (``unreadable``...) and name *key* in ``<kind>_keys``.
+
+        The counts are always complete; a list names at most ``MAX_LISTED`` keys.
+        """
+        setattr(self, kind, getattr(self, kind) + 1)
+        names: list[str] = getattr(self, f"{kind}_keys")
+        if len(names) < MAX_LISTED:
+            names.append(key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def classify(prefix: str, key: str) -> tuple[KeyKind, ParsedKey | None]:
@@ -141,6 +165,24 @@ def read_items(
             for (single, parsed, key), raw in zip(wanted, values, strict=True):
                 yield decode_item(codec, single, parsed, raw, stored_at=key)
             bar.advance(len(chunk))
+
+
+def walk_entries(
+    core: AccessorCore, *, label: str, progress_stream: TextIO | None
+) -> tuple[int, Iterator[Item]]:
+    """The entries under *core*'s prefix, in every layout the plugin reads.
+
+    :returns: how many doubled-prefix keys are not read (``read_doubled_prefix``
+        off), and the items (see :func:`read_items`).
+    """
+    prefix, read_doubled = core.prefix, core.read_doubled_prefix
+    keys = list_keys(core.store, prefix)
+    unread = 0 if read_doubled else sum(classify(prefix, k)[0] == "doubled" for k in keys)
+    items = read_items(
+        core.store, core.codec, keys, label=label, progress_stream=progress_stream,
+        read_doubled_prefix=read_doubled,
+    )
+    return unread, items
 
 
 def decode_item(

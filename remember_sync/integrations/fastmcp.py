@@ -49,7 +49,7 @@ import anyio.to_thread
 
 from ..identity import STATELESS_SESSION_ID
 from ..plugin import RememberPlugin
-from ..tools import error_result, memory_tools
+from ..tools import error_result
 from ..types import Identity
 
 __all__ = ["PrincipalResolver", "register_memory_tools"]
@@ -112,7 +112,8 @@ def register_memory_tools(
     :returns: the registered tool names.
     :raises ValueError: the plugin's tools are not enabled.
     """
-    if not plugin.tools_options.get("enabled"):
+    tools = plugin._tools
+    if tools is None:
         raise ValueError(
             "the plugin's memory tools are disabled; build it with tools={'enabled': True}"
         )
@@ -124,7 +125,7 @@ def register_memory_tools(
         )
     middleware = _MemoryToolsMiddleware(plugin, principal or sdk_principal)
     chain.append(middleware)
-    return list(memory_tools(plugin).names.values())
+    return list(tools.names.values())
 
 
 class _MemoryToolsMiddleware:
@@ -144,10 +145,10 @@ class _MemoryToolsMiddleware:
         if method == "tools/call":
             params = ctx.params if isinstance(ctx.params, Mapping) else {}
             name = params.get("name")
-            tools = memory_tools(self._plugin)
+            tools = self._plugin._tools
             conn = _connection(ctx)
             ready = conn is None or getattr(conn, "initialize_accepted", True)
-            if isinstance(name, str) and tools.handles(name) and ready:
+            if isinstance(name, str) and tools is not None and tools.handles(name) and ready:
                 return await self._call(ctx, name, params.get("arguments"))
         return await call_next(ctx)
 

@@ -39,31 +39,18 @@ exception is logged and reported as ``REMEMBER_INTERNAL_ERROR``.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from ..accessor import RememberAccessor
-from ..errors import RememberInputError
+from ..errors import RememberInputError, ToolError
 from ..tools import error_result, result_for_exception, success_result, validate_arguments
+from ..tools._schema import json_text
 from ..types import Identity
 
 __all__ = ["ToolContext", "ToolError", "UserTool"]
 
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
-
-
-class ToolError(Exception):
-    """Raise inside a tool to return a tool error (``isError: true``) to the model.
-
-    :param message: what went wrong, written for the model.
-    :param code: a stable machine-readable code (default ``TOOL_ERROR``).
-    """
-
-    def __init__(self, message: str, *, code: str = "TOOL_ERROR") -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
 
 
 class ToolContext:
@@ -149,14 +136,11 @@ class UserTool:
             "name": self.name,
             "description": self.description,
             "inputSchema": self.input_schema,
+            "title": self.title,
+            "outputSchema": self.output_schema,
+            "annotations": self.annotations,
         }
-        if self.title is not None:
-            out["title"] = self.title
-        if self.output_schema is not None:
-            out["outputSchema"] = self.output_schema
-        if self.annotations is not None:
-            out["annotations"] = self.annotations
-        return out
+        return {k: v for k, v in out.items() if v is not None}
 
     def run(
         self,
@@ -202,5 +186,4 @@ class UserTool:
             return success_result(value)
         if self.output_schema is not None:
             raise RuntimeError(f"tool {self.name!r} declares an output_schema but returned no dict")
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return {"content": [{"type": "text", "text": text}], "isError": False}
+        return {"content": [{"type": "text", "text": json_text(value)}], "isError": False}

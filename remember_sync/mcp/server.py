@@ -69,7 +69,6 @@ from ..errors import RememberConfigurationError, RememberStoreError, RememberUna
 from ..identity import identity as bind_identity
 from ..identity import is_anonymous
 from ..plugin import RememberPlugin
-from ..tools import memory_tools
 from ..types import SCOPES, Identity
 from .auth import (
     FROM_HOST,
@@ -344,7 +343,7 @@ class McpServer:
         if not isinstance(plugin, RememberPlugin):
             raise TypeError(f"plugin must be a RememberPlugin; got {type(plugin).__name__}")
         if max_body_bytes is None:
-            max_body_bytes = default_max_body_bytes(plugin.core.max_value_bytes)
+            max_body_bytes = default_max_body_bytes(plugin._core.max_value_bytes)
         if isinstance(cors_origins, str):
             raise TypeError("cors_origins must be a list of origins, not one string")
         cors = frozenset(check_cors_origin(o) for o in cors_origins)
@@ -458,17 +457,13 @@ class McpServer:
 
     def _register(self, tool: UserTool) -> None:
         with self._lock:
-            memory = memory_tools(self.plugin) if self._memory_enabled else None
+            memory = self.plugin._tools
             if memory is not None and memory.handles(tool.name):
                 raise ValueError(f"tool name {tool.name!r} is taken by a memory tool")
             if tool.name in self._user_tools:
                 raise ValueError(f"a tool named {tool.name!r} is already registered")
             self._user_tools[tool.name] = tool
             self._listing = None
-
-    @property
-    def _memory_enabled(self) -> bool:
-        return bool(self.plugin.tools_options.get("enabled"))
 
     def tool_definitions(self) -> list[dict[str, Any]]:
         """Every tool this server lists: the memory tools, then the user's."""
@@ -491,7 +486,8 @@ class McpServer:
 
         :raises JsonRpcError: ``-32602`` when no such tool exists.
         """
-        if self._memory_enabled and memory_tools(self.plugin).handles(name):
+        memory = self.plugin._tools
+        if memory is not None and memory.handles(name):
             return self.plugin.call_tool(name, arguments, identity=who)
         tool = self._user_tools.get(name)
         if tool is None:

@@ -82,14 +82,25 @@ end
 """
 
 #: KEYS = entry, index; ARGV = value, PX ms or "", "1" for NX.  Returns 1 if written.
+#: Every write script changes the index before the entry (``ZADD``/``ZREM`` first, a
+#: ``ZSCORE`` when an NX write may not happen): an index the user may not write (ACL)
+#: or that holds another type fails the script before anything is written.
 SET_INDEXED = _HELPERS + """\
 local args = {'SET', KEYS[1], ARGV[1]}
-if ARGV[2] ~= '' then args[#args + 1] = 'PX'; args[#args + 1] = ARGV[2] end
-if ARGV[3] == '1' then args[#args + 1] = 'NX' end
-if not redis.call(unpack(args)) then return 0 end
 local score = 9000000000000000
-if ARGV[2] ~= '' then score = now_ms() + tonumber(ARGV[2]) end
-redis.call('ZADD', KEYS[2], score, KEYS[1])
+if ARGV[2] ~= '' then
+  args[4] = 'PX'; args[5] = ARGV[2]
+  score = now_ms() + tonumber(ARGV[2])
+end
+if ARGV[3] == '1' then
+  redis.call('ZSCORE', KEYS[2], KEYS[1])
+  args[#args + 1] = 'NX'
+  if not redis.call(unpack(args)) then return 0 end
+  redis.call('ZADD', KEYS[2], score, KEYS[1])
+else
+  redis.call('ZADD', KEYS[2], score, KEYS[1])
+  redis.call(unpack(args))
+end
 extend_ttl(KEYS[2], score, 1000)
 return 1
 """
@@ -97,22 +108,21 @@ return 1
 #: KEYS = entry, index; ARGV = expected, new value, PX ms or "".  As CAS_LUA_SCRIPT.
 CAS_INDEXED = _HELPERS + """\
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local score = 9000000000000000
-if ARGV[3] == '' then
-  redis.call('SET', KEYS[1], ARGV[2])
-else
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+local score, args = 9000000000000000, {'SET', KEYS[1], ARGV[2]}
+if ARGV[3] ~= '' then
+  args[4] = 'PX'; args[5] = ARGV[3]
   score = now_ms() + tonumber(ARGV[3])
 end
 redis.call('ZADD', KEYS[2], score, KEYS[1])
+redis.call(unpack(args))
 extend_ttl(KEYS[2], score, 1000)
 return 1
 """
 
-#: KEYS = index, entries...  Unlinks the entries, drops them from the index.
+#: KEYS = index, entries...  Drops the entries from the index, unlinks them.
 DELETE_INDEXED = _HELPERS + """\
-local n = redis.call('UNLINK', unpack(KEYS, 2))
 redis.call('ZREM', KEYS[1], unpack(KEYS, 2))
+local n = redis.call('UNLINK', unpack(KEYS, 2))
 fix_ttl(KEYS[1], 1000)
 return n
 """

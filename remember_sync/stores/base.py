@@ -13,6 +13,7 @@ silently succeed: a store implements all of them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -26,11 +27,11 @@ __all__ = [
     "ItemScanner",
     "NamespaceIndex",
     "Store",
-    "check_index_of",
     "check_key",
     "check_keys",
     "check_scan",
     "check_write",
+    "merged_index_of",
     "to_bytes",
     "to_text",
 ]
@@ -61,7 +62,7 @@ def check_key(key: object) -> None:
         _check_text(key, "key")
 
 
-def check_keys(keys: object) -> None:
+def check_keys(keys: Sequence[object]) -> None:
     """Refuse ``keys`` unless it is a sequence of keys (a single ``str`` is not)."""
     kind = type(keys)  # list or tuple, as a rule: no isinstance against an ABC
     if kind is not list and kind is not tuple and (
@@ -69,7 +70,7 @@ def check_keys(keys: object) -> None:
     ):
         raise RememberInputTypeError(f"keys must be a sequence of str; got {kind.__name__}")
     try:
-        if all(map(str.isascii, keys)):
+        if all(map(str.isascii, keys)):  # type: ignore[arg-type]
             return
     except TypeError:
         pass  # an item that is not a str: named below
@@ -103,11 +104,34 @@ def check_scan(pattern: object, count: object) -> None:
         raise RememberInputError(f"count must be a positive int; got {count!r}")
 
 
-def check_index_of(index_of: IndexOf) -> IndexOf:
-    """Refuse a ``use_index`` argument that is not a callable; return it."""
+def _same(f: IndexOf, g: IndexOf) -> bool:
+    """Whether *f* and *g* are the same function (or equal ``functools.partial`` objects)."""
+    if isinstance(f, functools.partial) and isinstance(g, functools.partial):
+        return (f.func, f.args, f.keywords) == (g.func, g.args, g.keywords)
+    return f is g
+
+
+class _AnyIndexOf:
+    """Several plugins (key prefixes) on one store: the first index any of them names."""
+
+    def __init__(self, parts: tuple[IndexOf, ...]) -> None:
+        self.parts = parts
+
+    def __call__(self, key: str) -> str | None:
+        return next((i for part in self.parts if (i := part(key)) is not None), None)
+
+
+def merged_index_of(current: IndexOf | None, index_of: IndexOf) -> IndexOf:
+    """What ``use_index(index_of)`` keeps: *index_of* beside *current*, not instead of it
+    (a second plugin with another prefix on the same store must not stop the first
+    one's writes from being indexed); the same function twice is kept once.
+    """
     if not callable(index_of):
         raise RememberConfigurationError("index_of must be a callable")
-    return index_of
+    parts = () if current is None else getattr(current, "parts", (current,))
+    if any(_same(part, index_of) for part in parts):
+        return current  # type: ignore[return-value]
+    return _AnyIndexOf((*parts, index_of)) if parts else index_of
 
 
 # -- the one rule for bytes: lossless ----------------------------------------------------------

@@ -48,7 +48,7 @@ from .._clock import Clock, system_clock
 from .._fork import after_fork_in_child
 from .._glob import glob_matcher
 from ..errors import RememberConfigurationError, RememberInputError
-from .base import IndexOf, check_index_of, check_key, check_keys, check_scan, check_write
+from .base import IndexOf, check_key, check_keys, check_scan, check_write, merged_index_of
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
 
@@ -433,9 +433,8 @@ class MemoryStore:
 
         Returns ``True``: an in-process store's index is complete at once.
         """
-        check_index_of(index_of)
         with self._lock:
-            self._index_of = index_of
+            self._index_of = merged_index_of(self._index_of, index_of)
             self._groups.clear()
             self._group_of.clear()
             for key in list(self._data):

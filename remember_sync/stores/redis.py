@@ -60,11 +60,11 @@ from .base import (
     CAS_LUA_SCRIPT,
     TEXT_ERRORS,
     IndexOf,
-    check_index_of,
     check_key,
     check_keys,
     check_scan,
     check_write,
+    merged_index_of,
     to_bytes,
     to_text,
 )
@@ -100,7 +100,9 @@ _CREDENTIALS = (
 )
 _PERMISSION = (
     RememberConfigurationError,
-    "the Redis user lacks a permission ({text}); grant it the string, scan and scripting commands",
+    "the Redis user lacks a permission ({text}); grant it the string, scan, scripting and "
+    "sorted-set commands of the ACL in docs/redis.rst (the listing index's; or set "
+    "listing='scan')",
 )
 
 #: Every exception class of redis-py, each listed on its own -- a subclass is mapped only by
@@ -639,8 +641,12 @@ class RedisStore:
     # -- the listing index (NamespaceIndex) --------------------------------------------
 
     def use_index(self, index_of: IndexOf) -> bool:
-        """Keep a sorted-set index per namespace (see ``docs/redis.rst``); ``False``: reindex."""
-        self._index_of = check_index_of(index_of)
+        """Keep a sorted-set index per namespace from now on (see ``docs/redis.rst``).
+
+        Returns ``False``: entries already in the database are found only after
+        a reindex.
+        """
+        self._index_of = merged_index_of(self._index_of, index_of)
         return False
 
     def _eval(self, name: str, keys: list[bytes], args: list[bytes], operation: str) -> bool:

@@ -58,11 +58,11 @@ from .base import (
     CAS_LUA_SCRIPT,
     SCAN_ITEMS_LUA_SCRIPT,
     IndexOf,
-    check_index_of,
     check_key,
     check_keys,
     check_scan,
     check_write,
+    merged_index_of,
     to_text,
 )
 
@@ -427,7 +427,7 @@ class VercelKVStore:
         Returns ``False``: entries already in the database are found only after
         a reindex (:func:`remember_sync._ops.reindex.reindex`).
         """
-        self._index_of = check_index_of(index_of)
+        self._index_of = merged_index_of(self._index_of, index_of)
         return False
 
     def _number(self, command: list[str], what: str, *, idempotent: bool = True) -> int:

@@ -1,18 +1,10 @@
 """The four LLM-callable memory tools (SPEC section 8.1): definitions, validation, dispatch.
 
-With ``tools={"enabled": True}`` a plugin exposes ``<prefix>remember_this``,
-``<prefix>recall``, ``<prefix>forget`` and ``<prefix>list_memories`` as MCP
-tool definitions (:meth:`MemoryTools.definitions`) and runs them with
-:meth:`MemoryTools.call`, which returns an MCP ``CallToolResult``-shaped dict.
-
-Every failure becomes a tool error (``isError: true``) whose text content is
-``"<CODE>: <message>"``: a stable code and a message the model can act on;
-never a traceback and never an internal detail (store addresses, storage
-keys, secrets).  Error results carry no ``structuredContent``: it would have
-to match the tool's ``outputSchema``, and clients such as the TypeScript SDK
-1.x validate it even on errors (:func:`error_parts` reads the code back).
-Unexpected exceptions are logged here, server-side, and reported as
-``REMEMBER_INTERNAL_ERROR``.
+With ``tools={"enabled": True}`` a plugin builds one :class:`MemoryTools`, which
+publishes ``<prefix>remember_this``, ``<prefix>recall``, ``<prefix>forget`` and
+``<prefix>list_memories`` as MCP tool definitions (:meth:`MemoryTools.definitions`)
+and runs them with :meth:`MemoryTools.call`, which returns an MCP
+``CallToolResult``-shaped dict (:mod:`~remember_sync.tools.results`).
 
 ``tool`` scope is keyed by the tool actually running the call, so ``recall``
 never sees what ``remember_this`` stored in ``tool`` scope: each memory tool
@@ -24,63 +16,34 @@ delete one (``REMEMBER_APPROVAL_PROTECTED``), nor an entry they cannot read
 (its brand is unknown).  Both write with compare-and-set against exactly what
 they checked, so an approval the host writes meanwhile is never overwritten;
 the host's own accessor is not restricted.
-
-:func:`validate_arguments` is the small JSON Schema subset the tools (and the
-MCP server's user tools) validate arguments with, so a published schema and
-the checks made against it cannot drift apart.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from copy import deepcopy
-from typing import TYPE_CHECKING, Any, Final
-from weakref import WeakKeyDictionary
+from typing import Any, Final
 
-from ._codec import check_json_value, entry_json
-from ._keys import check_key
-from .accessor import MAX_TTL_SECONDS, AccessorCore, RememberAccessor
-from .errors import (
+from .._codec import check_json_value, entry_json
+from .._keys import check_key
+from ..accessor import MAX_TTL_SECONDS, AccessorCore, RememberAccessor
+from ..errors import (
     RememberDecryptionError,
-    RememberIdentityError,
     RememberInputError,
     RememberInputTypeError,
     RememberScopeNotAllowedError,
     RememberStoreError,
 )
-from .identity import current_identity
-from .identity import identity as bind_identity
-from .types import SCOPES, Identity, Namespace, Scope
-
-if TYPE_CHECKING:
-    from .plugin import RememberPlugin
+from ..identity import current_identity
+from ..identity import identity as bind_identity
+from ..types import SCOPES, Identity, Namespace, Scope
+from ._schema import JSON_TYPES, validate_arguments
+from .results import UNKNOWN_TOOL_CODE, error_result, result_for_exception, success_result
 
 __all__ = [
-    "APPROVAL_PROTECTED_CODE",
-    "DEFAULT_ALLOWED_SCOPES",
-    "DEFAULT_LIST_LIMIT",
-    "INTERNAL_ERROR_CODE",
-    "MAX_LIST_LIMIT",
-    "RESERVED_BRAND",
-    "TOOL_BRANDS",
-    "TOOL_NAMES",
-    "UNKNOWN_TOOL_CODE",
-    "MemoryTools",
-    "call_plugin_tool",
-    "error_parts",
-    "error_result",
-    "memory_tools",
-    "plugin_tool_definitions",
-    "result_for_exception",
-    "success_result",
-    "validate_arguments",
+    "APPROVAL_PROTECTED_CODE", "DEFAULT_ALLOWED_SCOPES", "DEFAULT_LIST_LIMIT", "MAX_LIST_LIMIT",
+    "MAX_NESTING", "RESERVED_BRAND", "TOOL_BRANDS", "TOOL_NAMES", "MemoryTools",
 ]
-
-log = logging.getLogger("remember_sync")
 
 #: The bare tool names; the published names are ``prefix + name``.
 TOOL_NAMES: Final[tuple[str, ...]] = ("remember_this", "recall", "forget", "list_memories")
@@ -90,24 +53,16 @@ DEFAULT_ALLOWED_SCOPES: Final[tuple[Scope, ...]] = ("session", "user", "tool")
 TOOL_BRANDS: Final[tuple[str, ...]] = ("preference", "cache", "state", "conversation", "custom")
 DEFAULT_LIST_LIMIT: Final = 50
 MAX_LIST_LIMIT: Final = 100
-INTERNAL_ERROR_CODE: Final = "REMEMBER_INTERNAL_ERROR"
-UNKNOWN_TOOL_CODE: Final = "REMEMBER_UNKNOWN_TOOL"
 #: The host's brand: the tools never create, replace or delete an entry carrying it.
 RESERVED_BRAND: Final = "approval"
 #: The code of the tool error for an attempt to replace or forget an approval.
 APPROVAL_PROTECTED_CODE: Final = "REMEMBER_APPROVAL_PROTECTED"
 #: Compare-and-set rounds a tool write may lose to concurrent writers before it fails.
 _WRITE_ATTEMPTS: Final = 1000
-
-_INTERNAL_MESSAGE = (
-    "The memory tool failed because of a problem on the server; it has been logged. "
-    "Try again later."
-)
-_STORE_MESSAGE = "The memory store is unavailable right now; try again later."
-_DECRYPT_MESSAGE = (
-    "A stored memory could not be read: it was written under another secret or is damaged. "
-    "The memory tools leave it unchanged."
-)
+#: Deepest nesting of a value or metadata the tools store.  json's encoder and decoder
+#: recurse, so a value nested near the interpreter's recursion limit could be stored
+#: from one stack depth and then not be read back from a deeper one.
+MAX_NESTING: Final = 128
 
 # What the model is told about each scope: one shared description for all four
 # tools (SPEC section 8.1).  None of these lifetimes is "until disconnect" or
@@ -125,250 +80,6 @@ _SCOPE_TEXT: Final[dict[str, str]] = {
     "global": "shared by every caller",
 }
 
-
-# -- results -----------------------------------------------------------------------------
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def success_result(structured: Mapping[str, Any]) -> dict[str, Any]:
-    """A successful ``CallToolResult``: the JSON text plus ``structuredContent``."""
-    data = dict(structured)
-    return {
-        "content": [{"type": "text", "text": _json_text(data)}],
-        "structuredContent": data,
-        "isError": False,
-    }
-
-
-def error_result(code: str, message: str) -> dict[str, Any]:
-    """A tool error (``isError: true``) the model can read and act on.
-
-    The one text content is ``"<CODE>: <message>"``; there is no
-    ``structuredContent``, which would have to match the tool's
-    ``outputSchema`` (SPEC section 10).
-    """
-    return {"content": [{"type": "text", "text": f"{code}: {message}"}], "isError": True}
-
-
-def error_parts(result: Mapping[str, Any]) -> tuple[str, str]:
-    """``(code, message)`` of a tool error made by :func:`error_result`.
-
-    :raises ValueError: *result* is not such an error.
-    """
-    content = result.get("content")
-    first = content[0] if isinstance(content, list) and content else None
-    text = first.get("text") if isinstance(first, Mapping) else None
-    code, sep, message = text.partition(": ") if isinstance(text, str) else ("", "", "")
-    if result.get("isError") is not True or not sep or not code:
-        raise ValueError("not a tool error result of the form '<CODE>: <message>'")
-    return code, message
-
-
-def result_for_exception(exc: BaseException, *, tool: str) -> dict[str, Any]:
-    """Map an exception raised while running *tool* to a tool error.
-
-    Errors meant for the caller (bad input, scope, identity) keep their code
-    and message; anything else is logged here and reported without detail.
-    """
-    if isinstance(
-        exc,
-        (
-            RememberInputError,
-            RememberInputTypeError,
-            RememberScopeNotAllowedError,
-            RememberIdentityError,
-        ),
-    ):
-        return error_result(exc.code, exc.message)
-    if isinstance(exc, RememberStoreError):
-        log.warning("remember: tool %r: the store failed: %s", tool, exc.message, exc_info=exc)
-        return error_result(exc.code, _STORE_MESSAGE)
-    if isinstance(exc, RememberDecryptionError):
-        log.warning("remember: tool %r: %s", tool, exc.message)
-        return error_result(exc.code, _DECRYPT_MESSAGE)
-    log.error("remember: tool %r failed unexpectedly", tool, exc_info=exc)
-    return error_result(INTERNAL_ERROR_CODE, _INTERNAL_MESSAGE)
-
-
-# -- argument validation (a JSON Schema subset) --------------------------------------------
-
-#: Every JSON type: the schema ``type`` of a value that may be any JSON value
-#: (strict schema consumers want a ``type`` on every property).
-_JSON_TYPES: Final[tuple[str, ...]] = (
-    "string",
-    "number",
-    "integer",
-    "boolean",
-    "object",
-    "array",
-    "null",
-)
-_TYPE_NAMES: Final[dict[str, str]] = {
-    "object": "an object",
-    "array": "an array",
-    "string": "a string",
-    "integer": "an integer",
-    "number": "a number",
-    "boolean": "true or false",
-    "null": "null",
-}
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
-
-
-def _has_type(value: Any, wanted: str) -> bool:
-    actual = _json_type(value)
-    if wanted == "number":
-        return actual in ("integer", "number") and not (
-            isinstance(value, float) and not math.isfinite(value)
-        )
-    # Integers are strict: 5.0 is refused, like the accessor's ttl check (SPEC 1.2).
-    return actual == wanted
-
-
-def _where(path: str) -> str:
-    return f"argument {path!r}" if path else "the arguments"
-
-
-def _fail(path: str, problem: str) -> RememberInputError:
-    return RememberInputError(f"{_where(path)} {problem}")
-
-
-def validate_arguments(schema: Mapping[str, Any], value: Any, path: str = "") -> None:
-    """Check *value* against *schema*; raise :class:`RememberInputError` on the first problem.
-
-    Supports the keywords tool schemas use: ``type`` (a name or a list),
-    ``properties``, ``required``, ``additionalProperties`` (a bool or a
-    schema), ``enum``, ``const``, ``minLength``/``maxLength``,
-    ``minimum``/``maximum``, ``exclusiveMinimum``/``exclusiveMaximum``,
-    ``pattern``, ``items``, ``minItems``/``maxItems`` and ``anyOf``.  Other
-    keywords are ignored, so a tool must still check anything more exotic
-    itself.  ``integer`` means a JSON integer: ``5.0`` is refused.
-    """
-    if not isinstance(schema, Mapping):
-        return
-    wanted = schema.get("type")
-    if wanted is not None:
-        kinds = [wanted] if isinstance(wanted, str) else list(wanted)
-        if not any(_has_type(value, k) for k in kinds):
-            names = " or ".join(_TYPE_NAMES.get(k, k) for k in kinds)
-            raise _fail(path, f"must be {names}; got {_json_type(value)}")
-    if "const" in schema and value != schema["const"]:
-        raise _fail(path, f"must be {_json_text(schema['const'])}")
-    if "enum" in schema:
-        options = list(schema["enum"])
-        if not any(value == o and type(value) is type(o) for o in options):
-            shown = ", ".join(o if isinstance(o, str) else _json_text(o) for o in options)
-            raise _fail(path, f"must be one of {shown}; got {_shown(value)}")
-    if "anyOf" in schema:
-        for option in schema["anyOf"]:
-            try:
-                validate_arguments(option, value, path)
-            except RememberInputError:
-                continue
-            break
-        else:
-            raise _fail(path, "does not match any of the allowed forms")
-    if isinstance(value, str):
-        _check_string(schema, value, path)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        _check_number(schema, value, path)
-    elif isinstance(value, (list, tuple)):
-        _check_array(schema, value, path)
-    elif isinstance(value, Mapping):
-        _check_object(schema, value, path)
-
-
-def _shown(value: Any) -> str:
-    try:
-        text = _json_text(value)
-    except (TypeError, ValueError):
-        text = type(value).__name__
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _check_string(schema: Mapping[str, Any], value: str, path: str) -> None:
-    low, high = schema.get("minLength"), schema.get("maxLength")
-    if isinstance(low, int) and len(value) < low:
-        if low == 1:
-            raise _fail(path, "must not be empty")
-        raise _fail(path, f"must be at least {low} characters long")
-    if isinstance(high, int) and len(value) > high:
-        raise _fail(path, f"must be at most {high} characters long; got {len(value)}")
-    pattern = schema.get("pattern")
-    if isinstance(pattern, str) and re.search(pattern, value) is None:
-        raise _fail(path, f"must match the pattern {pattern!r}")
-
-
-def _check_number(schema: Mapping[str, Any], value: float, path: str) -> None:
-    low, high = schema.get("minimum"), schema.get("maximum")
-    if low is not None and value < low:
-        raise _fail(path, f"must be >= {low}; got {value}")
-    if high is not None and value > high:
-        raise _fail(path, f"must be <= {high}; got {value}")
-    xlow, xhigh = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
-    if xlow is not None and not isinstance(xlow, bool) and value <= xlow:
-        raise _fail(path, f"must be > {xlow}; got {value}")
-    if xhigh is not None and not isinstance(xhigh, bool) and value >= xhigh:
-        raise _fail(path, f"must be < {xhigh}; got {value}")
-
-
-def _check_array(schema: Mapping[str, Any], value: Sequence[Any], path: str) -> None:
-    low, high = schema.get("minItems"), schema.get("maxItems")
-    if isinstance(low, int) and len(value) < low:
-        raise _fail(path, f"must have at least {low} item(s)")
-    if isinstance(high, int) and len(value) > high:
-        raise _fail(path, f"must have at most {high} item(s); got {len(value)}")
-    items = schema.get("items")
-    if isinstance(items, Mapping):
-        for i, item in enumerate(value):
-            validate_arguments(items, item, f"{path}[{i}]")
-
-
-def _check_object(schema: Mapping[str, Any], value: Mapping[str, Any], path: str) -> None:
-    properties = schema.get("properties")
-    props: Mapping[str, Any] = properties if isinstance(properties, Mapping) else {}
-    for name in schema.get("required", ()):
-        if name not in value:
-            raise RememberInputError(f"missing required argument {_join(path, name)!r}")
-    extra = schema.get("additionalProperties", True)
-    for name in value:
-        if not isinstance(name, str):
-            raise _fail(path, f"has a non-string key {name!r}")
-        child = _join(path, name)
-        if name in props:
-            validate_arguments(props[name], value[name], child)
-        elif extra is False:
-            allowed = ", ".join(props) or "none"
-            raise RememberInputError(f"unknown argument {child!r} (allowed: {allowed})")
-        elif isinstance(extra, Mapping):
-            validate_arguments(extra, value[name], child)
-
-
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
-
-
-# -- the four tools -----------------------------------------------------------------------
 
 _Handler = Callable[[RememberAccessor, Mapping[str, Any], Scope], dict[str, Any]]
 
@@ -460,17 +171,17 @@ class MemoryTools:
         scope = self._scope_schema()
         scopes = list(self.allowed_scopes)
         key = {"type": "string", "minLength": 1}
-        remember = {
-            "name": self.names["remember_this"],
-            "title": "Remember this",
-            "description": (
+        remember = self._definition(
+            "remember_this",
+            "Remember this",
+            (
                 "Remember something for later. Store a value that can be recalled in future "
                 "conversations. Use this when the user asks you to remember preferences, "
                 "settings, or any information they want to persist. Read it back with "
                 f"{n['recall']}, delete it with {n['forget']}, and see what is stored with "
                 f"{n['list_memories']}."
             ),
-            "inputSchema": _object(
+            _object(
                 {
                     "key": {
                         **key,
@@ -479,7 +190,7 @@ class MemoryTools:
                         ),
                     },
                     "value": {
-                        "type": list(_JSON_TYPES),
+                        "type": list(JSON_TYPES),
                         "description": "The value to remember (any JSON value)",
                     },
                     "scope": scope,
@@ -501,7 +212,7 @@ class MemoryTools:
                 },
                 required=["key", "value"],
             ),
-            "outputSchema": _object(
+            _object(
                 {
                     "success": {"type": "boolean"},
                     "key": {"type": "string"},
@@ -513,33 +224,28 @@ class MemoryTools:
                 },
                 required=["success", "key", "scope"],
             ),
-            "annotations": {
-                "title": "Remember this",
-                "readOnlyHint": False,
-                "destructiveHint": False,
-                "openWorldHint": False,
-            },
-        }
-        recall = {
-            "name": self.names["recall"],
-            "title": "Recall",
-            "description": (
+            read_only=False,
+        )
+        recall = self._definition(
+            "recall",
+            "Recall",
+            (
                 "Recall something that was previously remembered. Use this to retrieve stored "
                 "preferences, settings, or any information that was saved with "
                 f"{n['remember_this']}. Use {n['list_memories']} to see which keys exist and "
                 f"{n['forget']} to delete one."
             ),
-            "inputSchema": _object(
+            _object(
                 {"key": {**key, "description": "What memory to recall"}, "scope": scope},
                 required=["key"],
             ),
-            "outputSchema": {
+            {
                 **_object(
                     {
                         "found": {"type": "boolean"},
                         "key": {"type": "string"},
                         "value": {
-                            "type": list(_JSON_TYPES),
+                            "type": list(JSON_TYPES),
                             "description": "The remembered value (when found)",
                         },
                         "scope": {"type": "string", "enum": scopes},
@@ -551,27 +257,22 @@ class MemoryTools:
                 "if": {"properties": {"found": {"const": True}}},
                 "then": {"required": ["value", "createdAt"]},
             },
-            "annotations": {
-                "title": "Recall",
-                "readOnlyHint": True,
-                "destructiveHint": False,
-                "openWorldHint": False,
-            },
-        }
-        forget = {
-            "name": self.names["forget"],
-            "title": "Forget",
-            "description": (
+            read_only=True,
+        )
+        forget = self._definition(
+            "forget",
+            "Forget",
+            (
                 "Forget a previously remembered value (stored with "
                 f"{n['remember_this']}). Use this when the user wants to delete stored "
                 f"preferences or information. {n['list_memories']} shows which keys exist; "
                 f"{n['recall']} reads one back."
             ),
-            "inputSchema": _object(
+            _object(
                 {"key": {**key, "description": "What memory to forget"}, "scope": scope},
                 required=["key"],
             ),
-            "outputSchema": _object(
+            _object(
                 {
                     "success": {"type": "boolean"},
                     "key": {"type": "string"},
@@ -580,23 +281,17 @@ class MemoryTools:
                 },
                 required=["success", "key", "scope", "existed"],
             ),
-            "annotations": {
-                "title": "Forget",
-                "readOnlyHint": False,
-                "destructiveHint": True,
-                "idempotentHint": True,
-                "openWorldHint": False,
-            },
-        }
-        listing = {
-            "name": self.names["list_memories"],
-            "title": "List memories",
-            "description": (
+            read_only=False, destructive=True, idempotent=True,
+        )
+        listing = self._definition(
+            "list_memories",
+            "List memories",
+            (
                 "List all remembered keys in a scope. Use this to see what memories are stored "
                 f"for the current session or user. Read one with {n['recall']}, delete one "
                 f"with {n['forget']}, and store one with {n['remember_this']}."
             ),
-            "inputSchema": _object(
+            _object(
                 {
                     "scope": scope,
                     "pattern": {
@@ -617,7 +312,7 @@ class MemoryTools:
                 },
                 required=[],
             ),
-            "outputSchema": _object(
+            _object(
                 {
                     "keys": {"type": "array", "items": {"type": "string"}},
                     "scope": {"type": "string", "enum": scopes},
@@ -632,27 +327,41 @@ class MemoryTools:
                 },
                 required=["keys", "scope", "count", "truncated"],
             ),
-            "annotations": {
-                "title": "List memories",
-                "readOnlyHint": True,
-                "destructiveHint": False,
-                "openWorldHint": False,
-            },
-        }
+            read_only=True,
+        )
         return [remember, recall, forget, listing]
+
+    def _definition(
+        self, bare: str, title: str, description: str, inputs: dict[str, Any],
+        outputs: dict[str, Any], *, read_only: bool, destructive: bool = False,
+        idempotent: bool = False,
+    ) -> dict[str, Any]:
+        """One tool's definition; the memory tools never reach outside the store."""
+        annotations: dict[str, Any] = {
+            "title": title,
+            "readOnlyHint": read_only,
+            "destructiveHint": destructive,
+        }
+        if idempotent:
+            annotations["idempotentHint"] = True
+        annotations["openWorldHint"] = False
+        return {
+            "name": self.names[bare],
+            "title": title,
+            "description": description,
+            "inputSchema": inputs,
+            "outputSchema": outputs,
+            "annotations": annotations,
+        }
 
     # -- dispatch -------------------------------------------------------------------
 
     def call(
-        self,
-        name: str,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        identity: Identity | None = None,
+        self, name: str, arguments: Mapping[str, Any] | None, identity: Identity | None
     ) -> dict[str, Any]:
         """Run tool *name* and return a ``CallToolResult``-shaped dict; never raises.
 
-        :param identity: who is calling (default: the identity bound in this
+        :param identity: who is calling (``None``: the identity bound in this
             context).  The tool's own name is added, so ``tool`` scope is
             keyed by the tool running the call.
         """
@@ -689,9 +398,9 @@ class MemoryTools:
         key = check_key(args["key"])
         ttl = args.get("ttl")
         value, metadata = args["value"], args.get("metadata")
-        check_json_value(value, "value")
-        if metadata is not None:
-            check_json_value(metadata, "metadata")
+        for what, data in (("value", value), ("metadata", metadata)):
+            check_json_value(data, what)
+            _check_nesting(data, what)
         core = self._core
         ns, head = core.namespace(mem.identity, scope)
         skey = head + key
@@ -756,6 +465,20 @@ class MemoryTools:
         keys = mem.list(scope=scope, pattern=args.get("pattern", "*"))
         shown = keys[:limit]
         return {"keys": shown, "scope": scope, "count": len(shown), "truncated": len(keys) > limit}
+
+
+def _check_nesting(data: Any, what: str) -> None:
+    """Refuse *data* nested more than ``MAX_NESTING`` containers deep (walked iteratively)."""
+    stack = [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth > MAX_NESTING:
+                raise RememberInputTypeError(
+                    f"{what} is nested more than {MAX_NESTING} levels deep"
+                )
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
 
 
 def _check_replaceable(
@@ -844,53 +567,6 @@ def _check_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     copy = deepcopy(dict(schema))
     properties = copy["properties"]
     properties["scope"] = {"type": "string"}
-    if "value" in properties and properties["value"].get("type") == list(_JSON_TYPES):
+    if "value" in properties and properties["value"].get("type") == list(JSON_TYPES):
         del properties["value"]["type"]
     return copy
-
-
-# -- per-plugin cache -------------------------------------------------------------------
-
-_cache: WeakKeyDictionary[Any, tuple[tuple[Any, ...], MemoryTools]] = WeakKeyDictionary()
-
-
-def memory_tools(plugin: RememberPlugin) -> MemoryTools:
-    """The :class:`MemoryTools` for *plugin*'s ``tools`` options (built once, then cached)."""
-    options = plugin.tools_options
-    settings = (options.get("prefix", ""), tuple(options.get("allowed_scopes") or ()))
-    cached = _cache.get(plugin)
-    if cached is not None and cached[0] == settings:
-        return cached[1]
-    tools = MemoryTools(
-        plugin.core, prefix=settings[0], allowed_scopes=settings[1] or DEFAULT_ALLOWED_SCOPES
-    )
-    _cache[plugin] = (settings, tools)
-    return tools
-
-
-def _unknown_tool_disabled(name: object) -> dict[str, Any]:
-    return error_result(
-        UNKNOWN_TOOL_CODE,
-        f"Unknown tool {name!r}: the memory tools are not enabled "
-        "(RememberPlugin.init(tools={'enabled': True}))",
-    )
-
-
-def call_plugin_tool(
-    plugin: RememberPlugin,
-    name: str,
-    arguments: Mapping[str, Any] | None = None,
-    *,
-    identity: Identity | None = None,
-) -> dict[str, Any]:
-    """``plugin.call_tool``: dispatch to the memory tools, or an unknown-tool error."""
-    if not plugin.tools_options.get("enabled"):
-        return _unknown_tool_disabled(name)
-    return memory_tools(plugin).call(name, arguments, identity=identity)
-
-
-def plugin_tool_definitions(plugin: RememberPlugin) -> list[dict[str, Any]]:
-    """``plugin.tool_definitions``: the four definitions, or none when tools are disabled."""
-    if not plugin.tools_options.get("enabled"):
-        return []
-    return memory_tools(plugin).definitions()

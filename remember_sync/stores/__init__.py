@@ -1,9 +1,6 @@
 """The stores: opaque strings under full keys (see :mod:`remember_sync.stores.base`).
 
-:class:`MemoryStore`, :class:`RedisStore` (standalone, Sentinel, Cluster) and
-:class:`VercelKVStore`, the protocols they implement, and the names their
-configuration errors and logs use.  The Redis and Vercel KV names are loaded on
-first use, so that importing the package does not import a driver.
+The Redis and Vercel KV names are loaded on first use: importing the package imports no driver.
 """
 
 from __future__ import annotations
@@ -20,28 +17,16 @@ if TYPE_CHECKING:
     from .vercel_kv import VercelKVStore
 
 __all__ = [
-    "ItemScanner",
-    "MemoryStore",
-    "NamespaceIndex",
-    "RedisOptionError",
-    "RedisStore",
-    "Store",
-    "VercelKVStore",
-    "glob_matcher",
-    "redacted_url",
-]
+    "ItemScanner", "MemoryStore", "NamespaceIndex", "RedisOptionError", "RedisStore", "Store",
+    "VercelKVStore", "glob_matcher", "redacted_url",
+]  # fmt: skip
 
 #: The names whose modules import a driver, and those modules.
-_LAZY = {
-    "RedisOptionError": "redis",
-    "RedisStore": "redis",
-    "redacted_url": "redis",
-    "VercelKVStore": "vercel_kv",
-}
+_LAZY = dict.fromkeys(("RedisOptionError", "RedisStore", "redacted_url"), "redis")
+_LAZY["VercelKVStore"] = "vercel_kv"
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

@@ -79,10 +79,7 @@ def check_keys(keys: Sequence[object]) -> None:
 
 
 def check_write(key: object, value: object, ttl_ms: object, expected: object = "") -> None:
-    """Refuse the arguments of ``set`` -- and of ``compare_and_set``, with *expected*.
-
-    ``ttl_ms`` must be a whole number of milliseconds >= 1, or ``None``.
-    """
+    """Refuse the arguments of ``set`` (``compare_and_set``: with *expected*); ``ttl_ms`` >= 1."""
     if (
         isinstance(key, str) and key.isascii() and isinstance(value, str) and value.isascii()
         and isinstance(expected, str) and expected.isascii()
@@ -146,11 +143,7 @@ def to_bytes(text: str) -> bytes:
 
 
 def to_text(raw: bytes) -> str:
-    """The text of bytes a store received, losslessly: ``to_bytes(to_text(b)) == b``.
-
-    Bytes that are not UTF-8 (another program's) become lone surrogates, not U+FFFD; an
-    entry made of them fails to decrypt (the accessor reports it unreadable) as garbage does.
-    """
+    """Received bytes as text, losslessly (``to_bytes(to_text(b)) == b``): not UTF-8, surrogates."""
     return raw.decode("utf-8", TEXT_ERRORS)
 
 

@@ -105,9 +105,8 @@ _PERMISSION = (
     "listing='scan')",
 )
 
-#: Every exception class of redis-py, each listed on its own -- a subclass is mapped only by
-#: its own row -- with the remember error it becomes and that error's message.  A class a
-#: new redis-py brings fails ``test_every_redis_exception_is_mapped`` until it has a row.
+#: Every exception class of redis-py on its own row (a new one fails a test until it has one):
+#: the remember error it becomes, and that error's message.
 EXCEPTION_MAP: dict[type[BaseException], tuple[type[RememberError], str]] = {
     **dict.fromkeys(
         # Connection errors are retried first (connection_retry); an error reply (WRONGTYPE,
@@ -268,32 +267,13 @@ class RedisStore:
         wait_replicas: int = 0,
         wait_timeout_ms: int | None = None,
     ) -> None:
-        tls_options = {
-            "ssl_ca_certs": ssl_ca_certs,
-            "ssl_certfile": ssl_certfile,
-            "ssl_keyfile": ssl_keyfile,
-            "ssl_check_hostname": ssl_check_hostname,
-        }
-        optional = {
-            **tls_options,
-            "sentinels": sentinels,
-            "service_name": service_name,
-            "sentinel_kwargs": sentinel_kwargs,
-            "wait_timeout_ms": wait_timeout_ms,
-        }
-        options: dict[str, Any] = {
-            "host": host,
-            "port": port,
-            "password": password,
-            "db": db,
-            "ssl": ssl,
-            "username": username,
-            "socket_timeout": socket_timeout,
-            "socket_connect_timeout": socket_connect_timeout,
-            "retries": retries,
-            "wait_replicas": wait_replicas,
-            **{k: v for k, v in optional.items() if v is not None},
-        }
+        # The arguments by name; those that default to None are left out when None.
+        options: dict[str, Any] = {k: v for k, v in locals().items() if k not in ("self", "client")}
+        tls_names = (*TLS_FILES, "ssl_check_hostname")
+        for name in (*tls_names, "sentinels", "service_name", "sentinel_kwargs", "wait_timeout_ms"):
+            if options[name] is None:
+                del options[name]
+        tls_options = {k: options[k] for k in tls_names if k in options}
         check_options(options, tls=ssl)
         if client is not None:
             self._use_client(client, options)
@@ -308,8 +288,7 @@ class RedisStore:
             "retry": connection_retry(retries),
         }
         if ssl:
-            conn["ssl"] = True
-            conn.update({k: v for k, v in tls_options.items() if v is not None})
+            conn.update(ssl=True, **tls_options)
         manager = None
         if sentinels is None and service_name is None:
             if sentinel_kwargs is not None:
@@ -535,10 +514,7 @@ class RedisStore:
                     values = self._client.mget_nonatomic(chunk)
                 else:
                     values = self._client.mget(chunk)
-                for v in values:  # _s, inline: once per value
-                    if v is not None and not isinstance(v, str):
-                        v = v.decode("utf-8", TEXT_ERRORS)
-                    out.append(v)
+                out += [None if v is None else _s(v) for v in values]
         return out
 
     def set(

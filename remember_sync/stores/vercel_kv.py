@@ -124,12 +124,9 @@ class _AttemptFailed(Exception):
         self.retryable = retryable
 
 
-#: Every exception class of ``requests.exceptions``, each on its own (a subclass is mapped
-#: only by its own row), and what it becomes.  ``RememberStoreError``: the attempt failed, and
-#: is retried as the module docs say first; ``RememberConfigurationError``: the URL or the proxy
-#: settings are wrong, not retried; ``None``: a warning, or a class requests re-exports, never
-#: raised by a request.  A class a new requests brings fails
-#: ``test_every_requests_exception_is_mapped`` until it has a row.
+#: Every class of ``requests.exceptions`` on its own row (a new one fails a test until it has
+#: one): ``RememberStoreError`` after the retries of the module docs, ``RememberConfiguration
+#: Error`` (URL, proxy) at once, ``None``: a warning or re-export that a request never raises.
 EXCEPTION_MAP: dict[type[BaseException], type[RememberError] | None] = {
     **dict.fromkeys(
         # Redirects are not followed and replies are parsed by _parse_reply, so the last

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from ._clock import Clock
 from ._codec import EntryCodec
 from ._config import store_settings
 from ._crypto import Keyring
@@ -25,7 +26,7 @@ from .stores.base import Store
 from .stores.memory import MemoryStore
 from .types import SCOPES, Identity
 
-__all__ = ["STORE_TYPES", "RememberPlugin", "register_global_store_resolver"]
+__all__ = ["STORE_TYPES", "RememberPlugin"]
 
 STORE_TYPES = ("memory", "redis", "redis-client", "vercel-kv", "global-store")
 
@@ -92,18 +93,6 @@ _REDIS_CONFIG = frozenset(
 )
 #: Redis config keys a ``url`` replaces (the URL says where and whether TLS).
 _REDIS_URL_CLASH = frozenset({"host", "port", "ssl", "sentinels", "service_name"})
-
-#: Resolvers that framework integrations register so ``global-store`` can find the
-#: host's store configuration.  Each returns ``{"redis_url": ...}`` or
-#: ``{"url": ..., "token": ...}`` (Vercel KV), or ``None`` when it has nothing.
-_global_store_resolvers: list[Callable[[], Mapping[str, Any] | None]] = []
-
-
-def register_global_store_resolver(resolver: Callable[[], Mapping[str, Any] | None]) -> None:
-    """Let a host integration tell ``type="global-store"`` where its store is."""
-    if resolver not in _global_store_resolvers:
-        _global_store_resolvers.append(resolver)
-
 
 def _config_error(option: str, message: str) -> RememberConfigurationError:
     return RememberConfigurationError(f"RememberPlugin.init option {option!r}: {message}")
@@ -456,7 +445,7 @@ def _build_store(
     store_type: str,
     options: Mapping[str, Any],
     environ: Mapping[str, str],
-    clock: Callable[[], int] | None,
+    clock: Clock | None,
     prefix: str,
     bounds: Mapping[str, int],
 ) -> tuple[Store, bool]:
@@ -486,28 +475,25 @@ def _build_store(
         if client is None:
             raise _config_error("client", "type='redis-client' needs client=<redis.Redis>")
         return _redis_store({}, client), False
+    if (options.get("url") is None) != (options.get("token") is None):
+        raise _config_error("url", "give both url and token for vercel-kv, or neither")
     if store_type == "vercel-kv":
-        url, token = options.get("url"), options.get("token")
-        if (url is None) != (token is None):
-            raise _config_error("url", "give both url and token for vercel-kv, or neither")
-        return _vercel_store(url, token, environ), True
-    return _global_store(environ), True
+        return _vercel_store(options.get("url"), options.get("token"), environ), True
+    return _global_store(options, environ), True
 
 
-def _global_store(environ: Mapping[str, str]) -> Store:
-    """Resolve the host's store: an integration's config, else the environment (``_config``)."""
-    for resolver in _global_store_resolvers:
-        found = resolver()
-        if not found:
-            continue
-        if found.get("redis_url"):
-            return _redis_store({"url": found["redis_url"]}, None)
-        if found.get("url") and found.get("token"):
-            return _vercel_store(found["url"], found["token"], environ)
-    found_env = store_settings(environ)
-    if found_env.kind == "redis":
-        return _redis_store({"url": found_env.redis_url}, None)
-    if found_env.kind == "vercel-kv":
+def _global_store(options: Mapping[str, Any], environ: Mapping[str, str]) -> Store:
+    """The host's store: the explicit ``config={"url": ...}`` or ``url``/``token`` an
+    integration passes from its app's configuration, else the environment (``_config``)."""
+    config = _check_dict(options.get("config"), "config", _REDIS_CONFIG)
+    if config:
+        return _redis_store(config, None)
+    if options.get("url") is not None:
+        return _vercel_store(options["url"], options["token"], environ)
+    found = store_settings(environ)
+    if found.kind == "redis":
+        return _redis_store({"url": found.redis_url}, None)
+    if found.kind == "vercel-kv":
         return _vercel_store(None, None, environ)
     raise RememberConfigurationError(
         "type='global-store' found no store: configure the Flask/Django integration "

@@ -66,7 +66,12 @@ from typing import TYPE_CHECKING, Any
 
 from .._secrets import resolve_keyring
 from .._sessions import SessionSigner
-from ..errors import RememberError, RememberUnavailableError
+from ..errors import (
+    RememberError,
+    RememberInputError,
+    RememberInputTypeError,
+    RememberUnavailableError,
+)
 from ..identity import identity
 from ..plugin import RememberPlugin
 from ..types import Identity
@@ -133,7 +138,7 @@ def bearer_token_resolver(verify: TokenVerifier) -> PrincipalResolver:
     lets anyone in under a name.
     """
     if not callable(verify):
-        raise TypeError("verify must be a callable: token -> principal | None")
+        raise RememberInputTypeError("verify must be a callable: token -> principal | None")
 
     def resolve(environ: Mapping[str, Any]) -> str | None:
         return principal_from_authorization(verify, environ.get("HTTP_AUTHORIZATION"))
@@ -151,7 +156,7 @@ def user_or_token_resolver(user: PrincipalResolver, verify: TokenVerifier) -> Pr
     signed-in user and a token is the signed-in user's.
     """
     if not callable(user) or not callable(verify):
-        raise TypeError("user_or_token_resolver(user, verify) takes two callables")
+        raise RememberInputTypeError("user_or_token_resolver(user, verify) takes two callables")
     bearer = bearer_token_resolver(verify)
 
     def resolve(environ: Mapping[str, Any]) -> str | None:
@@ -344,11 +349,11 @@ class RememberMiddleware:
         error_responses: bool = True,
     ) -> None:
         if not isinstance(plugin, RememberPlugin):
-            raise TypeError(f"plugin must be a RememberPlugin; got {type(plugin).__name__}")
+            raise RememberInputTypeError(f"plugin must be a RememberPlugin; got {type(plugin).__name__}")
         if principal_resolver is not None and not callable(principal_resolver):
-            raise TypeError("principal_resolver must be a callable: environ -> principal | None")
+            raise RememberInputTypeError("principal_resolver must be a callable: environ -> principal | None")
         if not isinstance(session_header, str) or not session_header.strip():
-            raise ValueError("session_header must be a non-empty header name")
+            raise RememberInputError("session_header must be a non-empty header name")
         self.app = app
         self.plugin = plugin
         self.principal_resolver: PrincipalResolver = principal_resolver or remote_user_resolver

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ._config import previous_secrets
 from ._crypto import Keyring, b64url_encode
 from ._fork import after_fork_in_child
 from .errors import RememberConfigurationError
@@ -551,8 +552,7 @@ def resolve_keyring(
     for name in ENV_SECRET_NAMES:
         value = env.get(name, "")
         if value:
-            previous = [s.strip() for s in env.get("REMEMBER_PREVIOUS_SECRETS", "").split(",")]
-            return Keyring([value, *[s for s in previous if s]], source=f"env:{name}")
+            return Keyring([value, *previous_secrets(env)], source=f"env:{name}")
     if require_secret or require_secret_from_env(env):
         raise RememberConfigurationError(
             "no secret configured, and one is required (encryption.require_secret or "

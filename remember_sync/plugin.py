@@ -16,7 +16,7 @@ from typing import Any
 
 from ._clock import Clock
 from ._codec import EntryCodec
-from ._config import store_settings
+from ._config import scope_list, store_settings
 from ._crypto import Keyring
 from ._keys import storage_namespace
 from ._secrets import resolve_keyring
@@ -24,7 +24,7 @@ from .accessor import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore, Re
 from .errors import RememberConfigurationError
 from .stores.base import Store
 from .stores.memory import MemoryStore
-from .types import SCOPES, Identity
+from .types import Identity
 
 __all__ = ["STORE_TYPES", "RememberPlugin"]
 
@@ -93,6 +93,7 @@ _REDIS_CONFIG = frozenset(
 )
 #: Redis config keys a ``url`` replaces (the URL says where and whether TLS).
 _REDIS_URL_CLASH = frozenset({"host", "port", "ssl", "sentinels", "service_name"})
+
 
 def _config_error(option: str, message: str) -> RememberConfigurationError:
     return RememberConfigurationError(f"RememberPlugin.init option {option!r}: {message}")
@@ -280,14 +281,9 @@ class RememberPlugin:
         allowed = tools.get("allowed_scopes")
         if allowed is None:
             allowed = ["session", "user", "tool"]
-        if isinstance(allowed, str) or not isinstance(allowed, (list, tuple)) or not allowed:
+        if isinstance(allowed, str) or not isinstance(allowed, (list, tuple)):
             raise _config_error("tools.allowed_scopes", "must be a non-empty list of scopes")
-        bad = [s for s in allowed if s not in SCOPES]
-        if bad:
-            raise _config_error(
-                "tools.allowed_scopes", f"unknown scope(s) {bad}; choose from {list(SCOPES)}"
-            )
-        scopes = list(dict.fromkeys(allowed))
+        scopes = scope_list(allowed, "RememberPlugin.init option 'tools.allowed_scopes'")
         return {"enabled": enabled, "prefix": prefix, "allowed_scopes": scopes}
 
     # -- the public surface -------------------------------------------------------------

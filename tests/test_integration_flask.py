@@ -104,7 +104,7 @@ def test_config_builds_a_redis_plugin_in_app_extensions(make_app: Callable[..., 
     plugin = app.extensions["remember_sync"]
     assert isinstance(plugin, RememberPlugin) and plugin is get_plugin(app)
     assert isinstance(plugin.store, RedisStore)
-    assert plugin.key_prefix == "app1:" and plugin.core.default_ttl == 60
+    assert plugin.key_prefix == "app1:" and plugin._core.default_ttl == 60
     assert plugin.keyring is not None and plugin.keyring.source == "explicit:secrets"
 
 

@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "_crypto": {"errors", "types", "_fork", "_clock", "_bounded"},
     "identity": {"errors", "types"},
     "_codec": {"errors", "types", "_crypto"},
-    "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded"},
+    "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded", "_config"},
     "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},
     "stores": {"errors", "stores", "_glob", "_fork", "_clock", "_bounded"},
     "_purge": {

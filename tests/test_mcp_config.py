@@ -118,7 +118,7 @@ def test_create_app_reads_the_environment(tmp_path: Path) -> None:
     try:
         assert [d["name"] for d in app.tool_definitions()][0] == "mem_remember_this"
         assert app.plugin.tools_options["allowed_scopes"] == ["user", "global"]
-        assert app.plugin.core.default_ttl == 60
+        assert app.plugin._core.default_ttl == 60
         status, _ = _post(app, {"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert status.startswith("401")
         alice = {"Authorization": f"Bearer {TOKEN_A}"}
@@ -256,7 +256,7 @@ def test_max_value_bytes_from_the_environment_sets_the_body_limit(tmp_path: Path
 
     app = create_app(environ={"REMEMBER_SECRET": TEST_SECRET, "REMEMBER_MAX_VALUE_BYTES": "100"})
     try:
-        assert app.plugin.core.max_value_bytes == 100
+        assert app.plugin._core.max_value_bytes == 100
         assert app.max_body_bytes == default_max_body_bytes(100)
     finally:
         app.close()

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from .. import _config
+from .._clock import system_clock
+from .._config import KV_TOKEN_ENV, StoreKind, previous_secrets
 from .._secrets import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
@@ -53,8 +54,6 @@ REDIS_URL_ENV = _config.REDIS_URL_ENV
 CLI_SOCKET_TIMEOUT = 5.0
 CLI_CONNECT_TIMEOUT = 2.0
 
-StoreKind = Literal["memory", "redis", "vercel-kv"]
-
 
 @dataclass(frozen=True)
 class StoreChoice:
@@ -70,6 +69,8 @@ class StoreChoice:
     def describe(self) -> str:
         """A printable name of the store, without any password."""
         if self.kind == "redis" and self.redis_url is not None:
+            from ..stores.redis_connect import redacted_url  # lazy: --help never imports redis
+
             return f"redis {redacted_url(self.redis_url)}"
         if self.kind == "vercel-kv":
             return "vercel-kv (KV_REST_API_URL)"
@@ -90,20 +91,13 @@ class SecretChoice:
     frontmcp_compatible: bool = False
 
 
-def redacted_url(url: str) -> str:
-    """*url* with any password replaced by ``***`` (the Redis store's own redaction)."""
-    from ..stores.redis import redacted_url as redact  # lazy: --help never imports redis
-
-    return redact(url)
-
-
 def secret_values(environ: Mapping[str, str], store: StoreChoice | None = None) -> list[str]:
     """Every secret-bearing string the command knows of (to scrub from messages)."""
     found: list[str] = []
-    for name in (*ENV_SECRET_NAMES, "KV_REST_API_TOKEN"):
+    for name in (*ENV_SECRET_NAMES, KV_TOKEN_ENV):
         if environ.get(name):
             found.append(environ[name])
-    found.extend(s.strip() for s in environ.get("REMEMBER_PREVIOUS_SECRETS", "").split(","))
+    found.extend(previous_secrets(environ))
     if store is not None and store.redis_url:
         try:
             password = urlsplit(store.redis_url).password
@@ -163,7 +157,7 @@ def _read_secret_file(path: Path) -> str:
             "(the CLI never creates one)"
         )
     try:
-        return validate_secret_file(raw, time.time_ns() // 1_000_000)
+        return validate_secret_file(raw, system_clock())
     except (ValueError, TypeError) as exc:
         raise RememberConfigurationError(
             f"the secret file {path} is invalid ({exc}); the CLI will not replace it"
@@ -233,8 +227,7 @@ def build_plugin(
                 )
             path = Path.cwd() / DEFAULT_SECRET_FILE
         if path is not None:
-            previous = [s.strip() for s in env.get("REMEMBER_PREVIOUS_SECRETS", "").split(",")]
-            encryption["secrets"] = [_read_secret_file(path), *[s for s in previous if s]]
+            encryption["secrets"] = [_read_secret_file(path), *previous_secrets(env)]
             source = f"file:{path}"
     plugin = RememberPlugin.init(
         store=store,

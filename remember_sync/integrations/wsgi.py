@@ -349,9 +349,13 @@ class RememberMiddleware:
         error_responses: bool = True,
     ) -> None:
         if not isinstance(plugin, RememberPlugin):
-            raise RememberInputTypeError(f"plugin must be a RememberPlugin; got {type(plugin).__name__}")
+            raise RememberInputTypeError(
+                f"plugin must be a RememberPlugin; got {type(plugin).__name__}"
+            )
         if principal_resolver is not None and not callable(principal_resolver):
-            raise RememberInputTypeError("principal_resolver must be a callable: environ -> principal | None")
+            raise RememberInputTypeError(
+                "principal_resolver must be a callable: environ -> principal | None"
+            )
         if not isinstance(session_header, str) or not session_header.strip():
             raise RememberInputError("session_header must be a non-empty header name")
         self.app = app

@@ -73,7 +73,6 @@ tests) rebuilds it.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -88,7 +87,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-framework i
         "remember_sync.integrations.django needs Django: pip install 'remember-sync[django]'"
     ) from exc
 
-from .._fork import after_fork_in_child
+from .._fork import ForkSafeLock
 from .._sessions import SessionSigner
 from ..errors import (
     RememberConfigurationError,
@@ -104,6 +103,7 @@ from .wsgi import (
     ENVIRON_IDENTITY,
     SESSION_NOT_FOUND,
     error_payload,
+    host_plugin,
     mounted_principal_resolver,
     principal_from_authorization,
     session_signer,
@@ -241,19 +241,11 @@ class _Runtime:
     reject_unverified_session: bool
 
 
-_lock = threading.Lock()
+# A thread of the parent may have held it at a fork (see _fork), e.g. while building the
+# runtime on a first request.  _runtime is assigned only once built, so the child sees a
+# whole runtime or None (and then builds its own).
+_lock = ForkSafeLock()
 _runtime: _Runtime | None = None
-
-
-def _after_fork_in_child() -> None:
-    # A thread of the parent may have held the lock at the fork (see _fork), e.g. while
-    # building the runtime on a first request.  _runtime is assigned only once built,
-    # so the child sees a whole runtime or None (and then builds its own).
-    global _lock
-    _lock = threading.Lock()
-
-
-after_fork_in_child(_after_fork_in_child)
 
 
 def _build() -> _Runtime:
@@ -271,13 +263,9 @@ def _build() -> _Runtime:
     header = integration.get("session_header", "Mcp-Session-Id")
     if not isinstance(header, str) or not header.strip():
         raise _config_error("session_header", "must be a non-empty header name")
-    given = integration.get("plugin")
-    if given is not None:
-        if not isinstance(given, RememberPlugin):
-            raise _config_error("plugin", "must be a RememberPlugin")
-        plugin, owns = given, False
-    else:
-        plugin, owns = RememberPlugin.init(**options), True
+    plugin, owns = host_plugin(
+        integration.get("plugin"), "settings.REMEMBER['plugin']", lambda: options
+    )
     try:
         signer = session_signer(plugin)
     except BaseException:

@@ -97,6 +97,7 @@ from .wsgi import (
     PrincipalResolver,
     RememberMiddleware,
     error_payload,
+    host_plugin,
     mounted_principal_resolver,
     remote_user_resolver,
     user_or_token_resolver,
@@ -273,13 +274,11 @@ class RememberSync:
         user = _user_resolver(app, config)
         verifier = _token_verifier(config)
         resolver = user if verifier is None else user_or_token_resolver(user, verifier)
-        given = config.get("REMEMBER_PLUGIN")
-        if given is not None:
-            if not isinstance(given, RememberPlugin):
-                raise _config_error("REMEMBER_PLUGIN", "must be a RememberPlugin")
-            plugin, owns = given, False
-        else:
-            plugin, owns = RememberPlugin.init(**options_from_config(config)), True
+        plugin, owns = host_plugin(
+            config.get("REMEMBER_PLUGIN"),
+            "Flask config REMEMBER_PLUGIN",
+            lambda: options_from_config(config),
+        )
         try:
             middleware = RememberMiddleware(
                 app.wsgi_app,

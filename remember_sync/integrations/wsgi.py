@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 from .._secrets import resolve_keyring
 from .._sessions import SessionSigner
 from ..errors import (
+    RememberConfigurationError,
     RememberError,
     RememberInputError,
     RememberInputTypeError,
@@ -90,6 +91,7 @@ __all__ = [
     "bearer_token",
     "bearer_token_resolver",
     "error_payload",
+    "host_plugin",
     "mounted_principal_resolver",
     "principal_from_authorization",
     "remote_user_resolver",
@@ -216,6 +218,24 @@ def _principal(value: object, resolver: object) -> str | None:
             "expected a str or None"
         )
     return value
+
+
+def host_plugin(
+    given: object, name: str, options: Callable[[], Mapping[str, Any]]
+) -> tuple[RememberPlugin, bool]:
+    """A framework integration's plugin, and whether the integration owns (closes) it.
+
+    *given* is the host's ready plugin (config key *name*), used as it is; without
+    one, a plugin is built from ``options()``, the host's configuration as explicit
+    :meth:`RememberPlugin.init` arguments.
+
+    :raises RememberConfigurationError: *given* is not a :class:`RememberPlugin`.
+    """
+    if given is None:
+        return RememberPlugin.init(**options()), True
+    if not isinstance(given, RememberPlugin):
+        raise RememberConfigurationError(f"{name}: must be a RememberPlugin")
+    return given, False
 
 
 # -- sessions -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from types import MethodType, TracebackType
+from types import MethodType
 
 log = logging.getLogger("remember_sync")
 
@@ -61,12 +61,7 @@ class ForkSafeLock:
     def __enter__(self) -> None:
         self._lock.acquire()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._lock.release()
 
 

@@ -45,7 +45,10 @@ ALLOWED: dict[str, set[str]] = {
     "mcp": CORE
     | {"stores", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork", "_config"},
     "cli": CORE
-    | {"stores", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp", "_config"},
+    | {
+        "stores", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp", "_config",
+        "cli",
+    },
     "__main__": {"cli"},
     "__init__": CORE | {"stores", "accessor", "plugin"},
     "integrations": CORE

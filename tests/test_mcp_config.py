@@ -252,7 +252,7 @@ def test_a_failing_principal_resolver_refuses(make_plugin: Any) -> None:
 
 def test_max_value_bytes_from_the_environment_sets_the_body_limit(tmp_path: Path) -> None:
     """REMEMBER_MAX_VALUE_BYTES bounds values; the HTTP body limit follows it."""
-    from remember_sync.mcp.server import default_max_body_bytes
+    from remember_sync.mcp._wsgi import default_max_body_bytes
 
     app = create_app(environ={"REMEMBER_SECRET": TEST_SECRET, "REMEMBER_MAX_VALUE_BYTES": "100"})
     try:

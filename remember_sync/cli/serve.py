@@ -54,29 +54,28 @@ from .._config import REDIS_URL_ENV, store_settings
 from .._keys import layout_marker_key
 from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
-from ..stores.base import Store
-from ..stores.memory import MemoryStore
-from ..types import SCOPES
-from ._banner import Access, access_lines, client_lines, url_for_clients
-from .auth import (
+from ..mcp._banner import Access, access_lines, client_lines, url_for_clients
+from ..mcp._wsgi import DEFAULT_PATH, check_cors_origin
+from ..mcp.app import (
+    BOUND_ENV,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENTRIES,
+    MAX_VALUE_BYTES_ENV,
+    plugin_from_options,
+)
+from ..mcp.auth import (
     StaticTokenVerifier,
     TokenVerifier,
     check_local_user,
     default_token_file,
     load_or_create_local_token,
 )
-from .httpd import KeepAliveWSGIServer, WSGIApp, make_server
-from .oauth import OAuthVerifier
-from .server import (
-    BOUND_ENV,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_ENTRIES,
-    DEFAULT_PATH,
-    MAX_VALUE_BYTES_ENV,
-    McpServer,
-    check_cors_origin,
-    plugin_from_options,
-)
+from ..mcp.httpd import KeepAliveWSGIServer, WSGIApp, make_server
+from ..mcp.oauth import OAuthVerifier
+from ..mcp.server import McpServer
+from ..stores.base import Store
+from ..stores.memory import MemoryStore
+from ..types import SCOPES
 
 __all__ = ["add_serve_command", "build_parser", "main", "run_serve", "run_server"]
 
@@ -311,7 +310,7 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser for ``python -m remember_sync.mcp.serve``."""
+    """A stand-alone parser for ``python -m remember_sync.cli.serve``."""
     return _configure(argparse.ArgumentParser(prog=f"{PROG} serve"))
 
 
@@ -652,7 +651,7 @@ def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: list[bool]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m remember_sync.mcp.serve [options]`` (the same as ``remember-sync serve``)."""
+    """``python -m remember_sync.cli.serve [options]`` (the same as ``remember-sync serve``)."""
     args = build_parser().parse_args(argv)
     return run_serve(args)
 

@@ -152,8 +152,15 @@ def env_whole(env: Mapping[str, str], name: str, *, minimum: int, unit: str) -> 
     return value
 
 
+def _named_error(name: str, detail: str) -> RememberConfigurationError:
+    # No name: a command-line parser adds the flag's own ("argument --x: ...").
+    return RememberConfigurationError(f"{name}: {detail}" if name else detail)
+
+
 def scope_list(value: str | Sequence[object], name: str) -> list[str]:
     """The scopes in *value* -- comma-separated text or a list -- in order, once each.
+
+    :param name: what gave *value*, for the message (``""``: no name).
 
     :raises RememberConfigurationError: a name that is not a scope, or none at all.
     """
@@ -162,7 +169,7 @@ def scope_list(value: str | Sequence[object], name: str) -> list[str]:
     bad = [str(s) for s in value if s not in SCOPES]
     if bad or not value:
         got = f"unknown scope(s) {', '.join(bad)}" if bad else "no scope"
-        raise RememberConfigurationError(f"{name}: {got}; choose from {', '.join(SCOPES)}")
+        raise _named_error(name, f"{got}; choose from {', '.join(SCOPES)}")
     return list(dict.fromkeys(str(s) for s in value))
 
 
@@ -183,15 +190,15 @@ def previous_secrets(env: Mapping[str, str]) -> list[str]:
 def check_redis_url(url: str, source: str) -> str:
     """*url* if it has a Redis scheme (:data:`REDIS_SCHEMES`).
 
-    :param source: what gave it, for the message (``"argument --redis-url"``,
-        ``"environment variable REDIS_URL"``).
+    :param source: what gave it, for the message (``"redis_url"``,
+        ``"environment variable REDIS_URL"``; ``""``: no name).
     :raises RememberConfigurationError: another scheme; the message never
         repeats the URL (it may carry a password).
     """
     if not url.startswith(REDIS_SCHEMES):
-        raise RememberConfigurationError(
-            f"{source}: must be a redis://, rediss://, unix://, redis+sentinel:// or "
-            "rediss+sentinel:// URL"
+        raise _named_error(
+            source,
+            "must be a redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel:// URL",
         )
     return url
 

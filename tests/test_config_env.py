@@ -264,3 +264,17 @@ def test_serve_with_only_redis_url(
         assert f"store: redis redis://127.0.0.1:{redis_url.rsplit(':', 1)[1]}" in served.output
     finally:
         served.stop()
+
+
+@pytest.mark.parametrize("command", [["serve"], ["list", "--scope", "global"]])
+def test_one_redis_url_check_for_serve_and_the_other_commands(command: list[str]) -> None:
+    """`serve --redis-url 'not a url'` fails at once (exit 2), like every other command, and
+    a bad REDIS_URL is named; neither repeats the value."""
+    flag = _cli(*command, "--redis-url", "not a url")
+    assert flag.returncode == 2, flag.stderr
+    assert "argument --redis-url: must be a redis://" in flag.stderr
+    assert "not a url" not in flag.stderr and flag.stdout == ""
+    env = _cli(*command, REDIS_URL="http://:pw-9e1c@h/0")
+    assert env.returncode == 2, env.stderr
+    assert "environment variable REDIS_URL: must be a redis://" in env.stderr
+    assert "pw-9e1c" not in env.stderr + env.stdout

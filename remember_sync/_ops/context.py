@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .. import _config
 from .._clock import system_clock
 from .._config import KV_TOKEN_ENV, StoreKind, previous_secrets
 from .._secrets import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
@@ -34,7 +33,6 @@ from ..plugin import RememberPlugin
 from ..stores.base import Store
 
 __all__ = [
-    "REDIS_URL_ENV",
     "Opened",
     "SecretChoice",
     "StoreChoice",
@@ -43,11 +41,6 @@ __all__ = [
     "redact",
     "secret_values",
 ]
-
-#: Environment variable the CLI reads a Redis URL from when ``--redis-url`` is not given,
-#: so a password need not appear on a command line (and in ``ps``); ``REDIS_URL`` after
-#: it (see :mod:`remember_sync._config`).
-REDIS_URL_ENV = _config.REDIS_URL_ENV
 
 #: Seconds the CLI waits for a Redis reply / connection (the library defaults are
 #: 1 s / 0.5 s, sized for request paths; see docs/redis.rst).
@@ -109,7 +102,7 @@ def secret_values(environ: Mapping[str, str], store: StoreChoice | None = None) 
     return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
 
-def redact(text: str, secrets: list[str]) -> str:
+def redact(text: str, secrets: Sequence[str]) -> str:
     """*text* with every occurrence of *secrets* replaced by ``***``."""
     for secret in secrets:
         text = text.replace(secret, "***")

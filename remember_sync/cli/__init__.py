@@ -31,10 +31,9 @@ from ._common import (
     EXIT_USAGE,
     PROG,
     _redact,
-    _run,
     _stderr,
 )
-from ._parser import _redis_url, build_parser
+from ._parser import build_parser
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
     from .._ops.context import StoreChoice
@@ -82,31 +81,19 @@ def _changes_store(args: argparse.Namespace) -> bool:
 
 
 def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> StoreChoice:
-    from .._config import KV_URL_ENV, PLATFORM_REDIS_URL_ENV, store_settings
-    from .._ops.context import REDIS_URL_ENV, StoreChoice
+    from .._config import KV_URL_ENV, PLATFORM_REDIS_URL_ENV, REDIS_URL_ENV, store_settings
+    from .._ops.context import StoreChoice
     from ..errors import RememberConfigurationError
 
-    if getattr(args, "vercel_kv", False):
-        if getattr(args, "redis_url", None) is not None:
-            sub.error("argument --vercel-kv: not allowed with argument --redis-url")
-        return StoreChoice("vercel-kv")
+    redis_url, vercel_kv = getattr(args, "redis_url", None), getattr(args, "vercel_kv", False)
+    if vercel_kv and redis_url is not None:
+        sub.error("argument --vercel-kv: not allowed with argument --redis-url")
     try:
-        found = store_settings(os.environ, redis_url=getattr(args, "redis_url", None))
+        found = store_settings(os.environ, redis_url=redis_url, vercel_kv=vercel_kv)
     except RememberConfigurationError as exc:
         sub.error(exc.message)
-    if found.kind == "vercel-kv":
-        choice = StoreChoice("vercel-kv")
-    elif found.kind == "redis" and found.redis_url is not None:
-        url = found.redis_url
-        if found.source != "argument":
-            try:
-                url = _redis_url(url)
-            except argparse.ArgumentTypeError as exc:
-                sub.error(f"environment variable {found.source}: {exc}")
-        choice = StoreChoice("redis", url)
-    else:
-        choice = None
-    if choice is not None:
+    if found.kind != "memory":
+        choice = StoreChoice(found.kind, found.redis_url)
         if found.source in (PLATFORM_REDIS_URL_ENV, KV_URL_ENV) and _changes_store(args):
             # A hosting platform's variable may name the application's own (production)
             # store, not one meant for this command: say which store is about to change.
@@ -131,8 +118,10 @@ def _validate(args: argparse.Namespace) -> None:
     if getattr(args, "scope", None) is not None:
         args.identity = _identity(args, sub)
     if "redis_url" in vars(args) or "vercel_kv" in vars(args):
+        from .._ops.context import secret_values
+
         args.store_choice = _store_choice(args, sub)
-        _run.refresh_secrets(args.store_choice)
+        args.secrets = secret_values(os.environ, args.store_choice)
     if getattr(args, "secret_file", None) is not None and getattr(args, "plaintext", False):
         sub.error("argument --secret-file: not allowed with --plaintext")
     if args.command == "export" and args.output is not None and os.path.lexists(args.output):
@@ -173,14 +162,17 @@ def _read_records(path: str, sub: argparse.ArgumentParser) -> list[ImportRecord]
 
 
 class _StderrFormatter(logging.Formatter):
+    def __init__(self, secrets: Sequence[str]) -> None:
+        super().__init__()
+        self.secrets = secrets
+
     def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname.lower()}: {_redact(record.getMessage())}"
+        return f"{record.levelname.lower()}: {_redact(record.getMessage(), self.secrets)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (the console script exits with it)."""
     parser = build_parser()
-    _run.secrets = []
     try:
         args = parser.parse_args(argv)
         if getattr(args, "handler", None) is None and callable(getattr(args, "func", None)):
@@ -195,8 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
 
+    secrets: list[str] = getattr(args, "secrets", [])
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_StderrFormatter())
+    handler.setFormatter(_StderrFormatter(secrets))
     handler.setLevel(logging.WARNING)
     logger = logging.getLogger("remember_sync")
     logger.addHandler(handler)
@@ -206,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # a usage error found while running (e.g. rotate --plaintext)
         return exc.code if isinstance(exc.code, int) else EXIT_FAIL
     except RememberError as exc:
-        _stderr(f"{PROG}: error: {_redact(exc.message)}")
+        _stderr(f"{PROG}: error: {_redact(exc.message, secrets)}")
         return EXIT_FAIL
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
@@ -214,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(OSError):
                 sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - swallow the final flush
             return EXIT_FAIL
-        _stderr(f"{PROG}: error: {_redact(str(exc))}")
+        _stderr(f"{PROG}: error: {_redact(str(exc), secrets)}")
         return EXIT_FAIL
     except KeyboardInterrupt:
         _stderr(f"{PROG}: interrupted")

@@ -1,17 +1,19 @@
-"""What every command shares: exit codes, messages, the per-run state, opening a store, printing."""
+"""What every command shares: exit codes, messages, argument checks, opening a store, printing."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
-import os
 import sys
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TextIO
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+
+from .._config import check_redis_url
+from ..errors import RememberConfigurationError
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
-    from .._ops.context import Opened, StoreChoice
+    from .._ops.context import Opened
 
 
 PROG = "remember-sync"
@@ -20,6 +22,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SHOWN = 20
 
 Handler = Callable[[argparse.Namespace], int]
+T = TypeVar("T")
 
 _NEEDS_STORE = (
     "needs a real store: give --redis-url URL (or set {env} or REDIS_URL) or --vercel-kv "
@@ -35,21 +38,21 @@ _STORE_EPILOG = (
 )
 
 
+def _flag(check: Callable[[str, str], T]) -> Callable[[str], T]:
+    """An argparse type from a check of :mod:`remember_sync._config` (one rule for both)."""
+
+    def convert(text: str) -> T:
+        try:
+            return check(text, "")
+        except RememberConfigurationError as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
+
+    convert.__name__ = check.__name__
+    return convert
 
 
-class _Run:
-    """Per-invocation state: the store choice and what to scrub from messages."""
-
-    def __init__(self) -> None:
-        self.secrets: list[str] = []
-
-    def refresh_secrets(self, store: StoreChoice) -> None:
-        from .._ops.context import secret_values
-
-        self.secrets = secret_values(os.environ, store)
-
-
-_run = _Run()
+# The value may carry a password: the message never repeats it.
+_redis_url = _flag(check_redis_url)
 
 
 @contextlib.contextmanager
@@ -102,8 +105,9 @@ def _progress_stream() -> TextIO:
     return sys.stderr
 
 
-def _redact(text: str) -> str:
+def _redact(text: str, secrets: Sequence[str]) -> str:
+    """*text* without any of *secrets* (``args.secrets``: what this run knows of)."""
     from .._ops.context import redact
 
-    return redact(text, _run.secrets)
+    return redact(text, secrets)
 

@@ -7,9 +7,10 @@ import json
 import textwrap
 from typing import Any
 
+from .._config import REDIS_URL_ENV
 from .._keys import check_key, check_pattern
 from ..types import BRANDS, SCOPES
-from ._common import _STORE_EPILOG, PROG, Handler
+from ._common import _STORE_EPILOG, PROG, Handler, _redis_url
 from .admin import (
     _cmd_doctor,
     _cmd_purge_legacy,
@@ -93,22 +94,12 @@ def _identity_part(text: str) -> str:
     return text
 
 
-def _redis_url(text: str) -> str:
-    # The value may carry a password: the message never repeats it.
-    schemes = ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://")
-    if not text.startswith(schemes):
-        raise argparse.ArgumentTypeError(
-            "must be a redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel:// URL"
-        )
-    return text
 
 
 # -- the parser ---------------------------------------------------------------------------
 
 
 def _store_options() -> argparse.ArgumentParser:
-    from .._ops.context import REDIS_URL_ENV
-
     parent = argparse.ArgumentParser(add_help=False)
     # --redis-url and --vercel-kv exclude each other (checked in _store_choice: argparse
     # cannot show a mutually exclusive group inside a titled group).
@@ -211,8 +202,6 @@ class _Formatter(argparse.HelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every subcommand with its options and handler."""
-    from .._ops.context import REDIS_URL_ENV
-
     parser = argparse.ArgumentParser(
         prog=PROG,
         formatter_class=_Formatter,

@@ -93,7 +93,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             )
         except RememberError as exc:
             # Still check the store: "no secret" and "no store" are worth knowing together.
-            secret = Check("secret", "attention", _redact(exc.message))
+            secret = Check("secret", "attention", _redact(exc.message, args.secrets))
             codec, now = None, wall_clock_ms()
         else:
             secret = secret_check(opened.secret_summary())

@@ -111,7 +111,8 @@ def _read_before_replacing(
         except RememberDecryptionError as exc:
             if not args.include_unreadable:
                 _stderr(
-                    f"{PROG}: error: {_redact(exc.message)}; {_UNREAD}, so it was not {done} "
+                    f"{PROG}: error: {_redact(exc.message, args.secrets)}; {_UNREAD}, so it was "
+                    f"not {done} "
                     f"(nothing changed). --include-unreadable {does} it anyway"
                 )
                 return None

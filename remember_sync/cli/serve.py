@@ -50,7 +50,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._config import REDIS_URL_ENV, store_settings
+from .._config import REDIS_URL_ENV, scope_list, store_settings
 from .._keys import layout_marker_key
 from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
@@ -75,7 +75,7 @@ from ..mcp.oauth import OAuthVerifier
 from ..mcp.server import McpServer
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
-from ..types import SCOPES
+from ._common import _flag, _redis_url
 
 __all__ = ["add_serve_command", "build_parser", "main", "run_serve", "run_server"]
 
@@ -91,16 +91,6 @@ def _port(text: str) -> int:
     if not 0 <= value < 65536:
         raise argparse.ArgumentTypeError(f"must be 0..65535; got {value}")
     return value
-
-
-def _scopes(text: str) -> list[str]:
-    scopes = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [s for s in scopes if s not in SCOPES]
-    if bad or not scopes:
-        raise argparse.ArgumentTypeError(
-            f"must be a comma-separated list of {', '.join(SCOPES)}; got {text!r}"
-        )
-    return list(dict.fromkeys(scopes))
 
 
 def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
@@ -166,6 +156,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     store.add_argument(
         "--redis-url",
         metavar="URL",
+        type=_redis_url,
         help=f"keep memory in Redis (or set {REDIS_URL_ENV} or REDIS_URL, which keep a "
         "password off the command line; see docs/configuration.rst); default: in-process "
         "memory",
@@ -184,7 +175,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--allowed-scopes",
-        type=_scopes,
+        type=_flag(scope_list),
         default=["session", "user", "tool"],
         metavar="LIST",
         help="scopes the model may use, comma-separated (default: "
@@ -318,7 +309,9 @@ def _store_description(
     args: argparse.Namespace, redis_url: str | None, store: Store | None = None
 ) -> str:
     if redis_url:
-        return f"redis {_redacted(redis_url)}"
+        from ..stores.redis_connect import redacted_url
+
+        return f"redis {redacted_url(redis_url)}"
     if args.vercel_kv:
         return "vercel-kv (KV_REST_API_URL)"
     bounds = ""
@@ -332,19 +325,6 @@ def _size(nbytes: int | None) -> str:
     if nbytes is not None and nbytes % mib == 0:
         return f"{nbytes // mib} MiB"
     return f"{nbytes} bytes"
-
-
-def _redacted(url: str) -> str:
-    """*url* without its password (the startup line never shows a secret)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        port = f":{parts.port}" if parts.port else ""
-        netloc = f"{parts.username or ''}:***@{parts.hostname or ''}{port}"
-        return parts._replace(netloc=netloc).geturl()
-    except ValueError:
-        return "<unparseable URL>"
 
 
 def _url_host(host: str) -> str:

@@ -9,7 +9,6 @@ from typing import Any
 from .. import _config
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
-from ..types import SCOPES
 from .auth import (
     StaticTokenVerifier,
 )
@@ -70,20 +69,13 @@ def plugin_from_options(
     default) bounds each value; the server's HTTP body limit follows it.
     Extra keyword arguments go to :meth:`RememberPlugin.init`.
     """
-    if redis_url and vercel_kv:
-        raise RememberConfigurationError("give either a Redis URL or Vercel KV, not both")
+    store = _config.store_settings({}, redis_url=redis_url, vercel_kv=vercel_kv)  # the checks
     if not all(c.isalnum() or c in "_-." for c in tools_prefix):
         raise RememberConfigurationError(
             f"tools prefix {tools_prefix!r} may only use letters, digits, '_', '-' and '.' "
             "(MCP tool names)"
         )
-    scopes = list(allowed_scopes) if allowed_scopes else None
-    if scopes is not None:
-        bad = [s for s in scopes if s not in SCOPES]
-        if bad:
-            raise RememberConfigurationError(
-                f"unknown scope(s) {', '.join(bad)}; choose from {', '.join(SCOPES)}"
-            )
+    scopes = _config.scope_list(allowed_scopes, "allowed_scopes") if allowed_scopes else None
     options: dict[str, Any] = {
         "tools": {"enabled": True, "prefix": tools_prefix, "allowed_scopes": scopes},
         "default_ttl": default_ttl,
@@ -95,7 +87,7 @@ def plugin_from_options(
         value = given[option]
         if value is None:
             value = _config.env_whole(env, name, minimum=1, unit="a whole number")
-        if value is None and not (redis_url or vercel_kv):
+        if value is None and store.kind == "memory":
             value = default
         if value is not None:
             options[option] = value  # with Redis or Vercel KV, init names the mistake
@@ -105,11 +97,11 @@ def plugin_from_options(
         )
     if max_value_bytes is not None:
         options["max_value_bytes"] = max_value_bytes
-    if redis_url:
-        options.update(type="redis", config={"url": redis_url})
-    elif vercel_kv:
+    if store.kind == "redis":
+        options.update(type="redis", config={"url": store.redis_url})
+    elif store.kind == "vercel-kv":
         options["type"] = "vercel-kv"
-    if redis_url or vercel_kv:
+    if store.kind != "memory":
         # A real store outlives this process and is shared: never invent a secret for it
         # (a development file in whatever directory the server started in).  The memory
         # store dies with the process, so it keeps the library's fallbacks.

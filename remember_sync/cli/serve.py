@@ -48,7 +48,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
-from urllib.parse import urlsplit
 
 from .._config import REDIS_URL_ENV, scope_list, store_settings
 from .._keys import layout_marker_key
@@ -442,10 +441,10 @@ def run_serve(args: argparse.Namespace) -> int:
                 # Fail at start, not on the first tool call: one read of the layout marker.
                 plugin.store.get(layout_marker_key(plugin.key_prefix))
             except RememberError as exc:
-                message = exc.message
-                password = urlsplit(redis_url).password if redis_url else None
-                if password:
-                    message = message.replace(password, "***")
+                from .._ops.context import StoreChoice, redact, secret_values
+
+                known = secret_values(os.environ, StoreChoice(chosen.kind, redis_url))
+                message = redact(exc.message, known)
                 store = _store_description(args, redis_url)
                 sys.stderr.write(
                     f"{PROG} serve: error: cannot reach the store ({store}): {message}\n"

@@ -18,6 +18,7 @@ from ._common import (
     _print_json,
     _progress_stream,
     _redact,
+    _report_keys,
     _stderr,
 )
 
@@ -37,7 +38,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     from .._ops.inspect import collect_stats
 
     with _opened(args) as opened:
-        core = opened.plugin.core
+        core = opened.plugin._core
         stats = collect_stats(
             core.store, core.prefix, core.codec, now=core.clock(),
             progress_stream=_progress_stream(), read_doubled_prefix=core.read_doubled_prefix,
@@ -97,7 +98,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             codec, now = None, wall_clock_ms()
         else:
             secret = secret_check(opened.secret_summary())
-            codec, now = opened.plugin.core.codec, opened.plugin.core.clock()
+            codec, now = opened.plugin._core.codec, opened.plugin._core.clock()
             opened.plugin.close()  # it does not own the store; nothing of it is needed below
         checks = run_doctor(
             store,
@@ -140,7 +141,7 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
     from .._ops.rotate import rotate
 
     with _opened(args, writes=True) as opened:
-        result = rotate(opened.plugin.core, dry_run=args.dry_run,
+        result = rotate(opened.plugin._core, dry_run=args.dry_run,
                         progress_stream=_progress_stream())
     if args.json:
         _print_json(result.to_dict())
@@ -150,16 +151,10 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
             f"{verb} {result.rotated} of {result.examined} entries; {result.current} already "
             f"current, {result.expired} expired, {result.vanished} gone meanwhile\n"
         )
-        if result.unreadable:
-            sys.stdout.write(
-                f"could not read {result.unreadable} entries (left untouched): "
-                f"{_listed(result.unreadable_keys, result.unreadable)}\n"
-            )
-        if result.contended:
-            sys.stdout.write(
-                f"{result.contended} entries kept changing; run rotate again: "
-                f"{_listed(result.contended_keys, result.contended)}\n"
-            )
+        _report_keys(result.unreadable, result.unreadable_keys,
+                     f"could not read {result.unreadable} entries (left untouched): ")
+        _report_keys(result.contended, result.contended_keys,
+                     f"{result.contended} entries kept changing; run rotate again: ")
         if result.moved or result.shadowed:
             sys.stdout.write(
                 f"{'would move' if args.dry_run else 'moved'} {result.moved} doubled-prefix "

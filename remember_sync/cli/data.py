@@ -24,6 +24,7 @@ from ._common import (
     _print_json,
     _progress_stream,
     _redact,
+    _report_keys,
     _stderr,
 )
 
@@ -99,7 +100,7 @@ def _read_before_replacing(
     doubled-prefix key (``forget`` deletes it too).  The plugin must be opened
     with ``on_decrypt_error="raise"``.
     """
-    core = opened.plugin.core
+    core = opened.plugin._core
     ns, head = core.namespace(args.identity, args.scope)
     skey = head + args.key
     places = [skey, core.prefix + skey] if twin and core.read_doubled_prefix else [skey]
@@ -193,7 +194,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             )
         with _output(args.output) as out:
             result = export_entries(
-                opened.plugin.core, out, decrypted=args.decrypted,
+                opened.plugin._core, out, decrypted=args.decrypted,
                 progress_stream=_progress_stream(),
             )
     form = "decrypted entries" if args.decrypted else "encrypted envelopes"
@@ -216,7 +217,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     with _opened(args, writes=True) as opened:
         result = import_entries(
-            opened.plugin.core, args.records, overwrite=args.overwrite,
+            opened.plugin._core, args.records, overwrite=args.overwrite,
             progress_stream=_progress_stream(),
         )
     problems = result.existing or result.unreadable
@@ -226,16 +227,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"imported {result.imported} entries; skipped {result.expired} past their deadline\n"
         )
-        if result.existing:
-            sys.stdout.write(
-                f"kept {result.existing} existing entries (use --overwrite to replace them): "
-                f"{_listed(result.existing_keys, result.existing)}\n"
-            )
-        if result.unreadable:
-            sys.stdout.write(
-                f"{result.unreadable} envelopes do not decrypt with the configured secrets and "
-                f"were not imported: {_listed(result.unreadable_keys, result.unreadable)}\n"
-            )
+        _report_keys(result.existing, result.existing_keys,
+                     f"kept {result.existing} existing entries (use --overwrite to replace them): ")
+        _report_keys(result.unreadable, result.unreadable_keys,
+                     f"{result.unreadable} envelopes do not decrypt with the configured secrets "
+                     "and were not imported: ")
     return EXIT_FAIL if problems else EXIT_OK
 
 

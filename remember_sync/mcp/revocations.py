@@ -64,11 +64,7 @@ class EndedSessions:
     """
 
     def __init__(
-        self,
-        store: Store,
-        prefix: str,
-        *,
-        max_local: int = DEFAULT_MAX_LOCAL,
+        self, store: Store, prefix: str, *, max_local: int = DEFAULT_MAX_LOCAL,
         clock: Clock = system_clock,
     ) -> None:
         if isinstance(max_local, bool) or not isinstance(max_local, int) or max_local < 1:

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from remember_sync import RememberConfigurationError, RememberPlugin
-from remember_sync.cli.serve import main as serve_main
+from remember_sync.cli import main as cli_main
 from remember_sync.mcp import McpServer, create_app
 from remember_sync.mcp.httpd import make_server
 from remember_sync.mcp.oauth import OAuthVerifier, metadata_url
@@ -584,9 +584,7 @@ def test_create_app_reads_the_oauth_environment(issuer: Issuer, tmp_path: Path) 
 def test_serve_oauth_flag_usage_errors(
     args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as stopped:
-        serve_main(args)
-    assert stopped.value.code == 2
+    assert cli_main(["serve", *args]) == 2
     assert expected in capsys.readouterr().err
 
 

@@ -33,13 +33,34 @@ from ._common import (
     _redact,
     _stderr,
 )
-from ._parser import build_parser
+from ._parser import top_level
+from .admin import add_inspect_commands, add_maintenance_commands, add_secret_command
+from .data import add_demo_command, add_entry_commands, add_transfer_commands
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
     from .._ops.context import StoreChoice
     from .._ops.transfer import ImportRecord
 
 __all__ = ["build_parser", "main"]
+
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: every subcommand with its options and handler."""
+    from .serve import add_serve_command  # the MCP server is imported only to parse
+
+    parser, commands = top_level()
+    for add_group in (
+        add_demo_command,
+        add_secret_command,
+        add_entry_commands,
+        add_inspect_commands,
+        add_transfer_commands,
+        add_maintenance_commands,
+        add_serve_command,
+    ):
+        add_group(commands)
+    return parser
 
 
 # -- validation after parsing (still before any I/O) ------------------------------------------
@@ -102,10 +123,6 @@ def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Sto
     if args.needs_store:
         sub.error(_NEEDS_STORE.format(env=REDIS_URL_ENV))
     return StoreChoice("memory")
-
-
-# -- running -------------------------------------------------------------------------------
-
 
 
 
@@ -175,14 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if getattr(args, "handler", None) is None and callable(getattr(args, "func", None)):
-            args.handler = args.func  # a subcommand registered with the func convention
         if getattr(args, "handler", None) is None:
             sub = getattr(args, "subparser", parser)
             sub.print_usage(sys.stderr)
             sub.exit(EXIT_USAGE, f"{sub.prog}: error: choose a command (see --help)\n")
-        if "subparser" not in vars(args):  # a subcommand registered elsewhere (serve)
-            args.subparser = parser
         _validate(args)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

@@ -97,6 +97,12 @@ def _listed(keys: list[str], total: int) -> str:
     return shown + (f" ... and {more} more (use --json for up to 1000)" if more > 0 else "")
 
 
+def _report_keys(count: int, keys: list[str], message: str) -> None:
+    """A report line: *message* then the first keys of *count* (nothing when there are none)."""
+    if count:
+        sys.stdout.write(f"{message}{_listed(keys, count)}\n")
+
+
 def _stderr(text: str) -> None:
     sys.stderr.write(text + "\n")
 

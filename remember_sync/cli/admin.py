@@ -18,8 +18,76 @@ from ._common import (
     _print_json,
     _progress_stream,
     _redact,
+    _report_keys,
     _stderr,
 )
+from ._parser import Commands, _non_negative_int
+
+
+def add_secret_command(c: Commands) -> None:
+    """``secret generate``."""
+    secret = c.add("secret", None, "master-secret helpers", [],
+                   description="Master-secret helpers.")
+    actions = secret.add_subparsers(dest="secret_command", metavar="ACTION", title="actions")
+    c.add("generate", _cmd_secret_generate,
+          "print a new master secret (base64url of 32 random bytes)", [], subs=actions,
+          description="Print a new master secret: base64url of 32 random bytes. Put it in "
+          "REMEMBER_SECRET; when replacing one, move the old one to REMEMBER_PREVIOUS_SECRETS "
+          "and run `remember-sync rotate`.")
+
+
+def add_inspect_commands(c: Commands) -> None:
+    """``stats``, ``doctor``."""
+    add, store, reads, as_json = c.add, c.store, c.reads, c.as_json
+    add("stats", _cmd_stats, "count entries by scope and brand, bytes, expiry, problems",
+        [store, reads, as_json], needs_store=True,
+        description="Walk the whole store under the prefix and count: entries by scope and "
+        "brand, stored bytes, entries expiring within an hour, entries sealed by a previous "
+        "secret, unreadable entries, legacy (pre-v2) keys.")
+
+    p = add("doctor", _cmd_doctor, "check secret, store, layout marker, legacy keys, entries",
+            [store, reads, as_json],
+            description="Check the secret source (never printing a secret), store reachability "
+            "and round-trip latency (a probe key is written, read and deleted), the layout "
+            "marker and purge window, legacy keys and unreadable entries. Exit code 1 when "
+            "something needs attention. Without a store option it checks the secret only "
+            "(the in-memory store is empty).")
+    p.add_argument("--legacy-purge-delay-ms", type=_non_negative_int, default=86_400_000,
+                   metavar="MS", help="the application's legacy_purge_delay_ms "
+                   "(default: %(default)s)")
+
+
+def add_maintenance_commands(c: Commands) -> None:
+    """``rotate``, ``reindex``, ``purge-legacy``."""
+    add, store, writes, as_json = c.add, c.store, c.writes, c.as_json
+    p = add("rotate", _cmd_rotate, "re-encrypt every entry under the first secret",
+            [store, writes, as_json], needs_store=True,
+            description="Re-encrypt every entry under the first configured secret "
+            "(REMEMBER_SECRET=new, REMEMBER_PREVIOUS_SECRETS=old). Idempotent and resumable: "
+            "entries already current are skipped. Writes are compare-and-set, so a concurrent "
+            "update is never lost; deadlines are kept. Exit code 1 when some entries could not "
+            "be read (they are listed) or kept changing.")
+    p.add_argument("--dry-run", action="store_true", help="only count what would be rotated")
+
+    add("reindex", _cmd_reindex, "builds/repairs the per-namespace listing index",
+        [store, as_json], needs_store=True,
+        description="Walk the store under the prefix once and put every entry into its "
+        "namespace's listing index (entries written by FrontMCP 1.8.0, by releases before the "
+        "index, or by a plugin with listing='scan' are in none), then record that the fleet is "
+        "indexed: plugins then list each namespace without scanning the database. Idempotent "
+        "and safe beside running applications. Needs no secret: values are not read.")
+
+    p = add("purge-legacy", _cmd_purge_legacy, "delete pre-v2 keys now (the SPEC section 7 sweep)",
+            [store, as_json], needs_store=True,
+            description="Delete the pre-v2 entries (P+'session:*', P+'tool:*', P+'user:*') now, "
+            "ignoring the purge window. Only keys whose value is a legacy entry of this plugin "
+            "go; hashes, sets, lists, other strings and keys of a nested deployment are kept "
+            "(and counted). A prefix inside another deployment's layout (a segment v2, global, "
+            "session, tool or user) is refused. Asks for confirmation on a terminal; --yes for "
+            "cron.")
+    p.add_argument("--dry-run", action="store_true", help="only count, delete nothing")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
 
 
 def _cmd_secret_generate(args: argparse.Namespace) -> int:
@@ -37,7 +105,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     from .._ops.inspect import collect_stats
 
     with _opened(args) as opened:
-        core = opened.plugin.core
+        core = opened.plugin._core
         stats = collect_stats(
             core.store, core.prefix, core.codec, now=core.clock(),
             progress_stream=_progress_stream(), read_doubled_prefix=core.read_doubled_prefix,
@@ -97,7 +165,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             codec, now = None, wall_clock_ms()
         else:
             secret = secret_check(opened.secret_summary())
-            codec, now = opened.plugin.core.codec, opened.plugin.core.clock()
+            codec, now = opened.plugin._core.codec, opened.plugin._core.clock()
             opened.plugin.close()  # it does not own the store; nothing of it is needed below
         checks = run_doctor(
             store,
@@ -140,7 +208,7 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
     from .._ops.rotate import rotate
 
     with _opened(args, writes=True) as opened:
-        result = rotate(opened.plugin.core, dry_run=args.dry_run,
+        result = rotate(opened.plugin._core, dry_run=args.dry_run,
                         progress_stream=_progress_stream())
     if args.json:
         _print_json(result.to_dict())
@@ -150,16 +218,10 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
             f"{verb} {result.rotated} of {result.examined} entries; {result.current} already "
             f"current, {result.expired} expired, {result.vanished} gone meanwhile\n"
         )
-        if result.unreadable:
-            sys.stdout.write(
-                f"could not read {result.unreadable} entries (left untouched): "
-                f"{_listed(result.unreadable_keys, result.unreadable)}\n"
-            )
-        if result.contended:
-            sys.stdout.write(
-                f"{result.contended} entries kept changing; run rotate again: "
-                f"{_listed(result.contended_keys, result.contended)}\n"
-            )
+        _report_keys(result.unreadable, result.unreadable_keys,
+                     f"could not read {result.unreadable} entries (left untouched): ")
+        _report_keys(result.contended, result.contended_keys,
+                     f"{result.contended} entries kept changing; run rotate again: ")
         if result.moved or result.shadowed:
             sys.stdout.write(
                 f"{'would move' if args.dry_run else 'moved'} {result.moved} doubled-prefix "

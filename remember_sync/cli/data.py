@@ -10,10 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import RememberDecryptionError
-from ..types import RememberEntry
-
-if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
-    from .._ops.context import Opened
+from ..types import BRANDS, RememberEntry
 from ._common import (
     EXIT_FAIL,
     EXIT_OK,
@@ -24,8 +21,87 @@ from ._common import (
     _print_json,
     _progress_stream,
     _redact,
+    _report_keys,
     _stderr,
 )
+from ._parser import (
+    Commands,
+    _json_object,
+    _json_value,
+    _memory_key,
+    _pattern,
+    _positive_int,
+)
+
+if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
+    from .._ops.context import Opened
+
+
+def add_demo_command(c: Commands) -> None:
+    """``demo``."""
+    c.add("demo", _cmd_demo, "a scripted walkthrough on the in-memory store (no server needed)", [])
+
+
+def add_entry_commands(c: Commands) -> None:
+    """``list``, ``get``, ``set``, ``forget``."""
+    add, store, reads, writes = c.add, c.store, c.reads, c.writes
+    ident, as_json = c.ident, c.as_json
+    p = add("list", _cmd_list, "list the keys of one scope and identity",
+            [store, reads, ident, as_json], needs_store=True)
+    p.add_argument("--pattern", type=_pattern, default="*",
+                   help="only keys matching this; * and ? are the only wildcards (default: *)")
+    p.add_argument("--brand", choices=BRANDS, help="only entries of this brand")
+
+    p = add("get", _cmd_get, "print one entry's value (JSON)", [store, reads, ident, as_json],
+            needs_store=True, description="Print one entry's value as JSON; with --json the "
+            "whole entry. Exit code 1 when there is no such entry.")
+    p.add_argument("key", metavar="KEY", type=_memory_key, help="the memory key")
+
+    p = add("set", _cmd_set, "store one entry", [store, writes, ident, as_json],
+            needs_store=True, description="Store one entry, replacing the one under KEY. An "
+            "entry the configured secrets cannot read is not overwritten (exit code 1) unless "
+            "--include-unreadable is given.")
+    p.add_argument("key", metavar="KEY", type=_memory_key, help="the memory key")
+    p.add_argument("value", metavar="VALUE", type=_json_value,
+                   help="the value as JSON (a string needs quotes: '\"dark\"')")
+    p.add_argument("--ttl", type=_positive_int, metavar="SECONDS", help="expire after SECONDS")
+    p.add_argument("--brand", choices=BRANDS, help="what kind of memory this is")
+    p.add_argument("--metadata", type=_json_object, metavar="JSON",
+                   help="a JSON object stored with the entry")
+    p.add_argument("--include-unreadable", action="store_true",
+                   help="overwrite the entry even if the configured secrets cannot read it")
+
+    p = add("forget", _cmd_forget, "delete one entry", [store, reads, ident, as_json],
+            needs_store=True, description="Delete one entry. An entry the configured secrets "
+            "cannot read is not deleted (exit code 1) unless --include-unreadable is given.")
+    p.add_argument("key", metavar="KEY", type=_memory_key, help="the memory key")
+    p.add_argument("--include-unreadable", action="store_true",
+                   help="delete the entry even if the configured secrets cannot read it")
+
+
+def add_transfer_commands(c: Commands) -> None:
+    """``export``, ``import``."""
+    add, store, reads, writes, as_json = c.add, c.store, c.reads, c.writes, c.as_json
+    p = add("export", _cmd_export, "write every entry as JSON Lines", [store, reads],
+            needs_store=True,
+            description="Write every readable, unexpired entry under the prefix as JSON Lines: "
+            "by default the encrypted envelopes with their storage keys (without the prefix) "
+            "and deadlines; with --decrypted the entries in clear. Unreadable entries are "
+            "reported and left out (exit code 1).")
+    p.add_argument("--decrypted", action="store_true",
+                   help="write values in clear (a warning is printed; protect the file)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write to FILE (created with mode 0600; must not exist) instead of "
+                   "standard output")
+
+    p = add("import", _cmd_import, "load entries from JSON Lines", [store, writes, as_json],
+            needs_store=True,
+            description="Load entries written by `export` (either form). The whole input is "
+            "checked before anything is written. Existing keys are kept unless --overwrite "
+            "(exit code 1 when some were kept); entries past their deadline are skipped.")
+    p.add_argument("input", metavar="FILE", help="the JSON Lines file, or - for standard input")
+    p.add_argument("--overwrite", action="store_true", help="replace entries that exist")
+
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -99,7 +175,7 @@ def _read_before_replacing(
     doubled-prefix key (``forget`` deletes it too).  The plugin must be opened
     with ``on_decrypt_error="raise"``.
     """
-    core = opened.plugin.core
+    core = opened.plugin._core
     ns, head = core.namespace(args.identity, args.scope)
     skey = head + args.key
     places = [skey, core.prefix + skey] if twin and core.read_doubled_prefix else [skey]
@@ -194,7 +270,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             )
         with _output(args.output) as out:
             result = export_entries(
-                opened.plugin.core, out, decrypted=args.decrypted,
+                opened.plugin._core, out, decrypted=args.decrypted,
                 progress_stream=_progress_stream(),
             )
     form = "decrypted entries" if args.decrypted else "encrypted envelopes"
@@ -217,7 +293,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     with _opened(args, writes=True) as opened:
         result = import_entries(
-            opened.plugin.core, args.records, overwrite=args.overwrite,
+            opened.plugin._core, args.records, overwrite=args.overwrite,
             progress_stream=_progress_stream(),
         )
     problems = result.existing or result.unreadable
@@ -227,16 +303,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"imported {result.imported} entries; skipped {result.expired} past their deadline\n"
         )
-        if result.existing:
-            sys.stdout.write(
-                f"kept {result.existing} existing entries (use --overwrite to replace them): "
-                f"{_listed(result.existing_keys, result.existing)}\n"
-            )
-        if result.unreadable:
-            sys.stdout.write(
-                f"{result.unreadable} envelopes do not decrypt with the configured secrets and "
-                f"were not imported: {_listed(result.unreadable_keys, result.unreadable)}\n"
-            )
+        _report_keys(result.existing, result.existing_keys,
+                     f"kept {result.existing} existing entries (use --overwrite to replace them): ")
+        _report_keys(result.unreadable, result.unreadable_keys,
+                     f"{result.unreadable} envelopes do not decrypt with the configured secrets "
+                     "and were not imported: ")
     return EXIT_FAIL if problems else EXIT_OK
-
-

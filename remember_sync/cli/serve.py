@@ -44,7 +44,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -74,11 +74,11 @@ from ..mcp.oauth import OAuthVerifier
 from ..mcp.server import McpServer
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
-from ._common import _flag, _redis_url
+from ._common import PROG, _flag, _redis_url
+from ._parser import Commands
 
-__all__ = ["add_serve_command", "build_parser", "main", "run_serve", "run_server"]
+__all__ = ["add_serve_command", "run_serve", "run_server"]
 
-PROG = "remember-sync"
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -285,23 +285,20 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``serve`` on an :mod:`argparse` subparsers object."""
-    parser = subparsers.add_parser(
+def add_serve_command(c: Commands) -> None:
+    """``serve``."""
+    parser = c.add(
         "serve",
-        help="run an MCP server giving models encrypted memory (Streamable HTTP)",
+        run_serve,
+        "run an MCP server giving models encrypted memory (Streamable HTTP)",
+        [],
         description="Run an MCP server (Streamable HTTP, JSON responses) hosting the memory "
         "tools remember_this, recall, forget and list_memories. Point any MCP client at "
         "http://HOST:PORT/mcp. Secrets come from REMEMBER_SECRET; with --redis-url or "
         "--vercel-kv it is required, while the in-memory store falls back to the development "
         "file .frontmcp/remember-secret.json in the working directory.",
     )
-    return _configure(parser)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser for ``python -m remember_sync.cli.serve``."""
-    return _configure(argparse.ArgumentParser(prog=f"{PROG} serve"))
+    _configure(parser)
 
 
 def _store_description(
@@ -627,13 +624,3 @@ def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: list[bool]) -> int:
     sys.stdout.write(f"{PROG}: stopped\n")
     sys.stdout.flush()
     return code
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m remember_sync.cli.serve [options]`` (the same as ``remember-sync serve``)."""
-    args = build_parser().parse_args(argv)
-    return run_serve(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

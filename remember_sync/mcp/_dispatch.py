@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._clock import Clock
 from .._sessions import SessionSigner
+from ..errors import JsonRpcError
 from ..types import Identity
 from ._wsgi import WsgiEndpoint, _Response
 from .protocol import (
@@ -32,7 +34,6 @@ from .protocol import (
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
     UNSUPPORTED_PROTOCOL_VERSION,
-    JsonRpcError,
     declares_modern_version,
     decode_header_value,
     error_body,
@@ -65,16 +66,11 @@ class ProtocolDispatch(WsgiEndpoint):
     version: str
     instructions: str | None
     session_signer: SessionSigner
+    _clock: Clock
 
     if TYPE_CHECKING:  # the server's tools and sessions answer these
 
-        def call_tool(
-            self,
-            name: str,
-            arguments: dict[str, Any],
-            who: Identity,
-            meta: Mapping[str, Any] | None = None,
-        ) -> dict[str, Any]: ...
+        def call_tool(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
 
         def tool_definitions(self) -> list[dict[str, Any]]: ...
 
@@ -222,7 +218,7 @@ class ProtocolDispatch(WsgiEndpoint):
             else:
                 result = self._dispatch(call)
         except JsonRpcError as exc:
-            return 200, error_body(request_id, exc.code, exc.message, exc.data)
+            return 200, error_body(request_id, exc.rpc_code, exc.message, exc.data)
         return 200, {"jsonrpc": "2.0", "id": request_id, "result": result}
 
     def _initialize(
@@ -234,7 +230,8 @@ class ProtocolDispatch(WsgiEndpoint):
         negotiated = (
             requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
         )
-        headers.append(("Mcp-Session-Id", self.session_signer.issue(principal)))
+        session_id = self.session_signer.issue(principal, now_ms=self._clock())
+        headers.append(("Mcp-Session-Id", session_id))
         result: dict[str, Any] = {
             "protocolVersion": negotiated,
             "capabilities": {"tools": {"listChanged": False}},
@@ -293,7 +290,7 @@ class ProtocolDispatch(WsgiEndpoint):
             else:
                 result = self._dispatch(call)
         except JsonRpcError as exc:
-            return self._modern_error(request_id, exc.code, exc.message, exc.data)
+            return self._modern_error(request_id, exc.rpc_code, exc.message, exc.data)
         result.setdefault("resultType", "complete")
         meta = result.get("_meta")
         result["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: self._server_info()}

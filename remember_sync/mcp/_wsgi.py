@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..errors import RememberUnavailableError
+from ..errors import RememberInputError, RememberUnavailableError
 from ..identity import is_anonymous
 from .auth import (
     PrincipalResolver,
@@ -95,7 +95,7 @@ def check_cors_origin(origin: object) -> str:
     """A CORS origin (``McpServer(cors_origins=...)``, ``serve --cors-origin``), normalised.
 
     :returns: ``scheme://host[:port]`` in lower case, without a trailing ``/``.
-    :raises ValueError: not an ``http``/``https`` origin with a valid port and no
+    :raises RememberInputError: not an ``http``/``https`` origin with a valid port and no
         user, path, query, fragment or wildcard.
     """
     text = origin.rstrip("/").lower() if isinstance(origin, str) else ""
@@ -113,7 +113,7 @@ def check_cors_origin(origin: object) -> str:
         or parts.fragment
         or any(c in text for c in "*?#")
     ):
-        raise ValueError(
+        raise RememberInputError(
             f"cors_origins: {origin!r} is not an origin; give scheme://host[:port], "
             "e.g. https://app.example.com or http://localhost:6274"
         )

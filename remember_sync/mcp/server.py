@@ -53,14 +53,19 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, TypeVar
 
+from .._clock import Clock, system_clock
 from .._secrets import resolve_keyring
 from .._sessions import SessionSigner
-from ..errors import RememberStoreError
+from ..errors import (
+    JsonRpcError,
+    RememberInputError,
+    RememberInputTypeError,
+    RememberStoreError,
+)
 from ..identity import identity as bind_identity
 from ..plugin import RememberPlugin
 from ..tools import memory_tools
@@ -78,7 +83,6 @@ from .authoring import ToolContext, ToolFunction, UserTool
 from .protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
-    JsonRpcError,
 )
 from .revocations import DEFAULT_MAX_LOCAL, FULL_CODE, EndedSessions
 
@@ -150,6 +154,9 @@ class McpServer(ProtocolDispatch):
         sessions this server remembers at once (each until its signed lifetime
         ends); when full, ``DELETE`` answers ``503`` (see
         :mod:`remember_sync.mcp.revocations`).  Shared stores have no such cap.
+    :param clock: every reading of the time (session issue and expiry, ended
+        sessions): epoch milliseconds, :func:`~remember_sync._clock.system_clock`
+        by default.
     """
 
     def __init__(
@@ -169,13 +176,16 @@ class McpServer(ProtocolDispatch):
         owns_plugin: bool = False,
         max_ended_sessions: int = DEFAULT_MAX_LOCAL,
         cors_origins: Sequence[str] = (),
+        clock: Clock = system_clock,
     ) -> None:
         if not isinstance(plugin, RememberPlugin):
-            raise TypeError(f"plugin must be a RememberPlugin; got {type(plugin).__name__}")
+            raise RememberInputTypeError(
+                f"plugin must be a RememberPlugin; got {type(plugin).__name__}"
+            )
         if max_body_bytes is None:
-            max_body_bytes = default_max_body_bytes(plugin.core.max_value_bytes)
+            max_body_bytes = default_max_body_bytes(plugin._core.max_value_bytes)
         if isinstance(cors_origins, str):
-            raise TypeError("cors_origins must be a list of origins, not one string")
+            raise RememberInputTypeError("cors_origins must be a list of origins, not one string")
         cors = frozenset(check_cors_origin(o) for o in cors_origins)
         if principal_resolver is FROM_HOST or token_verifier is FROM_HOST:
             host = host_auth(plugin)
@@ -188,11 +198,19 @@ class McpServer(ProtocolDispatch):
             or not isinstance(max_body_bytes, int)
             or max_body_bytes < 1
         ):
-            raise ValueError(f"max_body_bytes must be a positive int; got {max_body_bytes!r}")
+            raise RememberInputError(
+                f"max_body_bytes must be a positive int; got {max_body_bytes!r}"
+            )
+        if not callable(clock):
+            raise RememberInputTypeError("clock must be a callable returning epoch milliseconds")
         if token_verifier is not None and not callable(token_verifier):
-            raise TypeError("token_verifier must be a callable: token -> principal | None")
+            raise RememberInputTypeError(
+                "token_verifier must be a callable: token -> principal | None"
+            )
         if principal_resolver is not None and not callable(principal_resolver):
-            raise TypeError("principal_resolver must be a callable: environ -> principal | None")
+            raise RememberInputTypeError(
+                "principal_resolver must be a callable: environ -> principal | None"
+            )
         self.plugin = plugin
         self.principal_resolver = principal_resolver
         self.name = name
@@ -202,6 +220,7 @@ class McpServer(ProtocolDispatch):
             keyring = plugin.keyring if plugin.keyring is not None else resolve_keyring()
             session_signer = SessionSigner(keyring)
         self.session_signer = session_signer
+        self._clock = clock
         self.max_body_bytes = max_body_bytes
         self.instructions = instructions
         self.path = path
@@ -218,7 +237,7 @@ class McpServer(ProtocolDispatch):
         self._lock = threading.Lock()
         # Ended sessions (DELETE), kept until their signature expires anyway.
         self._ended = EndedSessions(
-            plugin.store, plugin.key_prefix, max_local=max_ended_sessions
+            plugin.store, plugin.key_prefix, max_local=max_ended_sessions, clock=clock
         )
 
     def __repr__(self) -> str:
@@ -269,29 +288,22 @@ class McpServer(ProtocolDispatch):
     def add_tool(self, tool_class: _ToolClass) -> _ToolClass:
         """Register a :class:`ToolContext` subclass (usable as a class decorator)."""
         if not (isinstance(tool_class, type) and issubclass(tool_class, ToolContext)):
-            raise TypeError("add_tool takes a ToolContext subclass")
+            raise RememberInputTypeError("add_tool takes a ToolContext subclass")
         if tool_class.execute is ToolContext.execute:
-            raise TypeError(f"{tool_class.__name__} must implement execute(self, input)")
-        self._register(
-            UserTool(
-                name=tool_class.name,
-                description=tool_class.description,
-                input_schema=tool_class.input_schema,
-                output_schema=tool_class.output_schema,
-                annotations=tool_class.annotations,
-                title=tool_class.title,
-                cls=tool_class,
+            raise RememberInputTypeError(
+                f"{tool_class.__name__} must implement execute(self, input)"
             )
-        )
+        fields = ("name", "description", "input_schema", "output_schema", "annotations", "title")
+        self._register(UserTool(**{f: getattr(tool_class, f) for f in fields}, cls=tool_class))
         return tool_class
 
     def _register(self, tool: UserTool) -> None:
         with self._lock:
             memory = memory_tools(self.plugin) if self._memory_enabled else None
             if memory is not None and memory.handles(tool.name):
-                raise ValueError(f"tool name {tool.name!r} is taken by a memory tool")
+                raise RememberInputError(f"tool name {tool.name!r} is taken by a memory tool")
             if tool.name in self._user_tools:
-                raise ValueError(f"a tool named {tool.name!r} is already registered")
+                raise RememberInputError(f"a tool named {tool.name!r} is already registered")
             self._user_tools[tool.name] = tool
             self._listing = None
 
@@ -344,7 +356,7 @@ class McpServer(ProtocolDispatch):
         The signature is checked first: a store read happens only for an id this
         server issued to this caller, never for whatever a client sends.
         """
-        if not self.session_signer.verify(session_id, principal):
+        if not self.session_signer.verify(session_id, principal, now_ms=self._clock()):
             return _Response.error(404, "Session not found", request_id=request_id)
         try:
             ended = self._ended.is_ended(session_id)
@@ -370,7 +382,7 @@ class McpServer(ProtocolDispatch):
         refused = self._refuse_session(session_id, principal)
         if refused is not None:
             return refused
-        now = time.time_ns() // 1_000_000
+        now = self._clock()
         try:
             self._ended.end(session_id, self.session_signer.deadline_ms(session_id), now)
         except RememberStoreError as exc:

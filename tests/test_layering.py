@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "_crypto": {"errors", "types", "_fork", "_clock", "_bounded"},
     "identity": {"errors", "types"},
     "_codec": {"errors", "types", "_crypto"},
-    "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded"},
+    "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded", "_config"},
     "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},
     "stores": {"errors", "stores", "_glob", "_fork", "_clock", "_bounded"},
     "_purge": {
@@ -45,7 +45,10 @@ ALLOWED: dict[str, set[str]] = {
     "mcp": CORE
     | {"stores", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork", "_config"},
     "cli": CORE
-    | {"stores", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp", "_config"},
+    | {
+        "stores", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp", "_config",
+        "cli",
+    },
     "__main__": {"cli"},
     "__init__": CORE | {"stores", "accessor", "plugin"},
     "integrations": CORE

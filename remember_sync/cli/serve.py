@@ -44,43 +44,41 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
-from urllib.parse import urlsplit
 
-from .._config import REDIS_URL_ENV, store_settings
+from .._config import REDIS_URL_ENV, scope_list, store_settings
 from .._keys import layout_marker_key
 from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
-from ..stores.base import Store
-from ..stores.memory import MemoryStore
-from ..types import SCOPES
-from ._banner import Access, access_lines, client_lines, url_for_clients
-from .auth import (
+from ..mcp._banner import Access, access_lines, client_lines, url_for_clients
+from ..mcp._wsgi import DEFAULT_PATH, check_cors_origin
+from ..mcp.app import (
+    BOUND_ENV,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENTRIES,
+    MAX_VALUE_BYTES_ENV,
+    plugin_from_options,
+)
+from ..mcp.auth import (
     StaticTokenVerifier,
     TokenVerifier,
     check_local_user,
     default_token_file,
     load_or_create_local_token,
 )
-from .httpd import KeepAliveWSGIServer, WSGIApp, make_server
-from .oauth import OAuthVerifier
-from .server import (
-    BOUND_ENV,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_ENTRIES,
-    DEFAULT_PATH,
-    MAX_VALUE_BYTES_ENV,
-    McpServer,
-    check_cors_origin,
-    plugin_from_options,
-)
+from ..mcp.httpd import KeepAliveWSGIServer, WSGIApp, make_server
+from ..mcp.oauth import OAuthVerifier
+from ..mcp.server import McpServer
+from ..stores.base import Store
+from ..stores.memory import MemoryStore
+from ._common import PROG, _flag, _redis_url
+from ._parser import Commands
 
-__all__ = ["add_serve_command", "build_parser", "main", "run_serve", "run_server"]
+__all__ = ["add_serve_command", "run_serve", "run_server"]
 
-PROG = "remember-sync"
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -92,16 +90,6 @@ def _port(text: str) -> int:
     if not 0 <= value < 65536:
         raise argparse.ArgumentTypeError(f"must be 0..65535; got {value}")
     return value
-
-
-def _scopes(text: str) -> list[str]:
-    scopes = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [s for s in scopes if s not in SCOPES]
-    if bad or not scopes:
-        raise argparse.ArgumentTypeError(
-            f"must be a comma-separated list of {', '.join(SCOPES)}; got {text!r}"
-        )
-    return list(dict.fromkeys(scopes))
 
 
 def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
@@ -167,6 +155,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     store.add_argument(
         "--redis-url",
         metavar="URL",
+        type=_redis_url,
         help=f"keep memory in Redis (or set {REDIS_URL_ENV} or REDIS_URL, which keep a "
         "password off the command line; see docs/configuration.rst); default: in-process "
         "memory",
@@ -185,7 +174,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--allowed-scopes",
-        type=_scopes,
+        type=_flag(scope_list),
         default=["session", "user", "tool"],
         metavar="LIST",
         help="scopes the model may use, comma-separated (default: "
@@ -296,30 +285,29 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``serve`` on an :mod:`argparse` subparsers object."""
-    parser = subparsers.add_parser(
+def add_serve_command(c: Commands) -> None:
+    """``serve``."""
+    parser = c.add(
         "serve",
-        help="run an MCP server giving models encrypted memory (Streamable HTTP)",
+        run_serve,
+        "run an MCP server giving models encrypted memory (Streamable HTTP)",
+        [],
         description="Run an MCP server (Streamable HTTP, JSON responses) hosting the memory "
         "tools remember_this, recall, forget and list_memories. Point any MCP client at "
         "http://HOST:PORT/mcp. Secrets come from REMEMBER_SECRET; with --redis-url or "
         "--vercel-kv it is required, while the in-memory store falls back to the development "
         "file .frontmcp/remember-secret.json in the working directory.",
     )
-    return _configure(parser)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser for ``python -m remember_sync.mcp.serve``."""
-    return _configure(argparse.ArgumentParser(prog=f"{PROG} serve"))
+    _configure(parser)
 
 
 def _store_description(
     args: argparse.Namespace, redis_url: str | None, store: Store | None = None
 ) -> str:
     if redis_url:
-        return f"redis {_redacted(redis_url)}"
+        from ..stores.redis_connect import redacted_url
+
+        return f"redis {redacted_url(redis_url)}"
     if args.vercel_kv:
         return "vercel-kv (KV_REST_API_URL)"
     bounds = ""
@@ -333,19 +321,6 @@ def _size(nbytes: int | None) -> str:
     if nbytes is not None and nbytes % mib == 0:
         return f"{nbytes // mib} MiB"
     return f"{nbytes} bytes"
-
-
-def _redacted(url: str) -> str:
-    """*url* without its password (the startup line never shows a secret)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        port = f":{parts.port}" if parts.port else ""
-        netloc = f"{parts.username or ''}:***@{parts.hostname or ''}{port}"
-        return parts._replace(netloc=netloc).geturl()
-    except ValueError:
-        return "<unparseable URL>"
 
 
 def _url_host(host: str) -> str:
@@ -463,10 +438,10 @@ def run_serve(args: argparse.Namespace) -> int:
                 # Fail at start, not on the first tool call: one read of the layout marker.
                 plugin.store.get(layout_marker_key(plugin.key_prefix))
             except RememberError as exc:
-                message = exc.message
-                password = urlsplit(redis_url).password if redis_url else None
-                if password:
-                    message = message.replace(password, "***")
+                from .._ops.context import StoreChoice, redact, secret_values
+
+                known = secret_values(os.environ, StoreChoice(chosen.kind, redis_url))
+                message = redact(exc.message, known)
                 store = _store_description(args, redis_url)
                 sys.stderr.write(
                     f"{PROG} serve: error: cannot reach the store ({store}): {message}\n"
@@ -649,13 +624,3 @@ def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: list[bool]) -> int:
     sys.stdout.write(f"{PROG}: stopped\n")
     sys.stdout.flush()
     return code
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m remember_sync.mcp.serve [options]`` (the same as ``remember-sync serve``)."""
-    args = build_parser().parse_args(argv)
-    return run_serve(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -31,7 +31,6 @@ from ._common import (
     EXIT_USAGE,
     PROG,
     _redact,
-    _run,
     _stderr,
 )
 from ._parser import _redis_url, top_level
@@ -43,7 +42,6 @@ if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for -
     from .._ops.transfer import ImportRecord
 
 __all__ = ["build_parser", "main"]
-
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,7 +136,6 @@ def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Sto
     return StoreChoice("memory")
 
 
-
 # -- entry point ---------------------------------------------------------------------------
 
 
@@ -148,8 +145,10 @@ def _validate(args: argparse.Namespace) -> None:
     if getattr(args, "scope", None) is not None:
         args.identity = _identity(args, sub)
     if "redis_url" in vars(args) or "vercel_kv" in vars(args):
+        from .._ops.context import secret_values  # only commands with a store need it
+
         args.store_choice = _store_choice(args, sub)
-        _run.refresh_secrets(args.store_choice)
+        args.secrets = secret_values(os.environ, args.store_choice)
     if getattr(args, "secret_file", None) is not None and getattr(args, "plaintext", False):
         sub.error("argument --secret-file: not allowed with --plaintext")
     if args.command == "export" and args.output is not None and os.path.lexists(args.output):
@@ -188,16 +187,18 @@ def _read_records(path: str, sub: argparse.ArgumentParser) -> list[ImportRecord]
         sub.error(f"argument FILE: {path}: {exc.message}")
 
 
-
 class _StderrFormatter(logging.Formatter):
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__()
+        self.args = args
+
     def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname.lower()}: {_redact(record.getMessage())}"
+        return f"{record.levelname.lower()}: {_redact(record.getMessage(), self.args)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (the console script exits with it)."""
     parser = build_parser()
-    _run.secrets = []
     try:
         args = parser.parse_args(argv)
         if getattr(args, "handler", None) is None:
@@ -209,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
 
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_StderrFormatter())
+    handler.setFormatter(_StderrFormatter(args))
     handler.setLevel(logging.WARNING)
     logger = logging.getLogger("remember_sync")
     logger.addHandler(handler)
@@ -219,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # a usage error found while running (e.g. rotate --plaintext)
         return exc.code if isinstance(exc.code, int) else EXIT_FAIL
     except RememberError as exc:
-        _stderr(f"{PROG}: error: {_redact(exc.message)}")
+        _stderr(f"{PROG}: error: {_redact(exc.message, args)}")
         return EXIT_FAIL
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
@@ -227,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(OSError):
                 sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - swallow the final flush
             return EXIT_FAIL
-        _stderr(f"{PROG}: error: {_redact(str(exc))}")
+        _stderr(f"{PROG}: error: {_redact(str(exc), args)}")
         return EXIT_FAIL
     except KeyboardInterrupt:
         _stderr(f"{PROG}: interrupted")

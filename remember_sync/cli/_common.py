@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
-    from .._ops.context import Opened, StoreChoice
+    from .._ops.context import Opened
 
 
 PROG = "remember-sync"
@@ -33,23 +32,6 @@ _STORE_EPILOG = (
     "(comma-separated, older secrets that still decrypt), else --secret-file, else "
     ".frontmcp/remember-secret.json in the working directory. The CLI never creates a secret."
 )
-
-
-
-
-class _Run:
-    """Per-invocation state: the store choice and what to scrub from messages."""
-
-    def __init__(self) -> None:
-        self.secrets: list[str] = []
-
-    def refresh_secrets(self, store: StoreChoice) -> None:
-        from .._ops.context import secret_values
-
-        self.secrets = secret_values(os.environ, store)
-
-
-_run = _Run()
 
 
 @contextlib.contextmanager
@@ -108,8 +90,9 @@ def _progress_stream() -> TextIO:
     return sys.stderr
 
 
-def _redact(text: str) -> str:
+def _redact(text: str, args: argparse.Namespace) -> str:
+    """*text* without any secret this run knows of (``args.secrets``, set by validation)."""
     from .._ops.context import redact
 
-    return redact(text, _run.secrets)
+    return redact(text, getattr(args, "secrets", []))
 

@@ -89,7 +89,6 @@ def add_maintenance_commands(c: Commands) -> None:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
 
-
 def _cmd_secret_generate(args: argparse.Namespace) -> int:
     from .._secrets import generate_secret
 
@@ -161,7 +160,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             )
         except RememberError as exc:
             # Still check the store: "no secret" and "no store" are worth knowing together.
-            secret = Check("secret", "attention", _redact(exc.message))
+            secret = Check("secret", "attention", _redact(exc.message, args))
             codec, now = None, wall_clock_ms()
         else:
             secret = secret_check(opened.secret_summary())

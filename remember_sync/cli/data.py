@@ -103,7 +103,6 @@ def add_transfer_commands(c: Commands) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace entries that exist")
 
 
-
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .._ops.demo import DemoFailed, run_demo
 
@@ -187,7 +186,7 @@ def _read_before_replacing(
         except RememberDecryptionError as exc:
             if not args.include_unreadable:
                 _stderr(
-                    f"{PROG}: error: {_redact(exc.message)}; {_UNREAD}, so it was not {done} "
+                    f"{PROG}: error: {_redact(exc.message, args)}; {_UNREAD}, so it was not {done} "
                     f"(nothing changed). --include-unreadable {does} it anyway"
                 )
                 return None

@@ -292,7 +292,9 @@ def _store_description(
     args: argparse.Namespace, redis_url: str | None, store: Store | None = None
 ) -> str:
     if redis_url:
-        return f"redis {_redacted(redis_url)}"
+        from .._ops.context import redacted_url  # the one redaction rule
+
+        return f"redis {redacted_url(redis_url)}"
     if args.vercel_kv:
         return "vercel-kv (KV_REST_API_URL)"
     bounds = ""
@@ -306,19 +308,6 @@ def _size(nbytes: int | None) -> str:
     if nbytes is not None and nbytes % mib == 0:
         return f"{nbytes // mib} MiB"
     return f"{nbytes} bytes"
-
-
-def _redacted(url: str) -> str:
-    """*url* without its password (the startup line never shows a secret)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        port = f":{parts.port}" if parts.port else ""
-        netloc = f"{parts.username or ''}:***@{parts.hostname or ''}{port}"
-        return parts._replace(netloc=netloc).geturl()
-    except ValueError:
-        return "<unparseable URL>"
 
 
 def _url_host(host: str) -> str:

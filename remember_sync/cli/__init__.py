@@ -44,7 +44,6 @@ if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for -
 __all__ = ["build_parser", "main"]
 
 
-
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every subcommand with its options and handler."""
     from .serve import add_serve_command  # the MCP server is imported only to parse
@@ -125,7 +124,6 @@ def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Sto
     return StoreChoice("memory")
 
 
-
 # -- entry point ---------------------------------------------------------------------------
 
 
@@ -175,7 +173,6 @@ def _read_records(path: str, sub: argparse.ArgumentParser) -> list[ImportRecord]
         return parse_records(text.splitlines())
     except RememberError as exc:
         sub.error(f"argument FILE: {path}: {exc.message}")
-
 
 
 class _StderrFormatter(logging.Formatter):

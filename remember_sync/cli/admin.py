@@ -89,7 +89,6 @@ def add_maintenance_commands(c: Commands) -> None:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
 
-
 def _cmd_secret_generate(args: argparse.Namespace) -> int:
     from .._secrets import generate_secret
 

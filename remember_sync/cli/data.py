@@ -103,7 +103,6 @@ def add_transfer_commands(c: Commands) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace entries that exist")
 
 
-
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .._ops.demo import DemoFailed, run_demo
 

@@ -1,14 +1,6 @@
 """``remember-sync serve``: run the MCP server on a threaded stdlib WSGI server.
 
-::
-
-    remember-sync serve [--host 127.0.0.1] [--port 8765] [--redis-url URL | --vercel-kv]
-                        [--tools-prefix P] [--allowed-scopes session,user,tool]
-                        [--auth-tokens FILE | --no-token | --allow-anonymous |
-                         --oauth-issuer URL --oauth-audience AUD [--oauth-jwks-url URL]
-                         [--oauth-resource URL]]
-                        [--user NAME] [--token-file PATH] [--cors-origin ORIGIN ...]
-                        [--default-ttl SECONDS] [--max-bytes N] [--max-entries N]
+``remember-sync serve --help`` lists every option.
 
 Who the callers are (see ``docs/clients.rst``):
 
@@ -44,7 +36,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -75,7 +66,7 @@ from ..mcp.server import McpServer
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 from ._common import PROG, _flag, _redis_url
-from ._parser import Commands
+from ._parser import Commands, _int_at_least
 
 __all__ = ["add_serve_command", "run_serve", "run_server"]
 
@@ -92,19 +83,6 @@ def _port(text: str) -> int:
     return value
 
 
-def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
-    """An argparse type: a base-10 int of at least *minimum* (*what* names the unit)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}; got {value}")
-        return value
-
-    return parse
 
 
 _whole = _int_at_least(0, "whole seconds")
@@ -327,12 +305,12 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _allowed_hosts(host: str, port: int) -> list[str] | None:
+def _allowed_hosts(host: str, port: int) -> frozenset[str] | None:
     """The Host values a loopback server accepts (a DNS-rebinding guard); None elsewhere."""
     if host not in _LOOPBACK_HOSTS:
         return None
     names = ["127.0.0.1", "localhost", "[::1]"]
-    return names + [f"{n}:{port}" for n in names]
+    return frozenset(names + [f"{n}:{port}" for n in names])
 
 
 def _check_usage(args: argparse.Namespace) -> None:
@@ -561,7 +539,7 @@ def _run(
             path = app.path or "/"
             if app.allowed_hosts is None:
                 # Known only after binding: port 0 picks a free port.
-                app.allowed_hosts = _frozen(_allowed_hosts(host, httpd.server_port))
+                app.allowed_hosts = _allowed_hosts(host, httpd.server_port)
             lines = _describe(app, store, access or _default_access(app))
             if access is not None:
                 scopes = list(app.plugin.tools_options.get("allowed_scopes") or [])
@@ -594,10 +572,6 @@ def _is_terminal(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):  # replaced or closed streams
         return False
-
-
-def _frozen(hosts: list[str] | None) -> frozenset[str] | None:
-    return None if hosts is None else frozenset(hosts)
 
 
 def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: list[bool]) -> int:

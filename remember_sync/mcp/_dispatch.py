@@ -45,6 +45,7 @@ from .protocol import (
 __all__ = ["ProtocolDispatch"]
 
 log = logging.getLogger("remember_sync.mcp")
+_NOT_ONE_MESSAGE = "Body must be a single JSON-RPC request or notification object"
 
 
 @dataclass
@@ -56,7 +57,6 @@ class _Call:
     params: dict[str, Any]
     identity: Identity
     modern: bool
-
 
 
 class ProtocolDispatch(WsgiEndpoint):
@@ -251,18 +251,10 @@ class ProtocolDispatch(WsgiEndpoint):
                 "send one request or notification per HTTP request",
             )
         if not isinstance(message, dict):
-            return self._modern_error(
-                None,
-                INVALID_REQUEST,
-                "Body must be a single JSON-RPC request or notification object",
-            )
+            return self._modern_error(None, INVALID_REQUEST, _NOT_ONE_MESSAGE)
         if "id" not in message:
             if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
-                return self._modern_error(
-                    None,
-                    INVALID_REQUEST,
-                    "Body must be a single JSON-RPC request or notification object",
-                )
+                return self._modern_error(None, INVALID_REQUEST, _NOT_ONE_MESSAGE)
             if version_header not in MODERN_PROTOCOL_VERSIONS:
                 return self._unsupported_version(None, str(version_header))
             return _Response(202)  # 2026-07-28 defines no client notifications: accept, drop
@@ -273,11 +265,7 @@ class ProtocolDispatch(WsgiEndpoint):
             or not isinstance(message.get("method"), str)
             or not isinstance(message.get("params", {}), dict)
         ):
-            return self._modern_error(
-                None,
-                INVALID_REQUEST,
-                "Body must be a single JSON-RPC request or notification object",
-            )
+            return self._modern_error(None, INVALID_REQUEST, _NOT_ONE_MESSAGE)
         method: str = message["method"]
         params: dict[str, Any] = message.get("params") or {}
         rejection = self._ladder(method, params, environ)

@@ -149,6 +149,14 @@ class _Response:
     ) -> _Response:
         return cls.json(status, error_body(request_id, code, message, data), headers)
 
+    @classmethod
+    def unavailable(cls, why: str, retry_after_s: int = 5, request_id: Any = None) -> _Response:
+        """``503`` with ``Retry-After``: nothing was decided, the caller may try again."""
+        return cls.error(
+            503, f"Service unavailable: {why}; try again later", code=INTERNAL_ERROR,
+            request_id=request_id, headers=[("Retry-After", str(retry_after_s))],
+        )
+
 
 def _preflight(methods: str) -> _Response:
     """``204`` to a CORS preflight from an allowed origin (the origin header is added later)."""
@@ -160,7 +168,6 @@ def _preflight(methods: str) -> _Response:
             ("Access-Control-Max-Age", _CORS_MAX_AGE),
         ],
     )
-
 
 
 class WsgiEndpoint:
@@ -262,12 +269,7 @@ class WsgiEndpoint:
                 resolved = self.principal_resolver(environ)
             except Exception:  # noqa: BLE001 - a failing resolver refuses, it never lets in
                 log.warning("remember-sync MCP: the principal resolver raised", exc_info=True)
-                return _Response.error(
-                    503,
-                    "Service unavailable: the caller could not be identified; try again later",
-                    code=INTERNAL_ERROR,
-                    headers=[("Retry-After", "5")],
-                )
+                return _Response.unavailable("the caller could not be identified")
             if resolved is not None:
                 if (
                     not isinstance(resolved, str)
@@ -295,11 +297,8 @@ class WsgiEndpoint:
             # The verifier cannot tell now (e.g. the OAuth issuer is down): neither 401 nor
             # an anonymous caller.
             log.warning("remember-sync MCP: cannot verify bearer tokens now: %s", exc.message)
-            return _Response.error(
-                503,
-                "Service unavailable: the bearer token cannot be verified now; try again later",
-                code=INTERNAL_ERROR,
-                headers=[("Retry-After", str(exc.retry_after_s or 5))],
+            return _Response.unavailable(
+                "the bearer token cannot be verified now", exc.retry_after_s or 5
             )
         except Exception:  # noqa: BLE001 - a failing verifier refuses, it never lets in
             log.warning("remember-sync MCP: the token verifier raised", exc_info=True)

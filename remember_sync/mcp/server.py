@@ -80,7 +80,6 @@ from .auth import (
 )
 from .authoring import ToolContext, ToolFunction, UserTool
 from .protocol import (
-    INTERNAL_ERROR,
     INVALID_PARAMS,
 )
 from .revocations import DEFAULT_MAX_LOCAL, FULL_CODE, EndedSessions
@@ -97,7 +96,6 @@ def _package_version() -> str:
         return metadata.version("remember-sync")
     except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         return "0.0.0"
-
 
 
 class McpServer(ProtocolDispatch):
@@ -359,13 +357,8 @@ class McpServer(ProtocolDispatch):
         except RememberStoreError as exc:
             # Fail closed: a session whose end cannot be checked is not served.
             log.warning("remember-sync MCP: cannot check for ended sessions: %s", exc.message)
-            return _Response.error(
-                503,
-                "Service unavailable: the store could not be read to check the session; "
-                "try again later",
-                code=INTERNAL_ERROR,
-                request_id=request_id,
-                headers=[("Retry-After", "5")],
+            return _Response.unavailable(
+                "the store could not be read to check the session", request_id=request_id
             )
         if ended:
             return _Response.error(404, "Session not found", request_id=request_id)
@@ -385,12 +378,7 @@ class McpServer(ProtocolDispatch):
             log.warning("remember-sync MCP: cannot end a session: %s", exc.message)
             # The store's own message can name hosts: only the cap's is shown.
             why = exc.message if exc.code == FULL_CODE else "the store could not be written"
-            return _Response.error(
-                503,
-                f"Service unavailable: the session was not ended ({why}); try again later",
-                code=INTERNAL_ERROR,
-                headers=[("Retry-After", "60")],
-            )
+            return _Response.unavailable(f"the session was not ended ({why})", 60)
         return _Response(204)
 
     @staticmethod

@@ -85,8 +85,8 @@ def bare_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
 
 def _serve(kind: str) -> int:
     from remember_sync import RememberPlugin
+    from remember_sync.cli.serve import run_server
     from remember_sync.mcp import McpServer
-    from remember_sync.mcp.serve import run_server
 
     if kind == "bare":
         return run_server(bare_app, port=0)

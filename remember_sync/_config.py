@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,13 +47,18 @@ __all__ = [
     "MAX_VALUE_BYTES_ENV",
     "OAUTH_ENV",
     "PLATFORM_REDIS_URL_ENV",
+    "PREVIOUS_SECRETS_ENV",
+    "REDIS_SCHEMES",
     "REDIS_URL_ENV",
     "StoreSettings",
     "TOOLS_PREFIX_ENV",
     "VERCEL_KV_ENV",
+    "check_redis_url",
     "env_flag",
     "env_scopes",
     "env_whole",
+    "previous_secrets",
+    "scope_list",
     "store_settings",
 ]
 
@@ -85,6 +90,11 @@ OAUTH_ENV = {
     "REMEMBER_OAUTH_JWKS_URL": "jwks_url",
     "REMEMBER_OAUTH_RESOURCE": "resource",
 }
+
+#: Older secrets that still decrypt, comma-separated, newest first (after the current one).
+PREVIOUS_SECRETS_ENV = "REMEMBER_PREVIOUS_SECRETS"  # noqa: S105 - a variable name
+#: The URL schemes a Redis URL may have (:func:`check_redis_url`).
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://")
 
 StoreKind = Literal["memory", "redis", "vercel-kv"]
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -142,18 +152,59 @@ def env_whole(env: Mapping[str, str], name: str, *, minimum: int, unit: str) -> 
     return value
 
 
+def _named_error(name: str, detail: str) -> RememberConfigurationError:
+    # No name: a command-line parser adds the flag's own ("argument --x: ...").
+    return RememberConfigurationError(f"{name}: {detail}" if name else detail)
+
+
+def scope_list(value: str | Sequence[object], name: str) -> list[str]:
+    """The scopes in *value* -- comma-separated text or a list -- in order, once each.
+
+    :param name: what gave *value*, for the message (``""``: no name).
+
+    :raises RememberConfigurationError: a name that is not a scope, or none at all.
+    """
+    if isinstance(value, str):
+        value = [s.strip() for s in value.split(",") if s.strip()]
+    bad = [str(s) for s in value if s not in SCOPES]
+    if bad or not value:
+        got = f"unknown scope(s) {', '.join(bad)}" if bad else "no scope"
+        raise _named_error(name, f"{got}; choose from {', '.join(SCOPES)}")
+    return list(dict.fromkeys(str(s) for s in value))
+
+
 def env_scopes(env: Mapping[str, str], name: str = ALLOWED_SCOPES_ENV) -> list[str] | None:
     """A comma-separated scope list (``None`` if unset or blank).
 
     :raises RememberConfigurationError: a name that is not a scope.
     """
-    scopes = [s.strip() for s in _get(env, name).split(",") if s.strip()]
-    bad = [s for s in scopes if s not in SCOPES]
-    if bad:
-        raise RememberConfigurationError(
-            f"{name}: unknown scope(s) {', '.join(bad)}; choose from {', '.join(SCOPES)}"
+    text = _get(env, name)
+    return scope_list(text, name) if text.strip(", ") else None
+
+
+def previous_secrets(env: Mapping[str, str]) -> list[str]:
+    """The older secrets in ``REMEMBER_PREVIOUS_SECRETS`` (blank items dropped)."""
+    return [s.strip() for s in _get(env, PREVIOUS_SECRETS_ENV).split(",") if s.strip()]
+
+
+def check_redis_url(url: str, source: str) -> str:
+    """*url* if it has a Redis scheme (:data:`REDIS_SCHEMES`).
+
+    :param source: what gave it, for the message (``"redis_url"``,
+        ``"environment variable REDIS_URL"``; ``""``: no name).
+    :raises RememberConfigurationError: another scheme; the message never
+        repeats the URL (it may carry a password).
+    """
+    if not url.startswith(REDIS_SCHEMES):
+        raise _named_error(
+            source,
+            "must be a redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel:// URL",
         )
-    return scopes or None
+    return url
+
+
+def _env_redis_url(url: str, name: str) -> str:
+    return check_redis_url(url, f"environment variable {name}")
 
 
 def store_settings(
@@ -168,12 +219,12 @@ def store_settings(
 
     :raises RememberConfigurationError: both arguments given, or both
         ``REMEMBER_REDIS_URL`` and ``REMEMBER_VERCEL_KV=1`` set, or a bad
-        ``REMEMBER_VERCEL_KV`` value.
+        ``REMEMBER_VERCEL_KV`` value, or a Redis URL without a Redis scheme.
     """
     if redis_url and vercel_kv:
         raise RememberConfigurationError("give either a Redis URL or Vercel KV, not both")
     if redis_url:
-        return StoreSettings("redis", redis_url, "argument")
+        return StoreSettings("redis", check_redis_url(redis_url, "redis_url"), "argument")
     if vercel_kv:
         return StoreSettings("vercel-kv", None, "argument")
     env = os.environ if env is None else env
@@ -192,12 +243,12 @@ def store_settings(
                 PLATFORM_REDIS_URL_ENV,
                 REDIS_URL_ENV,
             )
-        return StoreSettings("redis", own_url, REDIS_URL_ENV)
+        return StoreSettings("redis", _env_redis_url(own_url, REDIS_URL_ENV), REDIS_URL_ENV)
     if own_kv:
         return StoreSettings("vercel-kv", None, VERCEL_KV_ENV)
     if platform_url:
-        return StoreSettings("redis", platform_url, PLATFORM_REDIS_URL_ENV)
+        url = _env_redis_url(platform_url, PLATFORM_REDIS_URL_ENV)
+        return StoreSettings("redis", url, PLATFORM_REDIS_URL_ENV)
     if _get(env, KV_URL_ENV) and _get(env, KV_TOKEN_ENV):
         return StoreSettings("vercel-kv", None, KV_URL_ENV)
     return StoreSettings("memory")
-

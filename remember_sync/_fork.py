@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import threading
 import weakref
 from collections.abc import Callable
 from types import MethodType
@@ -41,6 +42,27 @@ def after_fork_in_child(hook: Callable[[], None]) -> None:
             return hook
 
     _hooks[token] = ref
+
+
+class ForkSafeLock:
+    """A module's lock that every forked child gets free, for a guard of one assignment.
+
+    Whatever it guards must be whole or absent at any moment (assigned only once
+    built), so the child needs only a new lock, not a repair.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        after_fork_in_child(self._renew)
+
+    def _renew(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
 def _run_in_child() -> None:

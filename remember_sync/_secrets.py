@@ -23,13 +23,13 @@ import logging
 import os
 import secrets as _random
 import stat
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ._config import previous_secrets
 from ._crypto import Keyring, b64url_encode
-from ._fork import after_fork_in_child
+from ._fork import ForkSafeLock
 from .errors import RememberConfigurationError
 
 __all__ = [
@@ -60,18 +60,10 @@ _FALSY = ("", "0", "false", "no", "off")
 #: What the messages about the development secret file suggest doing instead.
 _SECRET_INSTEAD = "set REMEMBER_SECRET"  # noqa: S105 - advice, not a secret
 
-_production_lock = threading.Lock()
+# A thread of the parent may have held it at a fork (see _fork).  It guards one
+# assignment of an immutable str: the child sees the secret or None, never half.
+_production_lock = ForkSafeLock()
 _production_secret: str | None = None
-
-
-def _after_fork_in_child() -> None:
-    # A thread of the parent may have held the lock at the fork (see _fork).  It guards
-    # one assignment of an immutable str: the child sees the secret or None, never half.
-    global _production_lock
-    _production_lock = threading.Lock()
-
-
-after_fork_in_child(_after_fork_in_child)
 
 
 def generate_secret() -> str:
@@ -551,8 +543,7 @@ def resolve_keyring(
     for name in ENV_SECRET_NAMES:
         value = env.get(name, "")
         if value:
-            previous = [s.strip() for s in env.get("REMEMBER_PREVIOUS_SECRETS", "").split(",")]
-            return Keyring([value, *[s for s in previous if s]], source=f"env:{name}")
+            return Keyring([value, *previous_secrets(env)], source=f"env:{name}")
     if require_secret or require_secret_from_env(env):
         raise RememberConfigurationError(
             "no secret configured, and one is required (encryption.require_secret or "

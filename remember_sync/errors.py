@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "DemoFailed",
     "LayoutMarkerError",
+    "JsonRpcError",
     "RememberConfigurationError",
     "RememberConflictError",
     "RememberDecryptionError",
@@ -121,6 +122,23 @@ class RememberConflictError(RememberStoreError):
 
     code = "REMEMBER_CONFLICT"
     http_status = 409
+
+
+class JsonRpcError(RememberError):
+    """A JSON-RPC error the MCP server sends back (raised while it handles a request).
+
+    :param rpc_code: the JSON-RPC error code (e.g. ``-32602``, invalid params).
+    :param message: the error's message, as sent.
+    :param data: the error's optional ``data`` member.
+    """
+
+    code = "REMEMBER_JSONRPC_ERROR"
+    http_status = 400
+
+    def __init__(self, rpc_code: int, message: str, data: object = None) -> None:
+        super().__init__(message)
+        self.rpc_code = rpc_code
+        self.data = data
 
 
 class RememberDecryptionError(RememberError):

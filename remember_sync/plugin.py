@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from ._clock import Clock
 from ._codec import EntryCodec
-from ._config import store_settings
+from ._config import scope_list, store_settings
 from ._crypto import Keyring
 from ._keys import storage_namespace
 from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
@@ -25,9 +26,9 @@ from .stores.base import Store
 from .stores.memory import MemoryStore
 from .tools import MemoryTools
 from .tools.results import tools_disabled_result
-from .types import SCOPES, Identity
+from .types import Identity
 
-__all__ = ["STORE_TYPES", "RememberPlugin", "register_global_store_resolver"]
+__all__ = ["STORE_TYPES", "RememberPlugin"]
 
 STORE_TYPES = ("memory", "redis", "redis-client", "vercel-kv", "global-store")
 
@@ -94,17 +95,6 @@ _REDIS_CONFIG = frozenset(
 )
 #: Redis config keys a ``url`` replaces (the URL says where and whether TLS).
 _REDIS_URL_CLASH = frozenset({"host", "port", "ssl", "sentinels", "service_name"})
-
-#: Resolvers that framework integrations register so ``global-store`` can find the
-#: host's store configuration.  Each returns ``{"redis_url": ...}`` or
-#: ``{"url": ..., "token": ...}`` (Vercel KV), or ``None`` when it has nothing.
-_global_store_resolvers: list[Callable[[], Mapping[str, Any] | None]] = []
-
-
-def register_global_store_resolver(resolver: Callable[[], Mapping[str, Any] | None]) -> None:
-    """Let a host integration tell ``type="global-store"`` where its store is."""
-    if resolver not in _global_store_resolvers:
-        _global_store_resolvers.append(resolver)
 
 
 def _config_error(option: str, message: str) -> RememberConfigurationError:
@@ -297,14 +287,9 @@ class RememberPlugin:
         allowed = tools.get("allowed_scopes")
         if allowed is None:
             allowed = ["session", "user", "tool"]
-        if isinstance(allowed, str) or not isinstance(allowed, (list, tuple)) or not allowed:
+        if isinstance(allowed, str) or not isinstance(allowed, (list, tuple)):
             raise _config_error("tools.allowed_scopes", "must be a non-empty list of scopes")
-        bad = [s for s in allowed if s not in SCOPES]
-        if bad:
-            raise _config_error(
-                "tools.allowed_scopes", f"unknown scope(s) {bad}; choose from {list(SCOPES)}"
-            )
-        scopes = list(dict.fromkeys(allowed))
+        scopes = scope_list(allowed, "RememberPlugin.init option 'tools.allowed_scopes'")
         return {"enabled": enabled, "prefix": prefix, "allowed_scopes": scopes}
 
     # -- the public surface -------------------------------------------------------------
@@ -442,7 +427,7 @@ def _build_store(
     store_type: str,
     options: Mapping[str, Any],
     environ: Mapping[str, str],
-    clock: Callable[[], int] | None,
+    clock: Clock | None,
     prefix: str,
     bounds: Mapping[str, int],
 ) -> tuple[Store, bool]:
@@ -472,28 +457,25 @@ def _build_store(
         if client is None:
             raise _config_error("client", "type='redis-client' needs client=<redis.Redis>")
         return _redis_store({}, client), False
+    if (options.get("url") is None) != (options.get("token") is None):
+        raise _config_error("url", "give both url and token for vercel-kv, or neither")
     if store_type == "vercel-kv":
-        url, token = options.get("url"), options.get("token")
-        if (url is None) != (token is None):
-            raise _config_error("url", "give both url and token for vercel-kv, or neither")
-        return _vercel_store(url, token, environ), True
-    return _global_store(environ), True
+        return _vercel_store(options.get("url"), options.get("token"), environ), True
+    return _global_store(options, environ), True
 
 
-def _global_store(environ: Mapping[str, str]) -> Store:
-    """Resolve the host's store: an integration's config, else the environment (``_config``)."""
-    for resolver in _global_store_resolvers:
-        found = resolver()
-        if not found:
-            continue
-        if found.get("redis_url"):
-            return _redis_store({"url": found["redis_url"]}, None)
-        if found.get("url") and found.get("token"):
-            return _vercel_store(found["url"], found["token"], environ)
-    found_env = store_settings(environ)
-    if found_env.kind == "redis":
-        return _redis_store({"url": found_env.redis_url}, None)
-    if found_env.kind == "vercel-kv":
+def _global_store(options: Mapping[str, Any], environ: Mapping[str, str]) -> Store:
+    """The host's store: the explicit ``config={"url": ...}`` or ``url``/``token`` an
+    integration passes from its app's configuration, else the environment (``_config``)."""
+    config = _check_dict(options.get("config"), "config", _REDIS_CONFIG)
+    if config:
+        return _redis_store(config, None)
+    if options.get("url") is not None:
+        return _vercel_store(options["url"], options["token"], environ)
+    found = store_settings(environ)
+    if found.kind == "redis":
+        return _redis_store({"url": found.redis_url}, None)
+    if found.kind == "vercel-kv":
         return _vercel_store(None, None, environ)
     raise RememberConfigurationError(
         "type='global-store' found no store: configure the Flask/Django integration "

@@ -657,7 +657,9 @@ def test_rotate_dry_run_writes_nothing(
     cli: Run, url: str, redis_client: redis.Redis, open_plugin: Callable[..., RememberPlugin]
 ) -> None:
     """`rotate --dry-run` counts what it would re-encrypt and changes no value."""
-    seed(open_plugin(SECRET_A))
+    seeding = open_plugin(SECRET_A)
+    seed(seeding)
+    seeding.close()  # its background reindex has ended: only the CLI could write now
     before = _raw_values(redis_client)
     result = cli("rotate", "--redis-url", url, "--dry-run", secret=SECRET_B,
                  REMEMBER_PREVIOUS_SECRETS=SECRET_A)

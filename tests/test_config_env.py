@@ -20,7 +20,15 @@ import pytest
 import redis
 
 from remember_sync import RememberPlugin
-from remember_sync._config import StoreSettings, env_flag, store_settings
+from remember_sync._config import (
+    StoreSettings,
+    check_redis_url,
+    env_flag,
+    env_scopes,
+    previous_secrets,
+    scope_list,
+    store_settings,
+)
 from remember_sync.errors import RememberConfigurationError
 from remember_sync.mcp import create_app
 from remember_sync.stores.redis import RedisStore
@@ -103,6 +111,38 @@ def test_a_bad_flag_value_is_an_error() -> None:
     """A typo in a boolean variable is named, never read as "off"."""
     with pytest.raises(RememberConfigurationError, match="REMEMBER_VERCEL_KV"):
         env_flag({"REMEMBER_VERCEL_KV": "ture"}, "REMEMBER_VERCEL_KV")
+
+
+@pytest.mark.parametrize(
+    ("given", "source"),
+    [
+        ({"redis_url": "not a url"}, "redis_url"),
+        ({"env": {"REMEMBER_REDIS_URL": "http://:pw-a-4f1e@h/"}}, "REMEMBER_REDIS_URL"),
+        ({"env": {"REDIS_URL": "h:6379"}}, "REDIS_URL"),
+    ],
+)
+def test_a_url_without_a_redis_scheme_is_named(given: dict[str, object], source: str) -> None:
+    """Every Redis URL, argument or variable, passes the one check; its value is never shown."""
+    env = given.get("env", {})
+    url = given.get("redis_url")
+    assert isinstance(env, dict) and (url is None or isinstance(url, str))
+    with pytest.raises(RememberConfigurationError, match=f"{source}: must be a redis://") as info:
+        store_settings(env, redis_url=url)
+    assert "pw-a" not in str(info.value) and "not a url" not in str(info.value)
+    assert check_redis_url("rediss+sentinel://h:1/m", "x") == "rediss+sentinel://h:1/m"
+
+
+def test_scope_lists_and_previous_secrets() -> None:
+    """One scope-list parser (text or list, in order, once each) and one secret-list parser."""
+    assert scope_list(" user, global,user ", "X") == ["user", "global"]
+    assert scope_list(("tool", "session"), "X") == ["tool", "session"]
+    for bad, said in (("user,nope", "unknown scope\\(s\\) nope"), (",", "no scope")):
+        with pytest.raises(RememberConfigurationError, match=f"X: {said}"):
+            scope_list(bad, "X")
+    assert env_scopes({"REMEMBER_ALLOWED_SCOPES": " "}) is None
+    assert env_scopes({"REMEMBER_ALLOWED_SCOPES": "global"}) == ["global"]
+    assert previous_secrets({"REMEMBER_PREVIOUS_SECRETS": " old , ,older,"}) == ["old", "older"]
+    assert previous_secrets({}) == []
 
 
 def test_different_urls_warn_without_values(caplog: pytest.LogCaptureFixture) -> None:
@@ -224,3 +264,17 @@ def test_serve_with_only_redis_url(
         assert f"store: redis redis://127.0.0.1:{redis_url.rsplit(':', 1)[1]}" in served.output
     finally:
         served.stop()
+
+
+@pytest.mark.parametrize("command", [["serve"], ["list", "--scope", "global"]])
+def test_one_redis_url_check_for_serve_and_the_other_commands(command: list[str]) -> None:
+    """`serve --redis-url 'not a url'` fails at once (exit 2), like every other command, and
+    a bad REDIS_URL is named; neither repeats the value."""
+    flag = _cli(*command, "--redis-url", "not a url")
+    assert flag.returncode == 2, flag.stderr
+    assert "argument --redis-url: must be a redis://" in flag.stderr
+    assert "not a url" not in flag.stderr and flag.stdout == ""
+    env = _cli(*command, REDIS_URL="http://:pw-9e1c@h/0")
+    assert env.returncode == 2, env.stderr
+    assert "environment variable REDIS_URL: must be a redis://" in env.stderr
+    assert "pw-9e1c" not in env.stderr + env.stdout

@@ -419,8 +419,10 @@ def test_global_store_from_settings(
     }
     with override_settings(REMEMBER=remember, CACHES=caches):
         assert isinstance(get_plugin().store, RedisStore)
-        with RememberPlugin.init(type="global-store", skip_legacy_purge=True) as plain:
-            assert isinstance(plain.store, RedisStore)
+        # Nothing is registered process-wide: a plain global-store does not see settings.
+        with pytest.raises(RememberConfigurationError) as info:
+            RememberPlugin.init(type="global-store", environ={}, skip_legacy_purge=True)
+        assert info.value.code == "GLOBAL_CONFIG_NOT_FOUND"
     with override_settings(REMEMBER=remember):
         with pytest.raises(RememberConfigurationError) as info:
             get_plugin()

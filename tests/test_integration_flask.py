@@ -4,7 +4,7 @@ Pins: ``REMEMBER_*`` config to a plugin in ``app.extensions``; identities of
 two users never mix; session scope without a verified session or a user is a
 JSON 403 (not a 500 traceback); forged or foreign session headers are never
 bound; nothing stays bound after the response, on this thread or another;
-``global-store`` resolves from the app's config.
+``global-store`` resolves from the app's config, and only for that app.
 """
 
 from __future__ import annotations
@@ -317,16 +317,33 @@ def test_global_store_resolves_from_app_config(
         client = app.test_client()
         assert client.put("/mem/user/g", json={"value": 1}, **as_user("u")).status_code == 200
         assert redis_client.keys("remember:v2:user:u:g") == [b"remember:v2:user:u:g"]
-        # Inside this app's context a plain init(type="global-store") finds the same store.
-        with app.app_context():
-            with RememberPlugin.init(type="global-store", skip_legacy_purge=True) as other:
-                assert isinstance(other.store, RedisStore)
+        # The app's options, passed explicitly, name the same store.
+        with RememberPlugin.init(**options_from_config(app.config)) as other:
+            assert isinstance(other.store, RedisStore)
     finally:
         RememberSync.close(app)
     # Outside any app (and with no REDIS_URL / KV env) there is nothing to resolve.
     with pytest.raises(RememberConfigurationError) as info:
         RememberPlugin.init(type="global-store")
     assert info.value.code == "GLOBAL_CONFIG_NOT_FOUND"
+
+
+def test_flask_config_does_not_leak_into_a_later_global_store(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Flask app's REMEMBER_REDIS_URL is that app's: no process-global registry carries it
+    into a later plain ``RememberPlugin.init(type="global-store")``, even in its app context."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("KV_REST_API_URL", raising=False)
+    app = build_app(REMEMBER_STORE="global-store", REMEMBER_REDIS_URL=redis_url)
+    try:
+        assert isinstance(get_plugin(app).store, RedisStore)
+        for context in (app.app_context(), app.test_request_context()):
+            with context, pytest.raises(RememberConfigurationError) as info:
+                RememberPlugin.init(type="global-store", environ={}, skip_legacy_purge=True)
+            assert info.value.code == "GLOBAL_CONFIG_NOT_FOUND"
+    finally:
+        RememberSync.close(app)
 
 
 def test_config_translation_and_errors() -> None:

@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "_crypto": {"errors", "types", "_fork", "_clock", "_bounded"},
     "identity": {"errors", "types"},
     "_codec": {"errors", "types", "_crypto"},
-    "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded"},
+    "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded", "_config"},
     "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},
     "stores": {"errors", "stores", "_glob", "_fork", "_clock", "_bounded"},
     "_purge": {
@@ -45,7 +45,10 @@ ALLOWED: dict[str, set[str]] = {
     "mcp": CORE
     | {"stores", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork", "_config"},
     "cli": CORE
-    | {"stores", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp", "_config"},
+    | {
+        "stores", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp", "_config",
+        "cli",
+    },
     "__main__": {"cli"},
     "__init__": CORE | {"stores", "accessor", "plugin"},
     "integrations": CORE
@@ -119,7 +122,7 @@ def test_imports_follow_the_dependency_direction(path: Path) -> None:
         parts = name.split(".")
         if parts[0] == "remember_sync":
             target = parts[1] if len(parts) > 1 else "__init__"
-            if target == layer and layer not in ("stores", "mcp", "integrations", "testing"):
+            if target == layer and layer not in ("stores", "mcp", "integrations", "testing", "cli"):
                 continue
             assert target in allowed, f"{path.name}:{line} imports remember_sync.{target}"
         elif parts[0] in DRIVERS:
@@ -145,3 +148,38 @@ def test_py_typed_marker_present() -> None:
     """The package ships py.typed."""
     assert (PACKAGE / "py.typed").is_file()
 
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE).with_suffix("")
+    return ".".join(["remember_sync", *(rel.parts[:-1] if rel.name == "__init__" else rel.parts)])
+
+
+def test_no_import_cycles() -> None:
+    """No module reaches itself through module-level imports (imports inside functions are
+    made at call time and cannot deadlock the package's loading)."""
+    modules = {_module_name(p): p for p in _modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        lazy = {
+            line
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+        }
+        graph[name] = {
+            max((m for m in modules if target == m or target.startswith(m + ".")), key=len)
+            for target, line in _imports(path)
+            if line not in lazy and target.startswith("remember_sync")
+        } - {name}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        assert name not in path, "import cycle: " + " -> ".join(path[path.index(name):] + [name])
+        if name not in done:
+            for target in sorted(graph[name]):
+                visit(target, [*path, name])
+            done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])

@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from remember_sync import Identity, RememberConfigurationError, RememberPlugin
+from remember_sync import (
+    Identity,
+    RememberConfigurationError,
+    RememberInputError,
+    RememberPlugin,
+)
 from remember_sync.mcp import McpServer, StaticTokenVerifier, create_app, load_token_file
 from tests.conftest import TEST_SECRET
 
@@ -118,7 +123,11 @@ def test_create_app_reads_the_environment(tmp_path: Path) -> None:
     try:
         assert [d["name"] for d in app.tool_definitions()][0] == "mem_remember_this"
         assert app.plugin.tools_options["allowed_scopes"] == ["user", "global"]
-        assert app.plugin._core.default_ttl == 60
+        memory = app.plugin.accessor(Identity(user_id="carol"))
+        memory.set("t", 1, scope="user")  # REMEMBER_DEFAULT_TTL: it expires in 60 s
+        entry = memory.get_entry("t", scope="user")
+        assert entry is not None and entry.expires_at is not None
+        assert 0 < entry.expires_at - entry.updated_at <= 60_000
         status, _ = _post(app, {"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert status.startswith("401")
         alice = {"Authorization": f"Bearer {TOKEN_A}"}
@@ -252,11 +261,13 @@ def test_a_failing_principal_resolver_refuses(make_plugin: Any) -> None:
 
 def test_max_value_bytes_from_the_environment_sets_the_body_limit(tmp_path: Path) -> None:
     """REMEMBER_MAX_VALUE_BYTES bounds values; the HTTP body limit follows it."""
-    from remember_sync.mcp.server import default_max_body_bytes
+    from remember_sync.mcp._wsgi import default_max_body_bytes
 
     app = create_app(environ={"REMEMBER_SECRET": TEST_SECRET, "REMEMBER_MAX_VALUE_BYTES": "100"})
     try:
-        assert app.plugin._core.max_value_bytes == 100
+        memory = app.plugin.accessor(Identity(user_id="carol"))
+        with pytest.raises(RememberInputError, match="max_value_bytes is 100"):
+            memory.set("too-big", "x" * 101, scope="user")
         assert app.max_body_bytes == default_max_body_bytes(100)
     finally:
         app.close()

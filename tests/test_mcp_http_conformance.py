@@ -22,8 +22,8 @@ import pytest
 
 from remember_sync import RememberPlugin
 from remember_sync.mcp import McpServer
+from remember_sync.mcp._wsgi import default_max_body_bytes
 from remember_sync.mcp.httpd import make_server
-from remember_sync.mcp.server import default_max_body_bytes
 from tests.conftest import TEST_SECRET
 
 MAX_VALUE = 4096

@@ -13,8 +13,8 @@ import pytest
 from remember_sync import RememberPlugin
 from remember_sync.accessor import DEFAULT_MAX_VALUE_BYTES
 from remember_sync.mcp import McpServer
+from remember_sync.mcp._wsgi import default_max_body_bytes
 from remember_sync.mcp.httpd import KeepAliveWSGIServer, make_server
-from remember_sync.mcp.server import default_max_body_bytes
 
 PING = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
 

@@ -28,7 +28,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from remember_sync.accessor import DEFAULT_MAX_VALUE_BYTES
-from remember_sync.mcp.server import default_max_body_bytes
+from remember_sync.mcp._wsgi import default_max_body_bytes
 from tests.conftest import TEST_SECRET, require_component
 from tests.mcp_client import error_code, run, structured
 
@@ -319,7 +319,7 @@ USER_APP = """
 import sys
 from remember_sync import RememberPlugin
 from remember_sync.mcp import McpServer, ToolContext
-from remember_sync.mcp.serve import run_server
+from remember_sync.cli.serve import run_server
 
 plugin = RememberPlugin.init(tools={"enabled": True, "prefix": "memory_"})
 server = McpServer(plugin, name="user-tools")

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from remember_sync import RememberPlugin
+from remember_sync._clock import FakeClock
 from remember_sync._keys import ended_session_key, parse_storage_key
 from remember_sync._ops.walk import classify
 from remember_sync._purge import sweep_legacy
@@ -104,6 +105,22 @@ def test_ending_many_own_sessions_never_revives_another_callers_ended_session(
         assert bob.tools_list(victim) == 404
         assert bob.end(victim).status_code == 404
         assert all(attacker.tools_list(sid) == 404 for sid in own[:5])
+
+
+
+def test_sessions_and_their_ends_follow_the_servers_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """McpServer(clock=...) dates sessions and ended-session records: no wall clock is read."""
+    monkeypatch.setenv("REMEMBER_SECRET", TEST_SECRET)
+    clock = FakeClock()
+    with threaded(create_app(clock=clock)) as http:
+        ended, live = http.initialize(), http.initialize()
+        assert http.end(ended).status_code == 204
+        clock.advance(7 * 86_400_000 - 1)  # the last millisecond of the signed lifetime
+        assert http.tools_list(live) == 200 and http.tools_list(ended) == 404
+        clock.advance(2)
+        assert http.tools_list(live) == 404
 
 
 def test_a_full_in_process_table_refuses_to_end_more_and_forgets_nothing(

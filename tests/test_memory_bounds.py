@@ -24,7 +24,7 @@ import pytest
 
 from remember_sync import RememberConfigurationError
 from remember_sync.mcp import create_app
-from remember_sync.mcp.server import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
+from remember_sync.mcp.app import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
 from remember_sync.stores.memory import MemoryStore
 from tests.conftest import TEST_SECRET
 from tests.test_mcp_server import REPO, Served

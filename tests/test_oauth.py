@@ -32,10 +32,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from remember_sync import RememberConfigurationError, RememberPlugin
+from remember_sync.cli import main as cli_main
 from remember_sync.mcp import McpServer, create_app
 from remember_sync.mcp.httpd import make_server
 from remember_sync.mcp.oauth import OAuthVerifier, metadata_url
-from remember_sync.mcp.serve import main as serve_main
 from tests.client_drivers import node_binary, node_env, run_node_driver, run_python
 from tests.conftest import TEST_SECRET, require_component
 from tests.test_cli import child_env
@@ -542,7 +542,7 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_core_never_imports_jwt() -> None:
-    code = ("import sys, remember_sync, remember_sync.mcp, remember_sync.mcp.serve, "
+    code = ("import sys, remember_sync, remember_sync.mcp, remember_sync.cli.serve, "
             "remember_sync.cli; assert 'jwt' not in sys.modules, 'jwt imported'")
     done = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True,
                           text=True, timeout=60)
@@ -584,9 +584,7 @@ def test_create_app_reads_the_oauth_environment(issuer: Issuer, tmp_path: Path) 
 def test_serve_oauth_flag_usage_errors(
     args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as stopped:
-        serve_main(args)
-    assert stopped.value.code == 2
+    assert cli_main(["serve", *args]) == 2
     assert expected in capsys.readouterr().err
 
 

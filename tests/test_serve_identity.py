@@ -24,13 +24,13 @@ import pytest
 import requests
 
 from remember_sync import RememberConfigurationError
+from remember_sync.cli import main as cli_main
 from remember_sync.mcp._banner import INSPECTOR, MCP_REMOTE, Access, access_lines, client_lines
 from remember_sync.mcp.auth import (
     check_local_user,
     default_token_file,
     load_or_create_local_token,
 )
-from remember_sync.mcp.serve import main as serve_main
 from tests.conftest import TEST_SECRET
 from tests.mcp_client import error_code, run, structured
 from tests.test_mcp_server import MODERN, REPO, START_TIMEOUT, Served, connect
@@ -226,9 +226,7 @@ def test_conflicting_flags_are_usage_errors(
     args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Flags that cannot go together stop argparse with exit 2 before anything starts."""
-    with pytest.raises(SystemExit) as stopped:
-        serve_main(args)
-    assert stopped.value.code == 2
+    assert cli_main(["serve", *args]) == 2
     assert expected in capsys.readouterr().err
 
 

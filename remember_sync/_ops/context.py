@@ -19,21 +19,20 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
-from .. import _config
+from .._clock import system_clock
+from .._config import KV_TOKEN_ENV, StoreKind, previous_secrets
 from .._secrets import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
 from ..stores.base import Store
 
 __all__ = [
-    "REDIS_URL_ENV",
     "Opened",
     "SecretChoice",
     "StoreChoice",
@@ -43,17 +42,10 @@ __all__ = [
     "secret_values",
 ]
 
-#: Environment variable the CLI reads a Redis URL from when ``--redis-url`` is not given,
-#: so a password need not appear on a command line (and in ``ps``); ``REDIS_URL`` after
-#: it (see :mod:`remember_sync._config`).
-REDIS_URL_ENV = _config.REDIS_URL_ENV
-
 #: Seconds the CLI waits for a Redis reply / connection (the library defaults are
 #: 1 s / 0.5 s, sized for request paths; see docs/redis.rst).
 CLI_SOCKET_TIMEOUT = 5.0
 CLI_CONNECT_TIMEOUT = 2.0
-
-StoreKind = Literal["memory", "redis", "vercel-kv"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +62,8 @@ class StoreChoice:
     def describe(self) -> str:
         """A printable name of the store, without any password."""
         if self.kind == "redis" and self.redis_url is not None:
+            from ..stores.redis_connect import redacted_url  # lazy: --help never imports redis
+
             return f"redis {redacted_url(self.redis_url)}"
         if self.kind == "vercel-kv":
             return "vercel-kv (KV_REST_API_URL)"
@@ -90,20 +84,13 @@ class SecretChoice:
     frontmcp_compatible: bool = False
 
 
-def redacted_url(url: str) -> str:
-    """*url* with any password replaced by ``***`` (the Redis store's own redaction)."""
-    from ..stores.redis import redacted_url as redact  # lazy: --help never imports redis
-
-    return redact(url)
-
-
 def secret_values(environ: Mapping[str, str], store: StoreChoice | None = None) -> list[str]:
     """Every secret-bearing string the command knows of (to scrub from messages)."""
     found: list[str] = []
-    for name in (*ENV_SECRET_NAMES, "KV_REST_API_TOKEN"):
+    for name in (*ENV_SECRET_NAMES, KV_TOKEN_ENV):
         if environ.get(name):
             found.append(environ[name])
-    found.extend(s.strip() for s in environ.get("REMEMBER_PREVIOUS_SECRETS", "").split(","))
+    found.extend(previous_secrets(environ))
     if store is not None and store.redis_url:
         try:
             password = urlsplit(store.redis_url).password
@@ -115,7 +102,7 @@ def secret_values(environ: Mapping[str, str], store: StoreChoice | None = None) 
     return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
 
-def redact(text: str, secrets: list[str]) -> str:
+def redact(text: str, secrets: Sequence[str]) -> str:
     """*text* with every occurrence of *secrets* replaced by ``***``."""
     for secret in secrets:
         text = text.replace(secret, "***")
@@ -163,7 +150,7 @@ def _read_secret_file(path: Path) -> str:
             "(the CLI never creates one)"
         )
     try:
-        return validate_secret_file(raw, time.time_ns() // 1_000_000)
+        return validate_secret_file(raw, system_clock())
     except (ValueError, TypeError) as exc:
         raise RememberConfigurationError(
             f"the secret file {path} is invalid ({exc}); the CLI will not replace it"
@@ -233,8 +220,7 @@ def build_plugin(
                 )
             path = Path.cwd() / DEFAULT_SECRET_FILE
         if path is not None:
-            previous = [s.strip() for s in env.get("REMEMBER_PREVIOUS_SECRETS", "").split(",")]
-            encryption["secrets"] = [_read_secret_file(path), *[s for s in previous if s]]
+            encryption["secrets"] = [_read_secret_file(path), *previous_secrets(env)]
             source = f"file:{path}"
     plugin = RememberPlugin.init(
         store=store,

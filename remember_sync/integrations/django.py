@@ -73,7 +73,6 @@ tests) rebuilds it.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -88,17 +87,23 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-framework i
         "remember_sync.integrations.django needs Django: pip install 'remember-sync[django]'"
     ) from exc
 
-from .._fork import after_fork_in_child
+from .._fork import ForkSafeLock
 from .._sessions import SessionSigner
-from ..errors import RememberConfigurationError, RememberError, RememberUnavailableError
+from ..errors import (
+    RememberConfigurationError,
+    RememberError,
+    RememberInputTypeError,
+    RememberUnavailableError,
+)
 from ..identity import identity
 from ..mcp.auth import register_host_auth
-from ..plugin import RememberPlugin, register_global_store_resolver
+from ..plugin import RememberPlugin
 from ..types import Identity
 from .wsgi import (
     ENVIRON_IDENTITY,
     SESSION_NOT_FOUND,
     error_payload,
+    host_plugin,
     mounted_principal_resolver,
     principal_from_authorization,
     session_signer,
@@ -205,23 +210,25 @@ def _redis_cache_location() -> str | None:
     return None
 
 
-def _global_store_from_settings() -> Mapping[str, Any] | None:
-    """``global-store`` resolution from Django settings (none while unconfigured)."""
-    if not settings.configured:
-        return None
-    options = _settings()
-    explicit = options.get("global_store")
-    if explicit:
-        if not isinstance(explicit, Mapping):
-            raise _config_error("global_store", "must be {'redis_url': ...} or {'url', 'token'}")
-        return explicit
-    config = options.get("config")
-    if isinstance(config, Mapping) and config.get("url"):
-        return {"redis_url": config["url"]}
-    if options.get("url") and options.get("token"):
-        return {"url": options["url"], "token": options["token"]}
-    location = _redis_cache_location()
-    return {"redis_url": location} if location else None
+def _global_store_options(options: dict[str, Any], explicit: object) -> None:
+    """Make ``type="global-store"`` explicit: put where the host's store is into *options*.
+
+    ``global_store`` wins, then the plugin's own ``config``/``url``, then the
+    ``LOCATION`` of a ``RedisCache`` in ``settings.CACHES`` (else the plugin
+    reads the environment).  Nothing is registered process-wide.
+    """
+    if explicit and not isinstance(explicit, Mapping):
+        raise _config_error("global_store", "must be {'redis_url': ...} or {'url', 'token'}")
+    if isinstance(explicit, Mapping) and explicit:
+        redis_url = explicit.get("redis_url")
+        options.pop("config", None)
+        options["url"], options["token"] = explicit.get("url"), explicit.get("token")
+    elif options.get("config") or options.get("url"):
+        return
+    else:
+        redis_url = _redis_cache_location()
+    if redis_url:
+        options.update(config={"url": redis_url}, url=None, token=None)
 
 
 @dataclass
@@ -234,25 +241,18 @@ class _Runtime:
     reject_unverified_session: bool
 
 
-_lock = threading.Lock()
+# A thread of the parent may have held it at a fork (see _fork), e.g. while building the
+# runtime on a first request.  _runtime is assigned only once built, so the child sees a
+# whole runtime or None (and then builds its own).
+_lock = ForkSafeLock()
 _runtime: _Runtime | None = None
 
 
-def _after_fork_in_child() -> None:
-    # A thread of the parent may have held the lock at the fork (see _fork), e.g. while
-    # building the runtime on a first request.  _runtime is assigned only once built,
-    # so the child sees a whole runtime or None (and then builds its own).
-    global _lock
-    _lock = threading.Lock()
-
-
-after_fork_in_child(_after_fork_in_child)
-
-
 def _build() -> _Runtime:
-    register_global_store_resolver(_global_store_from_settings)
     options = dict(_settings())
     integration = {k: options.pop(k) for k in list(options) if k in _INTEGRATION_KEYS}
+    if options.get("type") == "global-store":
+        _global_store_options(options, integration.get("global_store"))
     resolver: Callable[..., Any] = user_resolver
     if integration.get("principal_resolver") is not None:
         resolver = _callable(integration["principal_resolver"], "principal_resolver")
@@ -263,13 +263,9 @@ def _build() -> _Runtime:
     header = integration.get("session_header", "Mcp-Session-Id")
     if not isinstance(header, str) or not header.strip():
         raise _config_error("session_header", "must be a non-empty header name")
-    given = integration.get("plugin")
-    if given is not None:
-        if not isinstance(given, RememberPlugin):
-            raise _config_error("plugin", "must be a RememberPlugin")
-        plugin, owns = given, False
-    else:
-        plugin, owns = RememberPlugin.init(**options), True
+    plugin, owns = host_plugin(
+        integration.get("plugin"), "settings.REMEMBER['plugin']", lambda: options
+    )
     try:
         signer = session_signer(plugin)
     except BaseException:
@@ -424,7 +420,7 @@ def mcp_view(server: Callable[..., Iterable[bytes]]) -> Callable[[HttpRequest], 
     server, not read into memory by Django first.
     """
     if not callable(server):
-        raise TypeError("mcp_view(server) takes a WSGI application, e.g. an McpServer")
+        raise RememberInputTypeError("mcp_view(server) takes a WSGI application, e.g. an McpServer")
 
     def view(request: HttpRequest) -> HttpResponse:
         environ = dict(request.META)

@@ -47,6 +47,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from ..errors import RememberInputError, RememberInputTypeError
 from ..identity import STATELESS_SESSION_ID
 from ..plugin import RememberPlugin
 from ..tools import error_result
@@ -110,16 +111,16 @@ def register_memory_tools(
     :param plugin: a plugin built with ``tools={"enabled": True}``.
     :param principal: ``ctx -> principal | None``; default :func:`sdk_principal`.
     :returns: the registered tool names.
-    :raises ValueError: the plugin's tools are not enabled.
+    :raises RememberInputError: (a :class:`ValueError`) the plugin's tools are not enabled.
     """
     tools = plugin._tools
     if tools is None:
-        raise ValueError(
+        raise RememberInputError(
             "the plugin's memory tools are disabled; build it with tools={'enabled': True}"
         )
     chain = getattr(server, "middleware", None)
     if not isinstance(chain, list):
-        raise TypeError(
+        raise RememberInputTypeError(
             f"{type(server).__name__} has no middleware list; pass an mcp SDK 2.x MCPServer "
             "or mcp.server.Server"
         )

@@ -59,9 +59,9 @@ signed for the same principal is bound) and unbound when the response is
 done, also for streamed responses.  A :class:`~remember_sync.errors.RememberError`
 escaping a view becomes a JSON response with its status and code, e.g. ``403``
 ``{"error": {"code": "REMEMBER_IDENTITY_REQUIRED", ...}}``.  With
-``REMEMBER_STORE="global-store"`` (and for any ``RememberPlugin.init(
-type="global-store")`` built inside an app context) the store comes from this
-app's ``REMEMBER_REDIS_URL`` or ``REMEMBER_KV_URL``/``REMEMBER_KV_TOKEN``.
+``REMEMBER_STORE="global-store"`` the store comes from this app's
+``REMEMBER_REDIS_URL`` or ``REMEMBER_KV_URL``/``REMEMBER_KV_TOKEN`` (passed to
+the plugin explicitly: no other plugin sees them), else the environment.
 """
 
 from __future__ import annotations
@@ -76,7 +76,6 @@ try:
         Flask,
         Response,
         current_app,
-        has_app_context,
         has_request_context,
         jsonify,
         request,
@@ -91,13 +90,14 @@ from .._config import REDIS_URL_ENV
 from ..accessor import RememberAccessor
 from ..errors import RememberConfigurationError, RememberError
 from ..mcp.auth import TokenVerifier, register_host_auth
-from ..plugin import RememberPlugin, register_global_store_resolver
+from ..plugin import RememberPlugin
 from ..types import Identity
 from .wsgi import (
     ENVIRON_IDENTITY,
     PrincipalResolver,
     RememberMiddleware,
     error_payload,
+    host_plugin,
     mounted_principal_resolver,
     remote_user_resolver,
     user_or_token_resolver,
@@ -180,20 +180,18 @@ def options_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
     store_type = options.setdefault("type", "memory")
 
     redis_url = config.get(REDIS_URL_ENV)
-    if store_type == "redis":
-        if redis_url:
-            options["config"] = {**(options.get("config") or {}), "url": redis_url}
-        elif not options.get("config"):
-            raise _config_error(
-                REDIS_URL_ENV,
-                "REMEMBER_STORE='redis' needs it (e.g. redis://127.0.0.1:6379/0)",
-            )
+    if store_type in ("redis", "global-store") and redis_url:
+        options["config"] = {**(options.get("config") or {}), "url": redis_url}
+    elif store_type == "redis" and not options.get("config"):
+        raise _config_error(
+            REDIS_URL_ENV, "REMEMBER_STORE='redis' needs it (e.g. redis://127.0.0.1:6379/0)"
+        )
     kv_url, kv_token = config.get("REMEMBER_KV_URL"), config.get("REMEMBER_KV_TOKEN")
     if bool(kv_url) != bool(kv_token):
         raise _config_error(
             "REMEMBER_KV_URL", "set both REMEMBER_KV_URL and REMEMBER_KV_TOKEN, or neither"
         )
-    if store_type == "vercel-kv" and kv_url:
+    if kv_url and (store_type == "vercel-kv" or (store_type == "global-store" and not redis_url)):
         options["url"], options["token"] = kv_url, kv_token
 
     secret = config.get("REMEMBER_SECRET")
@@ -252,18 +250,6 @@ def _token_verifier(config: Mapping[str, Any]) -> TokenVerifier | None:
     return cast("TokenVerifier | None", verifier)
 
 
-def _global_store_from_app() -> Mapping[str, Any] | None:
-    """``global-store`` resolution from the current app's config (none outside an app)."""
-    if not has_app_context():
-        return None
-    config = current_app.config
-    if config.get(REDIS_URL_ENV):
-        return {"redis_url": config[REDIS_URL_ENV]}
-    if config.get("REMEMBER_KV_URL") and config.get("REMEMBER_KV_TOKEN"):
-        return {"url": config["REMEMBER_KV_URL"], "token": config["REMEMBER_KV_TOKEN"]}
-    return None
-
-
 def _error_response(exc: RememberError) -> tuple[Response, int]:
     status, payload = error_payload(exc)
     return jsonify(payload), status
@@ -284,21 +270,15 @@ class RememberSync:
         """
         if _STATE_KEY in app.extensions:
             raise RuntimeError(f"RememberSync is already initialised on app {app.name!r}")
-        register_global_store_resolver(_global_store_from_app)
         config = app.config
         user = _user_resolver(app, config)
         verifier = _token_verifier(config)
         resolver = user if verifier is None else user_or_token_resolver(user, verifier)
-        given = config.get("REMEMBER_PLUGIN")
-        if given is not None:
-            if not isinstance(given, RememberPlugin):
-                raise _config_error("REMEMBER_PLUGIN", "must be a RememberPlugin")
-            plugin, owns = given, False
-        else:
-            options = options_from_config(config)
-            # Inside the app context so type="global-store" resolves from this app's config.
-            with app.app_context():
-                plugin, owns = RememberPlugin.init(**options), True
+        plugin, owns = host_plugin(
+            config.get("REMEMBER_PLUGIN"),
+            "Flask config REMEMBER_PLUGIN",
+            lambda: options_from_config(config),
+        )
         try:
             middleware = RememberMiddleware(
                 app.wsgi_app,

@@ -66,7 +66,13 @@ from typing import TYPE_CHECKING, Any
 
 from .._secrets import resolve_keyring
 from .._sessions import SessionSigner
-from ..errors import RememberError, RememberUnavailableError
+from ..errors import (
+    RememberConfigurationError,
+    RememberError,
+    RememberInputError,
+    RememberInputTypeError,
+    RememberUnavailableError,
+)
 from ..identity import identity
 from ..plugin import RememberPlugin
 from ..types import Identity
@@ -85,6 +91,7 @@ __all__ = [
     "bearer_token",
     "bearer_token_resolver",
     "error_payload",
+    "host_plugin",
     "mounted_principal_resolver",
     "principal_from_authorization",
     "remote_user_resolver",
@@ -133,7 +140,7 @@ def bearer_token_resolver(verify: TokenVerifier) -> PrincipalResolver:
     lets anyone in under a name.
     """
     if not callable(verify):
-        raise TypeError("verify must be a callable: token -> principal | None")
+        raise RememberInputTypeError("verify must be a callable: token -> principal | None")
 
     def resolve(environ: Mapping[str, Any]) -> str | None:
         return principal_from_authorization(verify, environ.get("HTTP_AUTHORIZATION"))
@@ -151,7 +158,7 @@ def user_or_token_resolver(user: PrincipalResolver, verify: TokenVerifier) -> Pr
     signed-in user and a token is the signed-in user's.
     """
     if not callable(user) or not callable(verify):
-        raise TypeError("user_or_token_resolver(user, verify) takes two callables")
+        raise RememberInputTypeError("user_or_token_resolver(user, verify) takes two callables")
     bearer = bearer_token_resolver(verify)
 
     def resolve(environ: Mapping[str, Any]) -> str | None:
@@ -211,6 +218,24 @@ def _principal(value: object, resolver: object) -> str | None:
             "expected a str or None"
         )
     return value
+
+
+def host_plugin(
+    given: object, name: str, options: Callable[[], Mapping[str, Any]]
+) -> tuple[RememberPlugin, bool]:
+    """A framework integration's plugin, and whether the integration owns (closes) it.
+
+    *given* is the host's ready plugin (config key *name*), used as it is; without
+    one, a plugin is built from ``options()``, the host's configuration as explicit
+    :meth:`RememberPlugin.init` arguments.
+
+    :raises RememberConfigurationError: *given* is not a :class:`RememberPlugin`.
+    """
+    if given is None:
+        return RememberPlugin.init(**options()), True
+    if not isinstance(given, RememberPlugin):
+        raise RememberConfigurationError(f"{name}: must be a RememberPlugin")
+    return given, False
 
 
 # -- sessions -------------------------------------------------------------------------------
@@ -344,11 +369,15 @@ class RememberMiddleware:
         error_responses: bool = True,
     ) -> None:
         if not isinstance(plugin, RememberPlugin):
-            raise TypeError(f"plugin must be a RememberPlugin; got {type(plugin).__name__}")
+            raise RememberInputTypeError(
+                f"plugin must be a RememberPlugin; got {type(plugin).__name__}"
+            )
         if principal_resolver is not None and not callable(principal_resolver):
-            raise TypeError("principal_resolver must be a callable: environ -> principal | None")
+            raise RememberInputTypeError(
+                "principal_resolver must be a callable: environ -> principal | None"
+            )
         if not isinstance(session_header, str) or not session_header.strip():
-            raise ValueError("session_header must be a non-empty header name")
+            raise RememberInputError("session_header must be a non-empty header name")
         self.app = app
         self.plugin = plugin
         self.principal_resolver: PrincipalResolver = principal_resolver or remote_user_resolver

@@ -21,9 +21,10 @@ or build one yourself and add your own tools::
 This package imports nothing from the ``mcp`` SDK.
 """
 
+from .app import create_app, plugin_from_options
 from .auth import PrincipalResolver, StaticTokenVerifier, TokenVerifier, load_token_file
 from .authoring import ToolContext, ToolError
-from .server import McpServer, create_app, plugin_from_options
+from .server import McpServer
 
 __all__ = [
     "McpServer",

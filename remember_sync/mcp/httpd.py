@@ -48,25 +48,24 @@ class _BodyReader:
         self._stream = stream
         self.remaining = length
 
-    def read(self, size: int = -1) -> bytes:
+    def _take(self, read: Callable[[int], bytes], size: int | None) -> bytes:
+        """At most *size* bytes (all that is left when ``None`` or negative) by *read*."""
         if self.remaining <= 0:
             return b""
         if size is None or size < 0 or size > self.remaining:
             size = self.remaining
-        data = self._stream.read(size)
+        data = read(size)
         self.remaining -= len(data)
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._take(self._stream.read, size)
         if not data:
             self.remaining = 0
         return data
 
     def readline(self, size: int = -1) -> bytes:
-        if self.remaining <= 0:
-            return b""
-        if size is None or size < 0 or size > self.remaining:
-            size = self.remaining
-        data = self._stream.readline(size)
-        self.remaining -= len(data)
-        return data
+        return self._take(self._stream.readline, size)
 
     def readlines(self, hint: int = -1) -> list[bytes]:
         return self.read().splitlines(keepends=True)

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ..errors import JsonRpcError
+
 __all__ = [
     "ALL_PROTOCOL_VERSIONS",
     "BATCH_PROTOCOL_VERSIONS",
@@ -30,7 +32,6 @@ __all__ = [
     "PROTOCOL_VERSION_META_KEY",
     "SERVER_INFO_META_KEY",
     "UNSUPPORTED_PROTOCOL_VERSION",
-    "JsonRpcError",
     "declares_modern_version",
     "decode_header_value",
     "error_body",
@@ -92,16 +93,6 @@ _MODERN_STATUS: Final[dict[int, int]] = {
 def modern_error_status(code: int) -> int:
     """The HTTP status of a 2026-07-28 JSON-RPC error reply."""
     return _MODERN_STATUS.get(code, 200)
-
-
-class JsonRpcError(Exception):
-    """A JSON-RPC error to send back (raised inside request handling)."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
 
 
 def error_body(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import threading
 
+from .._clock import Clock, system_clock
 from .._fork import after_fork_in_child
 from .._keys import ended_session_key
 from .._sessions import session_digest
-from ..errors import RememberStoreError
+from ..errors import RememberInputError, RememberStoreError
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 
@@ -59,15 +60,19 @@ class EndedSessions:
     :param store: the plugin's store.
     :param prefix: the plugin's key prefix.
     :param max_local: the cap of the in-process table (memory store only).
+    :param clock: when the in-process table's records expire.
     """
 
-    def __init__(self, store: Store, prefix: str, *, max_local: int = DEFAULT_MAX_LOCAL) -> None:
+    def __init__(
+        self, store: Store, prefix: str, *, max_local: int = DEFAULT_MAX_LOCAL,
+        clock: Clock = system_clock,
+    ) -> None:
         if isinstance(max_local, bool) or not isinstance(max_local, int) or max_local < 1:
-            raise ValueError(f"max_local must be a positive int; got {max_local!r}")
+            raise RememberInputError(f"max_local must be a positive int; got {max_local!r}")
         self.local = isinstance(store, MemoryStore)
         # A store of its own, without a bound: a bounded one evicts, and an evicted
         # record would bring its session back.
-        self._store: Store = MemoryStore(max_entries=None) if self.local else store
+        self._store: Store = MemoryStore(max_entries=None, clock=clock) if self.local else store
         # The private table needs no prefix (it holds nothing else): shorter keys.
         self._prefix = "" if self.local else prefix
         self.max_local = max_local

@@ -1,14 +1,6 @@
 """``remember-sync serve``: run the MCP server on a threaded stdlib WSGI server.
 
-::
-
-    remember-sync serve [--host 127.0.0.1] [--port 8765] [--redis-url URL | --vercel-kv]
-                        [--tools-prefix P] [--allowed-scopes session,user,tool]
-                        [--auth-tokens FILE | --no-token | --allow-anonymous |
-                         --oauth-issuer URL --oauth-audience AUD [--oauth-jwks-url URL]
-                         [--oauth-resource URL]]
-                        [--user NAME] [--token-file PATH] [--cors-origin ORIGIN ...]
-                        [--default-ttl SECONDS] [--max-bytes N] [--max-entries N]
+``remember-sync serve --help`` lists every option.
 
 Who the callers are (see ``docs/clients.rst``):
 
@@ -44,43 +36,40 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
-from urllib.parse import urlsplit
 
-from .._config import REDIS_URL_ENV, store_settings
+from .._config import REDIS_URL_ENV, scope_list, store_settings
 from .._keys import layout_marker_key
 from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
-from ..stores.base import Store
-from ..stores.memory import MemoryStore
-from ..types import SCOPES
-from ._banner import Access, access_lines, client_lines, url_for_clients
-from .auth import (
+from ..mcp._banner import Access, access_lines, client_lines, url_for_clients
+from ..mcp._wsgi import DEFAULT_PATH, check_cors_origin
+from ..mcp.app import (
+    BOUND_ENV,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENTRIES,
+    MAX_VALUE_BYTES_ENV,
+    plugin_from_options,
+)
+from ..mcp.auth import (
     StaticTokenVerifier,
     TokenVerifier,
     check_local_user,
     default_token_file,
     load_or_create_local_token,
 )
-from .httpd import KeepAliveWSGIServer, WSGIApp, make_server
-from .oauth import OAuthVerifier
-from .server import (
-    BOUND_ENV,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_ENTRIES,
-    DEFAULT_PATH,
-    MAX_VALUE_BYTES_ENV,
-    McpServer,
-    check_cors_origin,
-    plugin_from_options,
-)
+from ..mcp.httpd import KeepAliveWSGIServer, WSGIApp, make_server
+from ..mcp.oauth import OAuthVerifier
+from ..mcp.server import McpServer
+from ..stores.base import Store
+from ..stores.memory import MemoryStore
+from ._common import PROG, _flag, _redis_url
+from ._parser import Commands, _int_at_least
 
-__all__ = ["add_serve_command", "build_parser", "main", "run_serve", "run_server"]
+__all__ = ["add_serve_command", "run_serve", "run_server"]
 
-PROG = "remember-sync"
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -94,29 +83,6 @@ def _port(text: str) -> int:
     return value
 
 
-def _scopes(text: str) -> list[str]:
-    scopes = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [s for s in scopes if s not in SCOPES]
-    if bad or not scopes:
-        raise argparse.ArgumentTypeError(
-            f"must be a comma-separated list of {', '.join(SCOPES)}; got {text!r}"
-        )
-    return list(dict.fromkeys(scopes))
-
-
-def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
-    """An argparse type: a base-10 int of at least *minimum* (*what* names the unit)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}; got {value}")
-        return value
-
-    return parse
 
 
 _whole = _int_at_least(0, "whole seconds")
@@ -167,6 +133,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     store.add_argument(
         "--redis-url",
         metavar="URL",
+        type=_redis_url,
         help=f"keep memory in Redis (or set {REDIS_URL_ENV} or REDIS_URL, which keep a "
         "password off the command line; see docs/configuration.rst); default: in-process "
         "memory",
@@ -185,7 +152,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--allowed-scopes",
-        type=_scopes,
+        type=_flag(scope_list),
         default=["session", "user", "tool"],
         metavar="LIST",
         help="scopes the model may use, comma-separated (default: "
@@ -296,30 +263,29 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``serve`` on an :mod:`argparse` subparsers object."""
-    parser = subparsers.add_parser(
+def add_serve_command(c: Commands) -> None:
+    """``serve``."""
+    parser = c.add(
         "serve",
-        help="run an MCP server giving models encrypted memory (Streamable HTTP)",
+        run_serve,
+        "run an MCP server giving models encrypted memory (Streamable HTTP)",
+        [],
         description="Run an MCP server (Streamable HTTP, JSON responses) hosting the memory "
         "tools remember_this, recall, forget and list_memories. Point any MCP client at "
         "http://HOST:PORT/mcp. Secrets come from REMEMBER_SECRET; with --redis-url or "
         "--vercel-kv it is required, while the in-memory store falls back to the development "
         "file .frontmcp/remember-secret.json in the working directory.",
     )
-    return _configure(parser)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser for ``python -m remember_sync.mcp.serve``."""
-    return _configure(argparse.ArgumentParser(prog=f"{PROG} serve"))
+    _configure(parser)
 
 
 def _store_description(
     args: argparse.Namespace, redis_url: str | None, store: Store | None = None
 ) -> str:
     if redis_url:
-        return f"redis {_redacted(redis_url)}"
+        from ..stores.redis_connect import redacted_url
+
+        return f"redis {redacted_url(redis_url)}"
     if args.vercel_kv:
         return "vercel-kv (KV_REST_API_URL)"
     bounds = ""
@@ -335,29 +301,16 @@ def _size(nbytes: int | None) -> str:
     return f"{nbytes} bytes"
 
 
-def _redacted(url: str) -> str:
-    """*url* without its password (the startup line never shows a secret)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        port = f":{parts.port}" if parts.port else ""
-        netloc = f"{parts.username or ''}:***@{parts.hostname or ''}{port}"
-        return parts._replace(netloc=netloc).geturl()
-    except ValueError:
-        return "<unparseable URL>"
-
-
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _allowed_hosts(host: str, port: int) -> list[str] | None:
+def _allowed_hosts(host: str, port: int) -> frozenset[str] | None:
     """The Host values a loopback server accepts (a DNS-rebinding guard); None elsewhere."""
     if host not in _LOOPBACK_HOSTS:
         return None
     names = ["127.0.0.1", "localhost", "[::1]"]
-    return names + [f"{n}:{port}" for n in names]
+    return frozenset(names + [f"{n}:{port}" for n in names])
 
 
 def _check_usage(args: argparse.Namespace) -> None:
@@ -463,10 +416,10 @@ def run_serve(args: argparse.Namespace) -> int:
                 # Fail at start, not on the first tool call: one read of the layout marker.
                 plugin.store.get(layout_marker_key(plugin.key_prefix))
             except RememberError as exc:
-                message = exc.message
-                password = urlsplit(redis_url).password if redis_url else None
-                if password:
-                    message = message.replace(password, "***")
+                from .._ops.context import StoreChoice, redact, secret_values
+
+                known = secret_values(os.environ, StoreChoice(chosen.kind, redis_url))
+                message = redact(exc.message, known)
                 store = _store_description(args, redis_url)
                 sys.stderr.write(
                     f"{PROG} serve: error: cannot reach the store ({store}): {message}\n"
@@ -586,7 +539,7 @@ def _run(
             path = app.path or "/"
             if app.allowed_hosts is None:
                 # Known only after binding: port 0 picks a free port.
-                app.allowed_hosts = _frozen(_allowed_hosts(host, httpd.server_port))
+                app.allowed_hosts = _allowed_hosts(host, httpd.server_port)
             lines = _describe(app, store, access or _default_access(app))
             if access is not None:
                 scopes = list(app.plugin.tools_options.get("allowed_scopes") or [])
@@ -621,10 +574,6 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
-def _frozen(hosts: list[str] | None) -> frozenset[str] | None:
-    return None if hosts is None else frozenset(hosts)
-
-
 def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: list[bool]) -> int:
     worker = threading.Thread(
         target=httpd.serve_forever,
@@ -649,13 +598,3 @@ def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: list[bool]) -> int:
     sys.stdout.write(f"{PROG}: stopped\n")
     sys.stdout.flush()
     return code
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m remember_sync.mcp.serve [options]`` (the same as ``remember-sync serve``)."""
-    args = build_parser().parse_args(argv)
-    return run_serve(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,310 @@
+"""The entry commands: ``demo``, ``list``, ``get``, ``set``, ``forget``, ``export``, ``import``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ..errors import RememberDecryptionError
+from ..types import BRANDS, RememberEntry
+from ._common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    PROG,
+    _compact,
+    _listed,
+    _opened,
+    _print_json,
+    _progress_stream,
+    _redact,
+    _report_keys,
+    _stderr,
+)
+from ._parser import (
+    Commands,
+    _json_object,
+    _json_value,
+    _memory_key,
+    _pattern,
+    _positive_int,
+)
+
+if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
+    from .._ops.context import Opened
+
+
+def add_demo_command(c: Commands) -> None:
+    """``demo``."""
+    c.add("demo", _cmd_demo, "a scripted walkthrough on the in-memory store (no server needed)", [])
+
+
+def add_entry_commands(c: Commands) -> None:
+    """``list``, ``get``, ``set``, ``forget``."""
+    add, store, reads, writes = c.add, c.store, c.reads, c.writes
+    ident, as_json = c.ident, c.as_json
+    p = add("list", _cmd_list, "list the keys of one scope and identity",
+            [store, reads, ident, as_json], needs_store=True)
+    p.add_argument("--pattern", type=_pattern, default="*",
+                   help="only keys matching this; * and ? are the only wildcards (default: *)")
+    p.add_argument("--brand", choices=BRANDS, help="only entries of this brand")
+
+    p = add("get", _cmd_get, "print one entry's value (JSON)", [store, reads, ident, as_json],
+            needs_store=True, description="Print one entry's value as JSON; with --json the "
+            "whole entry. Exit code 1 when there is no such entry.")
+    p.add_argument("key", metavar="KEY", type=_memory_key, help="the memory key")
+
+    p = add("set", _cmd_set, "store one entry", [store, writes, ident, as_json],
+            needs_store=True, description="Store one entry, replacing the one under KEY. An "
+            "entry the configured secrets cannot read is not overwritten (exit code 1) unless "
+            "--include-unreadable is given.")
+    p.add_argument("key", metavar="KEY", type=_memory_key, help="the memory key")
+    p.add_argument("value", metavar="VALUE", type=_json_value,
+                   help="the value as JSON (a string needs quotes: '\"dark\"')")
+    p.add_argument("--ttl", type=_positive_int, metavar="SECONDS", help="expire after SECONDS")
+    p.add_argument("--brand", choices=BRANDS, help="what kind of memory this is")
+    p.add_argument("--metadata", type=_json_object, metavar="JSON",
+                   help="a JSON object stored with the entry")
+    p.add_argument("--include-unreadable", action="store_true",
+                   help="overwrite the entry even if the configured secrets cannot read it")
+
+    p = add("forget", _cmd_forget, "delete one entry", [store, reads, ident, as_json],
+            needs_store=True, description="Delete one entry. An entry the configured secrets "
+            "cannot read is not deleted (exit code 1) unless --include-unreadable is given.")
+    p.add_argument("key", metavar="KEY", type=_memory_key, help="the memory key")
+    p.add_argument("--include-unreadable", action="store_true",
+                   help="delete the entry even if the configured secrets cannot read it")
+
+
+def add_transfer_commands(c: Commands) -> None:
+    """``export``, ``import``."""
+    add, store, reads, writes, as_json = c.add, c.store, c.reads, c.writes, c.as_json
+    p = add("export", _cmd_export, "write every entry as JSON Lines", [store, reads],
+            needs_store=True,
+            description="Write every readable, unexpired entry under the prefix as JSON Lines: "
+            "by default the encrypted envelopes with their storage keys (without the prefix) "
+            "and deadlines; with --decrypted the entries in clear. Unreadable entries are "
+            "reported and left out (exit code 1).")
+    p.add_argument("--decrypted", action="store_true",
+                   help="write values in clear (a warning is printed; protect the file)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write to FILE (created with mode 0600; must not exist) instead of "
+                   "standard output")
+
+    p = add("import", _cmd_import, "load entries from JSON Lines", [store, writes, as_json],
+            needs_store=True,
+            description="Load entries written by `export` (either form). The whole input is "
+            "checked before anything is written. Existing keys are kept unless --overwrite "
+            "(exit code 1 when some were kept); entries past their deadline are skipped.")
+    p.add_argument("input", metavar="FILE", help="the JSON Lines file, or - for standard input")
+    p.add_argument("--overwrite", action="store_true", help="replace entries that exist")
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .._ops.demo import DemoFailed, run_demo
+
+    try:
+        run_demo(sys.stdout)
+    except DemoFailed as exc:
+        _stderr(f"{PROG}: demo failed: {exc}")
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    with _opened(args) as opened:
+        mem = opened.plugin.accessor(args.identity)
+        found = mem.entries(scope=args.scope, pattern=args.pattern, brand=args.brand)
+        # A fresh plugin per command: every unreadable key counted was met by this listing.
+        unreadable = opened.plugin.stats()["unreadable"]
+    keys = sorted(found)
+    if args.json:
+        _print_json(
+            {"scope": args.scope, "keys": keys, "count": len(keys), "unreadable": unreadable}
+        )
+    else:
+        for key in keys:
+            sys.stdout.write(key + "\n")
+    if unreadable:
+        _stderr(
+            f"{PROG}: {unreadable} entries in {args.scope} scope do not decrypt with the "
+            "configured secrets and are not listed"
+        )
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def _entry_dict(key: str, scope: str, entry: RememberEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": key, "scope": scope, "value": entry.value}
+    out["brand"] = entry.brand
+    out["createdAt"] = entry.created_at
+    out["updatedAt"] = entry.updated_at
+    out["expiresAt"] = entry.expires_at
+    out["metadata"] = entry.metadata
+    return out
+
+
+def _cmd_get(args: argparse.Namespace) -> int:
+    with _opened(args, on_decrypt_error="raise") as opened:
+        entry = opened.plugin.accessor(args.identity).get_entry(args.key, scope=args.scope)
+    if entry is None:
+        _stderr(f"{PROG}: no entry {args.key!r} in {args.scope} scope")
+        return EXIT_FAIL
+    if args.json:
+        _print_json(_entry_dict(args.key, args.scope, entry))
+    else:
+        sys.stdout.write(_compact(entry.value) + "\n")
+    return EXIT_OK
+
+
+_UNREAD = "it could not be read with the configured secret(s)"
+
+
+def _read_before_replacing(
+    opened: Opened, args: argparse.Namespace, *, twin: bool, done: str, does: str
+) -> tuple[bool, bool] | None:
+    """Read the entry ``set``/``forget`` is about to replace: (live, unreadable).
+
+    An entry the configured secrets cannot read is another secret's data, or
+    tampered with: without ``--include-unreadable`` it is reported and ``None``
+    returned, and the caller writes nothing.  *twin*: also read the 1.8.0
+    doubled-prefix key (``forget`` deletes it too).  The plugin must be opened
+    with ``on_decrypt_error="raise"``.
+    """
+    core = opened.plugin._core
+    ns, head = core.namespace(args.identity, args.scope)
+    skey = head + args.key
+    places = [skey, core.prefix + skey] if twin and core.read_doubled_prefix else [skey]
+    live = False
+    for where in places:
+        try:
+            fields = core.decode_fields(core.store.get(where), ns, skey, core.clock())
+            live |= fields is not None
+        except RememberDecryptionError as exc:
+            if not args.include_unreadable:
+                _stderr(
+                    f"{PROG}: error: {_redact(exc.message, args.secrets)}; {_UNREAD}, so it was "
+                    f"not {done} "
+                    f"(nothing changed). --include-unreadable {does} it anyway"
+                )
+                return None
+            return live, True
+    return live, False
+
+
+def _cmd_set(args: argparse.Namespace) -> int:
+    from .._ops.inspect import format_ms
+
+    with _opened(args, on_decrypt_error="raise", writes=True) as opened:
+        mem = opened.plugin.accessor(args.identity)
+        # Read, then write at once: the window is one round trip (no compare-and-set
+        # for a whole new entry in the store protocol).
+        found = _read_before_replacing(
+            opened, args, twin=False, done="overwritten", does="overwrites"
+        )
+        if found is None:
+            return EXIT_FAIL
+        mem.set(args.key, args.value, scope=args.scope, ttl=args.ttl, brand=args.brand,
+                metadata=args.metadata)
+        entry = mem.get_entry(args.key, scope=args.scope)
+    unreadable = found[1]
+    expires = entry.expires_at if entry is not None else None
+    if args.json:
+        _print_json({"success": True, "key": args.key, "scope": args.scope, "expiresAt": expires,
+                     "unreadable": unreadable})
+    else:
+        when = "never expires" if expires is None else f"expires {format_ms(expires)}"
+        sys.stdout.write(f"stored {args.key!r} in {args.scope} scope ({when})\n")
+        if unreadable:
+            sys.stdout.write(f"  the entry it replaced: {_UNREAD}; overwritten because of "
+                             "--include-unreadable\n")
+    return EXIT_OK
+
+
+def _cmd_forget(args: argparse.Namespace) -> int:
+    with _opened(args, on_decrypt_error="raise") as opened:
+        # Read, then delete at once: the window is one round trip (the store protocol
+        # has no compare-and-delete).
+        found = _read_before_replacing(opened, args, twin=True, done="forgotten", does="deletes")
+        if found is None:
+            return EXIT_FAIL
+        deleted = opened.plugin.accessor(args.identity).forget(args.key, scope=args.scope)
+    live, unreadable = found
+    # An expired entry still stored is deleted as cleanup, but was not there for any reader.
+    existed = deleted and (live or unreadable)
+    if args.json:
+        _print_json({"key": args.key, "scope": args.scope, "existed": existed,
+                     "unreadable": unreadable})
+    elif existed:
+        sys.stdout.write(f"forgot {args.key!r} in {args.scope} scope\n")
+        if unreadable:
+            sys.stdout.write(f"  {_UNREAD}; deleted because of --include-unreadable\n")
+    else:
+        sys.stdout.write(f"{args.key!r} was not in {args.scope} scope (nothing to forget)\n")
+    return EXIT_OK
+
+
+@contextlib.contextmanager
+def _output(path: str | None) -> Iterator[TextIO]:
+    if path is None:
+        yield sys.stdout
+        return
+    # 0600 and exclusive: an export holds every entry (in clear with --decrypted).
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        yield fh
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .._ops.transfer import export_entries
+
+    with _opened(args) as opened:
+        if args.decrypted:
+            _stderr(
+                f"{PROG}: warning: --decrypted writes every value in clear text; protect the "
+                "output and delete it when done"
+            )
+        with _output(args.output) as out:
+            result = export_entries(
+                opened.plugin._core, out, decrypted=args.decrypted,
+                progress_stream=_progress_stream(),
+            )
+    form = "decrypted entries" if args.decrypted else "encrypted envelopes"
+    _stderr(f"exported {result.exported} {form}; skipped {result.expired} expired")
+    if result.unreadable:
+        _stderr(
+            f"{PROG}: {result.unreadable} entries do not decrypt with the configured secrets and "
+            f"were NOT exported: {_listed(result.unreadable_keys, result.unreadable)}"
+        )
+    if result.doubled_unread:
+        _stderr(
+            f"{PROG}: {result.doubled_unread} keys in 1.8.0's doubled-prefix layout were NOT "
+            "exported: pass --read-doubled-prefix if the application reads them"
+        )
+    return EXIT_FAIL if result.unreadable or result.doubled_unread else EXIT_OK
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from .._ops.transfer import import_entries
+
+    with _opened(args, writes=True) as opened:
+        result = import_entries(
+            opened.plugin._core, args.records, overwrite=args.overwrite,
+            progress_stream=_progress_stream(),
+        )
+    problems = result.existing or result.unreadable
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        sys.stdout.write(
+            f"imported {result.imported} entries; skipped {result.expired} past their deadline\n"
+        )
+        _report_keys(result.existing, result.existing_keys,
+                     f"kept {result.existing} existing entries (use --overwrite to replace them): ")
+        _report_keys(result.unreadable, result.unreadable_keys,
+                     f"{result.unreadable} envelopes do not decrypt with the configured secrets "
+                     "and were not imported: ")
+    return EXIT_FAIL if problems else EXIT_OK

@@ -1,0 +1,186 @@
+"""Building an :class:`~remember_sync.mcp.McpServer` from plain options and the environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import _config
+from ..errors import RememberConfigurationError
+from ..plugin import RememberPlugin
+from .auth import (
+    StaticTokenVerifier,
+)
+from .oauth import (
+    oauth_verifier_from_env,
+)
+from .server import McpServer
+
+__all__ = [
+    "BOUND_ENV",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_ENTRIES",
+    "MAX_VALUE_BYTES_ENV",
+    "create_app",
+    "plugin_from_options",
+]
+
+# -- building a server from plain options ---------------------------------------------------
+
+#: ``max_bytes`` of the in-process memory store that ``serve`` and ``create_app``
+#: build (256 MiB): an HTTP server must not let anonymous callers grow it without
+#: limit.  ``--max-bytes`` / ``REMEMBER_MAX_BYTES`` change it.
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+#: ``max_entries`` of that store; ``--max-entries`` / ``REMEMBER_MAX_ENTRIES`` change it.
+DEFAULT_MAX_ENTRIES = 100_000
+#: The environment variable of the largest value (``max_value_bytes``) for
+#: ``serve`` and ``create_app``; ``--max-value-bytes`` changes it.
+MAX_VALUE_BYTES_ENV = _config.MAX_VALUE_BYTES_ENV
+#: The environment variable of each bound, and its default.
+BOUND_ENV = {
+    "max_bytes": (_config.MAX_BYTES_ENV, DEFAULT_MAX_BYTES),
+    "max_entries": (_config.MAX_ENTRIES_ENV, DEFAULT_MAX_ENTRIES),
+}
+
+
+def plugin_from_options(
+    *,
+    redis_url: str | None = None,
+    vercel_kv: bool = False,
+    tools_prefix: str = "",
+    allowed_scopes: Sequence[str] | None = None,
+    default_ttl: int = 0,
+    max_bytes: int | None = None,
+    max_entries: int | None = None,
+    max_value_bytes: int | None = None,
+    **extra: Any,
+) -> RememberPlugin:
+    """A plugin with the memory tools enabled: memory store, or Redis, or Vercel KV.
+
+    The memory store is always bounded: *max_bytes* and *max_entries* if
+    given, else ``REMEMBER_MAX_BYTES`` and ``REMEMBER_MAX_ENTRIES`` from the
+    environment (``extra["environ"]`` or :data:`os.environ`), else
+    :data:`DEFAULT_MAX_BYTES` and :data:`DEFAULT_MAX_ENTRIES`.  A bound given
+    with Redis or Vercel KV is refused (it only applies to the memory store).
+    With Redis or Vercel KV a configured secret is required
+    (``encryption={"require_secret": True}`` unless *encryption* says otherwise).
+    *max_value_bytes* (else ``REMEMBER_MAX_VALUE_BYTES``, else the plugin's
+    default) bounds each value; the server's HTTP body limit follows it.
+    Extra keyword arguments go to :meth:`RememberPlugin.init`.
+    """
+    store = _config.store_settings({}, redis_url=redis_url, vercel_kv=vercel_kv)  # the checks
+    if not all(c.isalnum() or c in "_-." for c in tools_prefix):
+        raise RememberConfigurationError(
+            f"tools prefix {tools_prefix!r} may only use letters, digits, '_', '-' and '.' "
+            "(MCP tool names)"
+        )
+    scopes = _config.scope_list(allowed_scopes, "allowed_scopes") if allowed_scopes else None
+    options: dict[str, Any] = {
+        "tools": {"enabled": True, "prefix": tools_prefix, "allowed_scopes": scopes},
+        "default_ttl": default_ttl,
+        **extra,
+    }
+    env: Mapping[str, str] = extra.get("environ") or os.environ
+    given = {"max_bytes": max_bytes, "max_entries": max_entries}
+    for option, (name, default) in BOUND_ENV.items():
+        value = given[option]
+        if value is None:
+            value = _config.env_whole(env, name, minimum=1, unit="a whole number")
+        if value is None and store.kind == "memory":
+            value = default
+        if value is not None:
+            options[option] = value  # with Redis or Vercel KV, init names the mistake
+    if max_value_bytes is None:
+        max_value_bytes = _config.env_whole(
+            env, MAX_VALUE_BYTES_ENV, minimum=1, unit="a whole number"
+        )
+    if max_value_bytes is not None:
+        options["max_value_bytes"] = max_value_bytes
+    if store.kind == "redis":
+        options.update(type="redis", config={"url": store.redis_url})
+    elif store.kind == "vercel-kv":
+        options["type"] = "vercel-kv"
+    if store.kind != "memory":
+        # A real store outlives this process and is shared: never invent a secret for it
+        # (a development file in whatever directory the server started in).  The memory
+        # store dies with the process, so it keeps the library's fallbacks.
+        options["encryption"] = {"require_secret": True, **options.get("encryption", {})}
+    return RememberPlugin.init(**options)
+
+
+def create_app(
+    *,
+    plugin: RememberPlugin | None = None,
+    redis_url: str | None = None,
+    vercel_kv: bool | None = None,
+    tools_prefix: str | None = None,
+    allowed_scopes: Sequence[str] | None = None,
+    default_ttl: int | None = None,
+    auth_tokens: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    max_bytes: int | None = None,
+    max_entries: int | None = None,
+    **server_options: Any,
+) -> McpServer:
+    """An :class:`McpServer` for a WSGI server: ``gunicorn 'remember_sync.mcp:create_app()'``.
+
+    Without *plugin*, builds one with the memory tools enabled from the
+    arguments, falling back to the environment: the store as every entry point
+    reads it (``REMEMBER_REDIS_URL``, ``REMEMBER_VERCEL_KV=1``, ``REDIS_URL``,
+    ``KV_REST_API_URL``/``KV_REST_API_TOKEN``, in that order; see
+    ``docs/configuration.rst``), ``REMEMBER_TOOLS_PREFIX``,
+    ``REMEMBER_ALLOWED_SCOPES`` (comma-separated),
+    ``REMEMBER_DEFAULT_TTL``, ``REMEMBER_AUTH_TOKENS`` (a token file, see
+    :mod:`remember_sync.mcp.auth`) or ``REMEMBER_OAUTH_ISSUER`` +
+    ``REMEMBER_OAUTH_AUDIENCE`` (+ optional ``REMEMBER_OAUTH_JWKS_URL``,
+    ``REMEMBER_OAUTH_RESOURCE``: OAuth access tokens, see
+    :mod:`remember_sync.mcp.oauth`), and for the memory store
+    ``REMEMBER_MAX_BYTES`` / ``REMEMBER_MAX_ENTRIES`` (defaults
+    :data:`DEFAULT_MAX_BYTES`, :data:`DEFAULT_MAX_ENTRIES`; see
+    :func:`plugin_from_options`), ``REMEMBER_MAX_VALUE_BYTES``.  The master secret comes from
+    ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
+    :class:`McpServer`.
+
+    Callers are anonymous unless ``REMEMBER_AUTH_TOKENS`` (or *auth_tokens*,
+    or ``token_verifier=``) is given: ``serve``'s local token has no
+    counterpart here, because a WSGI app does not know which address its
+    server binds (loopback or the network) and a deployment should not create
+    credentials in a home directory.  For a single user, a tokens file with
+    one ``<token> <user>`` line does the same (``docs/clients.rst``).
+    """
+    env = os.environ if environ is None else environ
+    tokens = auth_tokens if auth_tokens is not None else env.get(_config.AUTH_TOKENS_ENV) or None
+    oauth = None if "token_verifier" in server_options else oauth_verifier_from_env(env)
+    if tokens is not None and oauth is not None:
+        raise RememberConfigurationError(
+            "give either REMEMBER_AUTH_TOKENS (static tokens) or REMEMBER_OAUTH_ISSUER (OAuth), "
+            "not both"
+        )
+    if oauth is not None:
+        server_options["token_verifier"] = oauth
+    if tokens is not None and "token_verifier" not in server_options:
+        server_options["token_verifier"] = StaticTokenVerifier.from_file(tokens)
+    owns = plugin is None
+    if plugin is None:
+        store = _config.store_settings(env, redis_url=redis_url, vercel_kv=bool(vercel_kv))
+        if default_ttl is None:
+            default_ttl = _config.env_whole(
+                env, _config.DEFAULT_TTL_ENV, minimum=0, unit="whole seconds"
+            )
+        plugin = plugin_from_options(
+            redis_url=store.redis_url,
+            vercel_kv=store.kind == "vercel-kv",
+            tools_prefix=tools_prefix
+            if tools_prefix is not None
+            else env.get(_config.TOOLS_PREFIX_ENV, ""),
+            allowed_scopes=allowed_scopes
+            if allowed_scopes is not None
+            else _config.env_scopes(env, _config.ALLOWED_SCOPES_ENV),
+            default_ttl=default_ttl or 0,
+            max_bytes=max_bytes,
+            max_entries=max_entries,
+            environ=env,
+        )
+    server_options.setdefault("owns_plugin", owns)
+    return McpServer(plugin, **server_options)

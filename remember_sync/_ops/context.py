@@ -62,7 +62,7 @@ class StoreChoice:
     def describe(self) -> str:
         """A printable name of the store, without any password."""
         if self.kind == "redis" and self.redis_url is not None:
-            from ..stores.redis_connect import redacted_url  # lazy: --help never imports redis
+            from ..stores.redis import redacted_url  # lazy: --help never imports redis
 
             return f"redis {redacted_url(self.redis_url)}"
         if self.kind == "vercel-kv":

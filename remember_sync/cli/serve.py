@@ -283,7 +283,7 @@ def _store_description(
     args: argparse.Namespace, redis_url: str | None, store: Store | None = None
 ) -> str:
     if redis_url:
-        from ..stores.redis_connect import redacted_url
+        from ..stores.redis import redacted_url
 
         return f"redis {redacted_url(redis_url)}"
     if args.vercel_kv:

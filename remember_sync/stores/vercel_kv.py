@@ -54,17 +54,8 @@ from ..errors import (
     RememberStoreError,
 )
 from . import _index_lua as index_lua
-from .base import (
-    CAS_LUA_SCRIPT,
-    SCAN_ITEMS_LUA_SCRIPT,
-    IndexOf,
-    check_key,
-    check_keys,
-    check_scan,
-    check_write,
-    merged_index_of,
-    to_text,
-)
+from . import base as contract  # the argument checks every store makes first
+from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, merged_index_of, to_text
 
 __all__ = ["VercelKVStore"]
 
@@ -348,11 +339,11 @@ class VercelKVStore:
     # -- the Store protocol ---------------------------------------------------------------
 
     def get(self, key: str) -> str | None:
-        check_key(key)
+        contract.check_key(key)
         return self._text_or_none(self._command(["GET", key], idempotent=True))
 
     def get_many(self, keys: Sequence[str]) -> list[str | None]:
-        check_keys(keys)
+        contract.check_keys(keys)
         keys = list(keys)
         if not keys:
             return []
@@ -367,7 +358,7 @@ class VercelKVStore:
         self, key: str, value: str, *, ttl_ms: int | None = None, only_if_absent: bool = False
     ) -> bool:
         """One ``SET`` request; an indexed key: one ``EVAL`` that keeps its index too."""
-        check_write(key, value, ttl_ms)
+        contract.check_write(key, value, ttl_ms)
         px = "" if ttl_ms is None else str(ttl_ms)
         index = None if self._index_of is None else self._index_of(key)
         if index is not None:
@@ -394,7 +385,7 @@ class VercelKVStore:
     def compare_and_set(
         self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
     ) -> bool:
-        check_write(key, value, ttl_ms, expected)
+        contract.check_write(key, value, ttl_ms, expected)
         px = "" if ttl_ms is None else str(ttl_ms)
         # Not idempotent: after a lost reply to a swap that happened, a repeat
         # sees the new value and answers False.
@@ -406,7 +397,7 @@ class VercelKVStore:
         return self._flag(command, "the compare-and-set", idempotent=False)
 
     def delete(self, *keys: str) -> int:
-        check_keys(keys)
+        contract.check_keys(keys)
         if not keys:
             return 0
         if self._index_of is not None:
@@ -466,8 +457,8 @@ class VercelKVStore:
         One request per ``ZSCAN`` page of the index (an ``EVAL`` returning the
         members with their values, pruning members whose entry is gone).
         """
-        check_scan(pattern, count)
-        check_key(index)
+        contract.check_scan(pattern, count)
+        contract.check_key(index)
         return self._index_pages(index, pattern, str(count))
 
     def _index_pages(self, index: str, pattern: str, count: str) -> Iterator[list[tuple[str, str]]]:
@@ -488,7 +479,7 @@ class VercelKVStore:
         """Put existing *keys* into their indexes: one ``EVAL`` per 500 keys."""
         if self._index_of is None:
             raise RememberConfigurationError("add_to_index needs use_index() first")
-        check_keys(keys)
+        contract.check_keys(keys)
         pairs = [(k, i) for k in dict.fromkeys(keys) if (i := self._index_of(k)) is not None]
         added = 0
         for start in range(0, len(pairs), 500):
@@ -501,7 +492,7 @@ class VercelKVStore:
         return added
 
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
-        check_scan(pattern, count)
+        contract.check_scan(pattern, count)
         return self._scan(pattern, count)
 
     def _scan(self, pattern: str, count: int) -> Iterator[str]:
@@ -539,7 +530,7 @@ class VercelKVStore:
         the store logs that once and reads each page with ``SCAN`` then
         ``MGET`` from then on: two requests a page, the same result.
         """
-        check_scan(pattern, count)
+        contract.check_scan(pattern, count)
         return self._scan_pages(pattern, str(count))
 
     def _scan_pages(self, pattern: str, count: str) -> Iterator[list[tuple[str, str]]]:

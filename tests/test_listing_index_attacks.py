@@ -34,7 +34,7 @@ def test_two_prefixes_sharing_one_store_each_list_their_own_writes(
     app started is still listed by the first, and neither sees the other's keys."""
     first = make_plugin(key_prefix="a:")
     second = make_plugin(key_prefix="b:")
-    assert first.core.index_usable() and second.core.index_usable()
+    assert first._core.index_usable() and second._core.index_usable()
     a, b = first.accessor(ME), second.accessor(ME)
     a.set("mine", 1)
     b.set("theirs", 2)
@@ -223,7 +223,7 @@ def test_a_writer_keeping_no_index_is_hidden_from_index_readers_until_a_reindex(
     new = RememberPlugin.init(**common)
     try:
         assert new.index_backfill is not None and new.index_backfill.wait(30)
-        assert new.core.index_usable()
+        assert new._core.index_usable()
         mem = new.accessor(ME)
         mem.set("brief", 1, ttl=1)
         old_store = RedisStore.from_url(redis_url)  # another process: its own store
@@ -396,7 +396,7 @@ def test_a_reindex_racing_writers_neither_resurrects_nor_loses_entries(
     reindex(store, "remember:", clock=clock)
     monkeypatch.undo()
     clock.advance(s=6)
-    assert plugin.core.index_usable()
+    assert plugin._core.index_usable()
     assert mem.list() == ["brand-new", "old-1", "old-2", "old-3"]
     assert mem.get("old-1") == "rewritten" and mem.get("old-0") is None
     assert mem.forget_many(pattern="old-*") == 3

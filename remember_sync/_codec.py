@@ -186,9 +186,6 @@ def _json_object(text: str | bytes) -> Any:
     return obj if end == len(candidate) else json.loads(text)
 
 
-_NOT_PARSED: Any = object()
-
-
 #: An entry as a tuple: (value, brand, created_at, updated_at, expires_at, metadata),
 #: the order of :class:`~remember_sync.types.RememberEntry`'s fields.
 EntryFields = tuple[Any, str | None, int, int, int | None, dict[str, Any] | None]
@@ -200,18 +197,7 @@ def entry_fields(text: str | bytes) -> EntryFields:
     :raises RememberDecryptionError: if *text* is not an entry.
     """
     try:
-        obj: Any = _NOT_PARSED
-        if type(text) is bytes and text[:1] == b"{" and (len(text) == 1 or text[1] != 0):
-            # _json_object's usual case (a decrypted entry), inline: one call less.
-            candidate = text.decode("utf-8", "surrogatepass")
-            obj, end = _scan_json(candidate, 0)
-            if end != len(candidate):
-                obj = _NOT_PARSED
-    except (ValueError, StopIteration, RecursionError):
-        obj = _NOT_PARSED
-    try:
-        if obj is _NOT_PARSED:
-            obj = _json_object(text)
+        obj = _json_object(text)
     except (ValueError, TypeError, RecursionError) as exc:
         raise RememberDecryptionError("stored entry is not JSON") from exc
     if type(obj) is not dict or "value" not in obj:
@@ -270,62 +256,32 @@ class EntryCodec:
         self.bind_key = bind_key
         self.accept_unbound = accept_unbound
 
-    def _aad(self, storage_key: str) -> bytes:
-        return storage_key[len(self.prefix) :].encode("utf-8")
-
     def encode(self, entry: RememberEntry, ns: Namespace, storage_key: str) -> str:
         """The string to store for *entry* under *storage_key*."""
         return self.seal_text(entry_to_json(entry).encode("utf-8"), ns, storage_key)
 
     def seal_text(self, text: bytes, ns: Namespace, storage_key: str) -> str:
         """The string to store for an already serialised entry *text* (UTF-8)."""
-        if self.keyring is None:
-            return text.decode("utf-8")
         keyring = self.keyring
+        if keyring is None:
+            return text.decode("utf-8")
         if self.bind_key:
-            aad = storage_key[len(self.prefix) :].encode("utf-8")  # self._aad, inline
-            return keyring.seal_bound(text, ns, aad)
+            aad = storage_key[len(self.prefix) :].encode("utf-8")
+            return seal(text, keyring.key(ns), kid=keyring.primary_kid, aad=aad)
         return seal(text, keyring.key(ns))
 
     def decode(self, stored: str, ns: Namespace, storage_key: str) -> RememberEntry:
         """The entry stored under *storage_key*; :class:`RememberDecryptionError` if unreadable."""
-        return RememberEntry(*self.decode_fields(stored, ns, storage_key)[0])
-
-    def decode_detail(
-        self, stored: str, ns: Namespace, storage_key: str
-    ) -> tuple[RememberEntry, bool]:
-        """Decode, and tell whether the stored form is current.
-
-        The second item is ``False`` when the value was sealed by an older secret
-        or in the other envelope form, i.e. when ``rotate`` should re-seal it.
-        """
-        fields, current = self.decode_fields(stored, ns, storage_key)
-        return RememberEntry(*fields), current
+        return RememberEntry(*self.open_fields(stored, ns, storage_key)[0])
 
     def decode_many(
         self, stored: Sequence[str], ns: Namespace, storage_keys: Sequence[str]
     ) -> list[EntryFields | RememberDecryptionError]:
-        """:meth:`decode_fields` over many entries of *ns*: the fields, or the error.
-
-        Our own current envelopes are opened in one pass
-        (:meth:`~remember_sync._crypto.Keyring.open_many`); every other one takes
-        :meth:`decode_fields`, so the results are the same as one call each.
-        """
-        keyring = self.keyring
-        cut = len(self.prefix)
-        opened: list[bytes | None]
-        if keyring is not None and self.bind_key:
-            aads = [key[cut:].encode("utf-8") for key in storage_keys]
-            opened = keyring.open_many(stored, ns, aads)
-        else:
-            opened = [None] * len(stored)
+        """:meth:`open_fields` over many entries of *ns*: the fields, or the error."""
         out: list[EntryFields | RememberDecryptionError] = []
-        for text, key, plaintext in zip(stored, storage_keys, opened, strict=True):
+        for text, key in zip(stored, storage_keys, strict=True):
             try:
-                if plaintext is not None:
-                    out.append(entry_fields(plaintext))
-                else:
-                    out.append(self.decode_fields(text, ns, key)[0])
+                out.append(self.open_fields(text, ns, key)[0])
             except RememberDecryptionError as exc:
                 out.append(exc)
         return out
@@ -333,10 +289,10 @@ class EntryCodec:
     def decode_fields(
         self, stored: str, ns: Namespace, storage_key: str
     ) -> tuple[EntryFields, bool]:
-        """:meth:`decode_detail` with the entry as the tuple of :func:`entry_fields`.
+        """The entry as the tuple of :func:`entry_fields`, and whether its stored form is current.
 
-        The read path uses it to skip building a :class:`RememberEntry` it would
-        take apart again.
+        The second item is ``False`` when the value was sealed by an older secret
+        or in the other envelope form, i.e. when ``rotate`` should re-seal it.
         """
         fields, index, bound = self.open_fields(stored, ns, storage_key)
         return fields, index == 0 and bound == self.bind_key
@@ -346,19 +302,17 @@ class EntryCodec:
     ) -> tuple[EntryFields, int, bool]:
         """The entry's fields, the index of the secret that opened it, and whether it is bound.
 
-        Every stored value is opened here (or, for our current bound envelope,
-        by :meth:`~remember_sync._crypto.Keyring.open_many`, which opens nothing
-        else), so the ``accept_unbound`` rule lives here once.  Without
-        encryption there is no envelope: the index is ``0`` and "bound" is
-        ``bind_key`` (so the entry counts as current).
+        Every stored value is opened here, so the ``accept_unbound`` rule lives here
+        once.  Without encryption there is no envelope: the index is ``0`` and
+        "bound" is ``bind_key`` (so the entry counts as current).
 
         :raises RememberDecryptionError: unreadable, or unbound and refused.
         """
         keyring = self.keyring
         if keyring is None:
             return entry_fields(stored), 0, self.bind_key
-        aad = storage_key[len(self.prefix) :].encode("utf-8")  # self._aad, inline
-        plaintext, index, bound = keyring.open_stored(stored, ns, aad)
+        aad = storage_key[len(self.prefix) :].encode("utf-8")
+        plaintext, index, bound = keyring.open(stored, ns, aad)
         if not bound and not self.accept_unbound:
             raise RememberDecryptionError(UNBOUND_REFUSED)
         return entry_fields(plaintext), index, bound

@@ -16,10 +16,11 @@ from typing import Any
 
 from ._codec import EntryCodec
 from ._config import store_settings
+from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
 from ._keys import storage_namespace
 from ._secrets import resolve_keyring
-from .accessor import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore, RememberAccessor
+from .accessor import RememberAccessor
 from .errors import RememberConfigurationError
 from .stores.base import Store
 from .stores.memory import MemoryStore

@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Any, Final
 from weakref import WeakKeyDictionary
 
 from ._codec import check_json_value, entry_json
+from ._core import MAX_TTL_SECONDS, AccessorCore
 from ._keys import check_key
-from .accessor import MAX_TTL_SECONDS, AccessorCore, RememberAccessor
+from .accessor import RememberAccessor
 from .errors import (
     RememberDecryptionError,
     RememberIdentityError,

@@ -40,9 +40,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from .._core import AccessorCore
 from .._keys import ParsedKey
 from .._purge import record_rotated_key_id
-from ..accessor import AccessorCore
 from .inspect import MAX_LISTED
 from .walk import Item, classify, decode_item, list_keys, read_items
 

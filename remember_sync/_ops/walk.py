@@ -158,6 +158,6 @@ def decode_item(
     current = index == 0 and bound == codec.bind_key
     encrypted = codec.keyring is not None
     return Item(
-        key, parsed, raw, RememberEntry.from_fields(fields), current, None, at,
+        key, parsed, raw, RememberEntry(*fields), current, None, at,
         bound if encrypted else None,
     )

@@ -51,8 +51,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._config import REDIS_URL_ENV, store_settings
+from .._core import DEFAULT_MAX_VALUE_BYTES
 from .._keys import layout_marker_key
-from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
 from ..stores.base import Store
 from ..stores.memory import MemoryStore

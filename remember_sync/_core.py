@@ -95,6 +95,9 @@ def check_ttl(ttl: object, name: str = "ttl") -> int:
     return ttl
 
 
+_Decoded = EntryFields | RememberDecryptionError
+
+
 def _check_listing(pattern: object, brand: object) -> None:
     check_pattern(pattern)
     if brand is not None:
@@ -310,7 +313,7 @@ class AccessorCore:
         if raw is None:
             return None
         try:
-            fields = self.codec.decode_fields(raw, ns, skey)[0]
+            fields = self.codec.open_fields(raw, ns, skey)[0]
         except RememberDecryptionError as exc:
             self._unreadable(skey, exc)
             return None
@@ -512,7 +515,7 @@ class AccessorCore:
                 current = None
             else:
                 try:
-                    current = self.codec.decode_fields(raw, ns, skey)[0]
+                    current = self.codec.open_fields(raw, ns, skey)[0]
                 except RememberDecryptionError as exc:
                     # Never replace what could not be read: it may be another
                     # secret's data, and a counter restarted from 0 loses it silently.
@@ -597,21 +600,17 @@ class AccessorCore:
 
     def _decoded_pages(
         self, ident: Identity, scope: object, pattern: str, brand: str | None
-    ) -> Iterator[tuple[int, list[tuple[str, str, str, EntryFields | RememberDecryptionError]]]]:
-        """Pages of (full key, storage key, bare key, fields or error) and the time each was read.
+    ) -> Iterator[tuple[int, list[tuple[str, str]], list[str], list[_Decoded]]]:
+        """Pages read from the store, decoded: (time read, page, storage keys, fields or errors).
 
-        1.8.0's doubled-prefix keys are decoded as ours (their storage key).
+        1.8.0's doubled-prefix keys are decoded as ours (under their storage key).
         """
         ns, head = self.namespace(ident, scope)
         cut_doubled = len(self.prefix + head)
         for batch in self.scan_pages(ns, pattern):
             now = self.clock()
             skeys = [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
-            decoded = self.codec.decode_many([v for _, v in batch], ns, skeys)
-            yield now, [
-                (full, skey, skey[len(head) :], fields)
-                for (full, _), skey, fields in zip(batch, skeys, decoded, strict=True)
-            ]
+            yield now, batch, skeys, self.codec.decode_many([v for _, v in batch], ns, skeys)
 
     def entries(
         self, ident: Identity, scope: object, pattern: str, brand: str | None
@@ -619,14 +618,16 @@ class AccessorCore:
         """Readable, unexpired entries matching *pattern* (and *brand*), by bare key."""
         _check_listing(pattern, brand)
         out: dict[str, RememberEntry] = {}
-        for now, page in self._decoded_pages(ident, scope, pattern, brand):
-            for _, skey, bare, fields in page:
+        cut = len(self.namespace(ident, scope)[1])
+        for now, _, skeys, decoded in self._decoded_pages(ident, scope, pattern, brand):
+            for skey, fields in zip(skeys, decoded, strict=True):
                 if isinstance(fields, RememberDecryptionError):
                     self._unreadable(skey, fields)
                     continue
                 expires = fields[4]
                 if expires is not None and now >= expires:
                     continue
+                bare = skey[cut:]
                 if (brand is None or fields[1] == brand) and bare not in out:
                     out[bare] = RememberEntry(*fields)
         return out
@@ -653,8 +654,8 @@ class AccessorCore:
         doomed: builtins.list[str] = []  # live or unreadable: counted
         expired: builtins.list[str] = []  # deleted as cleanup, not counted
         unreadable = 0
-        for now, page in self._decoded_pages(ident, scope, pattern, brand):
-            for full, skey, _, fields in page:
+        for now, batch, skeys, decoded in self._decoded_pages(ident, scope, pattern, brand):
+            for (full, _), skey, fields in zip(batch, skeys, decoded, strict=True):
                 if isinstance(fields, RememberDecryptionError):
                     unreadable += 1
                     if self.note_unreadable(skey, fields):

@@ -130,7 +130,7 @@ class Envelope:
 # The canonical spelling of an envelope, as :func:`seal` (and 1.8.0) write it: a
 # 12-byte IV is 16 base64url characters and a 16-byte tag 22.  Every field is
 # base64url (no quote, no backslash), so for a string this matches, json.loads would
-# yield exactly these fields: it is the grammar below, recognised in one C call.
+# yield exactly these fields.
 _CANONICAL = re.compile(
     r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*)",)?("aad":"key",)?'
     r'"iv":"([A-Za-z0-9_-]{16})","tag":"([A-Za-z0-9_-]{22})","data":"([A-Za-z0-9_-]*)"\}'
@@ -142,9 +142,10 @@ def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
 
     The grammar is a JSON object with ``"alg":"A256GCM"``, base64url ``iv`` (12
     bytes), ``tag`` (16 bytes) and ``data``, an optional string ``kid`` and an
-    optional ``"aad":"key"``.  The canonical spelling is matched by one regular
-    expression; any other spelling (key order, spacing, escapes, padding) is read
-    by :mod:`json` against the same rules, and every refusal is raised from there.
+    optional ``"aad":"key"``.  The canonical spelling (what :func:`seal` and 1.8.0
+    write) is recognised by one regular expression; any other spelling (key order,
+    spacing, escapes, padding) is read by :mod:`json` against the same rules, and
+    every refusal is raised from there.
 
     :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
     """
@@ -154,9 +155,9 @@ def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
     if found is not None and len(found[5]) % 4 != 1:
         kid, bound, iv, tag, data = found.groups()
         # IV and tag (16 + 22 characters) decode in one call: 12 + 16 bytes.
-        head = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
-        raw_data = a2b_base64(data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4])
-        return head[:IV_BYTES], head[IV_BYTES:], raw_data, kid, bound is not None
+        ivtag = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
+        sealed = a2b_base64(data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4])
+        return ivtag[:IV_BYTES], ivtag[IV_BYTES:], sealed, kid, bound is not None
     try:
         obj = json.loads(stored)  # type: ignore[arg-type]
     except (ValueError, TypeError, RecursionError) as exc:

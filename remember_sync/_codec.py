@@ -159,36 +159,13 @@ def _ms(value: Any, name: str) -> int:
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def _json_object(text: str | bytes) -> Any:
-    """``json.loads(text)``, taking the C scanner directly when *text* is one JSON object.
-
-    Anything the shortcut does not settle (surrounding whitespace, another
-    encoding, garbage) goes through :func:`json.loads` itself, so the result
-    and the errors are json's own.
-    """
-    if type(text) is bytes:
-        # Decrypted entries arrive as bytes.  For bytes opening with "{" and no NUL
-        # after it, json.loads decodes UTF-8 with surrogatepass (detect_encoding).
-        if text[:1] != b"{" or (len(text) > 1 and text[1] == 0):
-            return json.loads(text)
-        try:
-            candidate = text.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError:
-            return json.loads(text)
-    elif type(text) is str and text[:1] == "{":
-        candidate = text
-    else:
-        return json.loads(text)
-    try:
-        obj, end = _scan_json(candidate, 0)
-    except (ValueError, StopIteration, RecursionError):
-        return json.loads(text)
-    return obj if end == len(candidate) else json.loads(text)
-
+_NOT_PARSED: Any = object()
 
 #: An entry as a tuple: (value, brand, created_at, updated_at, expires_at, metadata),
 #: the order of :class:`~remember_sync.types.RememberEntry`'s fields.
 EntryFields = tuple[Any, str | None, int, int, int | None, dict[str, Any] | None]
+#: An opened entry: its fields, the index of the secret that opened it, whether it is bound.
+Opened = tuple[EntryFields, int, bool]
 
 
 def entry_fields(text: str | bytes) -> EntryFields:
@@ -196,8 +173,29 @@ def entry_fields(text: str | bytes) -> EntryFields:
 
     :raises RememberDecryptionError: if *text* is not an entry.
     """
+    # json's C scanner directly when the text is one JSON object (json.loads adds its
+    # encoding detection and Python wrappers); anything the shortcut does not settle
+    # (surrounding whitespace, another encoding, garbage) goes through json.loads
+    # itself, so the result and the errors are json's own.
+    obj: Any = _NOT_PARSED
     try:
-        obj = _json_object(text)
+        candidate: str | None = None
+        if type(text) is bytes:
+            # Bytes opening with "{" and no NUL after it are UTF-8 to json.loads
+            # (detect_encoding), decoded with surrogatepass: a decrypted entry.
+            if text[:1] == b"{" and (len(text) == 1 or text[1] != 0):
+                candidate = text.decode("utf-8", "surrogatepass")
+        elif type(text) is str and text[:1] == "{":
+            candidate = text
+        if candidate is not None:
+            obj, end = _scan_json(candidate, 0)
+            if end != len(candidate):
+                obj = _NOT_PARSED
+    except (ValueError, StopIteration, RecursionError):
+        obj = _NOT_PARSED
+    try:
+        if obj is _NOT_PARSED:
+            obj = json.loads(text)
     except (ValueError, TypeError, RecursionError) as exc:
         raise RememberDecryptionError("stored entry is not JSON") from exc
     if type(obj) is not dict or "value" not in obj:
@@ -274,14 +272,27 @@ class EntryCodec:
         """The entry stored under *storage_key*; :class:`RememberDecryptionError` if unreadable."""
         return RememberEntry(*self.open_fields(stored, ns, storage_key)[0])
 
-    def decode_many(
+    def open_many(
         self, stored: Sequence[str], ns: Namespace, storage_keys: Sequence[str]
-    ) -> list[EntryFields | RememberDecryptionError]:
-        """:meth:`open_fields` over many entries of *ns*: the fields, or the error."""
-        out: list[EntryFields | RememberDecryptionError] = []
-        for text, key in zip(stored, storage_keys, strict=True):
+    ) -> list[Opened | RememberDecryptionError]:
+        """:meth:`open_fields` over many entries of *ns*: each result, or its error."""
+        keyring = self.keyring
+        out: list[Opened | RememberDecryptionError] = []
+        if keyring is None:
+            for text in stored:
+                try:
+                    out.append((entry_fields(text), 0, self.bind_key))
+                except RememberDecryptionError as exc:
+                    out.append(exc)
+            return out
+        cut = len(self.prefix)
+        aads = [key[cut:].encode("utf-8") for key in storage_keys]
+        for opened in keyring.open_many(stored, ns, aads):
+            if isinstance(opened, RememberDecryptionError):
+                out.append(opened)
+                continue
             try:
-                out.append(self.open_fields(text, ns, key)[0])
+                out.append(self._entry(opened))
             except RememberDecryptionError as exc:
                 out.append(exc)
         return out
@@ -312,7 +323,11 @@ class EntryCodec:
         if keyring is None:
             return entry_fields(stored), 0, self.bind_key
         aad = storage_key[len(self.prefix) :].encode("utf-8")
-        plaintext, index, bound = keyring.open(stored, ns, aad)
+        return self._entry(keyring.open(stored, ns, aad))
+
+    def _entry(self, opened: tuple[bytes, int, bool]) -> Opened:
+        """The entry in an opened envelope; the ``accept_unbound`` rule, once."""
+        plaintext, index, bound = opened
         if not bound and not self.accept_unbound:
             raise RememberDecryptionError(UNBOUND_REFUSED)
         return entry_fields(plaintext), index, bound

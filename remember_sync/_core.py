@@ -22,7 +22,7 @@ from typing import Any
 
 from ._bounded import BoundedCache
 from ._clock import Clock, system_clock
-from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
+from ._codec import EntryCodec, EntryFields, Opened, check_json_value, entry_json, entry_to_json
 from ._fork import after_fork_in_child
 from ._keys import (
     check_key,
@@ -42,7 +42,7 @@ from .errors import (
     RememberInputError,
     RememberInputTypeError,
 )
-from .identity import resolve_namespace
+from .identity import current_identity, resolve_namespace
 from .stores.base import NamespaceIndex, Store
 from .types import Identity, Namespace, RememberEntry, check_brand, check_scope
 
@@ -95,7 +95,7 @@ def check_ttl(ttl: object, name: str = "ttl") -> int:
     return ttl
 
 
-_Decoded = EntryFields | RememberDecryptionError
+_Decoded = Opened | RememberDecryptionError
 
 
 def _check_listing(pattern: object, brand: object) -> None:
@@ -209,12 +209,16 @@ class AccessorCore:
         self._lock = threading.Lock()
         self._new_caches()
 
-    def namespace(self, ident: Identity, scope: object) -> tuple[Namespace, str]:
+    def namespace(self, ident: Identity | None, scope: object) -> tuple[Namespace, str]:
         """The namespace of *scope* for *ident*, and its storage-key head (cached).
+
+        *ident* ``None`` is the identity bound in the current context.
 
         :raises ValueError: for an unknown scope.
         :raises RememberIdentityError: when the scope needs an identity *ident* lacks.
         """
+        if ident is None:
+            ident = current_identity()
         # Keyed by plain strings, not the Identity: their hashes are cached C-level
         # ones, where a dataclass __hash__ is a Python call on every operation.
         cache_key = (scope, ident.session_id, ident.user_id, ident.tool_name)
@@ -229,7 +233,7 @@ class AccessorCore:
             self._namespaces.put(cache_key, found)  # only valid scopes and identities
         return found
 
-    def key(self, ident: Identity, key: object, scope: object) -> tuple[Namespace, str]:
+    def key(self, ident: Identity | None, key: object, scope: object) -> tuple[Namespace, str]:
         """The namespace and the storage key of *key* in *scope* for *ident*.
 
         :raises ValueError: a bad key or scope.
@@ -428,7 +432,7 @@ class AccessorCore:
 
     def set(
         self,
-        ident: Identity,
+        ident: Identity | None,
         key: str,
         value: Any,
         scope: object,
@@ -454,13 +458,13 @@ class AccessorCore:
         stored = self.seal_checked(entry_json(value, brand, now, now, expires, metadata), ns, skey)
         self.store.set(skey, stored, ttl_ms=self.ttl_ms(expires, now))
 
-    def get_fields(self, ident: Identity, key: str, scope: object) -> EntryFields | None:
+    def get_fields(self, ident: Identity | None, key: str, scope: object) -> EntryFields | None:
         """The live entry under *key* as its fields, or ``None`` (the path of every read)."""
         ns, skey = self.key(ident, key, scope)
         return self.decode_fields(self.read_raw(skey)[0], ns, skey)
 
     def update(
-        self, ident: Identity, key: str, scope: object, value: Any, ttl: int | None
+        self, ident: Identity | None, key: str, scope: object, value: Any, ttl: int | None
     ) -> bool:
         """``RememberAccessor.update``: replace an existing entry's value by compare-and-set."""
         ns, skey = self.key(ident, key, scope)
@@ -566,7 +570,7 @@ class AccessorCore:
 
     def modify(
         self,
-        ident: Identity,
+        ident: Identity | None,
         key: str,
         scope: object,
         fn: Callable[[Any], Any],
@@ -592,14 +596,14 @@ class AccessorCore:
         self._swap(key, ns, skey, apply, ttl=ttl, create=True)
         return new
 
-    def forget(self, ident: Identity, key: str, scope: object) -> bool:
+    def forget(self, ident: Identity | None, key: str, scope: object) -> bool:
         """Delete the entry (and its 1.8.0 doubled-prefix twin); whether one was there."""
         skey = self.key(ident, key, scope)[1]
         keys = [skey, self.prefix + skey] if self.read_doubled_prefix else [skey]
         return self.store.delete(*keys) > 0
 
     def _decoded_pages(
-        self, ident: Identity, scope: object, pattern: str, brand: str | None
+        self, ident: Identity | None, scope: object, pattern: str, brand: str | None
     ) -> Iterator[tuple[int, list[tuple[str, str]], list[str], list[_Decoded]]]:
         """Pages read from the store, decoded: (time read, page, storage keys, fields or errors).
 
@@ -610,20 +614,21 @@ class AccessorCore:
         for batch in self.scan_pages(ns, pattern):
             now = self.clock()
             skeys = [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
-            yield now, batch, skeys, self.codec.decode_many([v for _, v in batch], ns, skeys)
+            yield now, batch, skeys, self.codec.open_many([v for _, v in batch], ns, skeys)
 
     def entries(
-        self, ident: Identity, scope: object, pattern: str, brand: str | None
+        self, ident: Identity | None, scope: object, pattern: str, brand: str | None
     ) -> dict[str, RememberEntry]:
         """Readable, unexpired entries matching *pattern* (and *brand*), by bare key."""
         _check_listing(pattern, brand)
         out: dict[str, RememberEntry] = {}
         cut = len(self.namespace(ident, scope)[1])
         for now, _, skeys, decoded in self._decoded_pages(ident, scope, pattern, brand):
-            for skey, fields in zip(skeys, decoded, strict=True):
-                if isinstance(fields, RememberDecryptionError):
-                    self._unreadable(skey, fields)
+            for skey, opened in zip(skeys, decoded, strict=True):
+                if isinstance(opened, RememberDecryptionError):
+                    self._unreadable(skey, opened)
                     continue
+                fields = opened[0]
                 expires = fields[4]
                 if expires is not None and now >= expires:
                     continue
@@ -634,7 +639,7 @@ class AccessorCore:
 
     def forget_many(
         self,
-        ident: Identity,
+        ident: Identity | None,
         scope: object,
         pattern: str,
         brand: str | None,
@@ -655,21 +660,22 @@ class AccessorCore:
         expired: builtins.list[str] = []  # deleted as cleanup, not counted
         unreadable = 0
         for now, batch, skeys, decoded in self._decoded_pages(ident, scope, pattern, brand):
-            for (full, _), skey, fields in zip(batch, skeys, decoded, strict=True):
-                if isinstance(fields, RememberDecryptionError):
+            for (full, _), skey, opened in zip(batch, skeys, decoded, strict=True):
+                if isinstance(opened, RememberDecryptionError):
                     unreadable += 1
-                    if self.note_unreadable(skey, fields):
+                    if self.note_unreadable(skey, opened):
                         log.warning(
                             "remember: %s is unreadable (%s); forget_many %s it",
                             describe_key(self.prefix, skey),
-                            fields.message,
+                            opened.message,
                             "deletes" if include_unreadable else "keeps",
                         )
                     if include_unreadable:
                         doomed.append(full)
-                elif brand is None or fields[1] == brand:
+                elif brand is None or opened[0][1] == brand:
                     # Expired ones go too (they are ours and readable), uncounted.
-                    gone = fields[4] is not None and now >= fields[4]
+                    expires = opened[0][4]
+                    gone = expires is not None and now >= expires
                     (expired if gone else doomed).append(full)
         if unreadable and not include_unreadable and self.on_decrypt_error == "raise":
             raise RememberDecryptionError(

@@ -329,12 +329,15 @@ class Keyring:
         self._lock = threading.Lock()
         self._cache = BoundedCache(self._cache_size)
 
-    def open(self, stored: str, ns: Namespace, aad: bytes | None) -> tuple[bytes, int, bool]:
-        """Parse and decrypt a stored envelope: the one opener.
+    def open(
+        self, stored: str, ns: Namespace, aad: bytes | None, *, current: AESGCM | None = None
+    ) -> tuple[bytes, int, bool]:
+        """Parse and decrypt a stored envelope of *ns*: the one opener.
 
         The secret its ``kid`` names is tried first, then the others; *aad* is
         used when the envelope binds the storage key.
 
+        :param current: ``self.key(ns)``, when the caller already has it.
         :returns: the plaintext, the index of the secret that opened it, and
             whether the envelope binds the storage key.
         :raises RememberDecryptionError: when it is not an envelope or no secret opens it.
@@ -347,11 +350,28 @@ class Keyring:
             first = self.kids.index(kid)
             order = (first, *(i for i in order if i != first))
         for index in order:
+            aead = current if index == 0 and current is not None else self.key(ns, index)
             try:
-                return self.key(ns, index).decrypt(iv, sealed, associated), index, bound
+                return aead.decrypt(iv, sealed, associated), index, bound
             except InvalidTag:
                 continue
         raise RememberDecryptionError(_UNOPENED)
+
+    def open_many(
+        self, stored: Sequence[str], ns: Namespace, aads: Sequence[bytes | None]
+    ) -> list[tuple[bytes, int, bool] | RememberDecryptionError]:
+        """:meth:`open` over many envelopes of *ns*: each result, or its error.
+
+        The namespace's current key is looked up once for them all.
+        """
+        current = self.key(ns)
+        out: list[tuple[bytes, int, bool] | RememberDecryptionError] = []
+        for text, aad in zip(stored, aads, strict=True):
+            try:
+                out.append(self.open(text, ns, aad, current=current))
+            except RememberDecryptionError as exc:
+                out.append(exc)
+        return out
 
     #: HKDF ``info`` of the key that signs session ids (IKM: the master secret as text,
     #: salt: :data:`HKDF_SALT`).  No namespace's info can equal it: theirs are

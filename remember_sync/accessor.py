@@ -64,16 +64,16 @@ class RememberAccessor:
         :raises TypeError: a value or metadata JSON cannot hold.
         :raises RememberIdentityError: the scope needs an identity this caller lacks.
         """
-        self._core.set(self.identity, key, value, scope, ttl, brand, metadata)
+        self._core.set(self._identity, key, value, scope, ttl, brand, metadata)
 
     def get(self, key: str, *, scope: Scope = "session", default: Any = None) -> Any:
         """The stored value, or *default* when missing, expired or unreadable."""
-        fields = self._core.get_fields(self.identity, key, scope)
+        fields = self._core.get_fields(self._identity, key, scope)
         return default if fields is None else fields[0]
 
     def get_entry(self, key: str, *, scope: Scope = "session") -> RememberEntry | None:
         """The whole entry (value, brand, times, metadata), or ``None``."""
-        fields = self._core.get_fields(self.identity, key, scope)
+        fields = self._core.get_fields(self._identity, key, scope)
         return None if fields is None else RememberEntry(*fields)
 
     def knows(self, key: str, *, scope: Scope = "session") -> bool:
@@ -94,7 +94,7 @@ class RememberAccessor:
 
         :raises RememberConflictError: after :data:`CAS_ATTEMPTS` lost races.
         """
-        return self._core.update(self.identity, key, scope, value, ttl)
+        return self._core.update(self._identity, key, scope, value, ttl)
 
     def modify(
         self,
@@ -136,7 +136,7 @@ class RememberAccessor:
 
         Whatever *fn* raises propagates.  On every error nothing is written.
         """
-        return self._core.modify(self.identity, key, scope, fn, default, ttl)
+        return self._core.modify(self._identity, key, scope, fn, default, ttl)
 
     def increment(
         self,
@@ -181,7 +181,7 @@ class RememberAccessor:
 
     def forget(self, key: str, *, scope: Scope = "session") -> bool:
         """Delete the entry; return whether something was there."""
-        return self._core.forget(self.identity, key, scope)
+        return self._core.forget(self._identity, key, scope)
 
     def list(self, *, scope: Scope = "session", pattern: str = "*") -> list[str]:
         """Bare keys of readable, unexpired entries matching *pattern*, sorted.
@@ -194,7 +194,7 @@ class RememberAccessor:
         self, *, scope: Scope = "session", pattern: str = "*", brand: str | None = None
     ) -> dict[str, RememberEntry]:
         """Readable, unexpired entries matching *pattern* (and *brand*), in one batched read."""
-        return self._core.entries(self.identity, scope, pattern, brand)
+        return self._core.entries(self._identity, scope, pattern, brand)
 
     def forget_many(
         self,
@@ -226,7 +226,7 @@ class RememberAccessor:
         :raises RememberDecryptionError: unreadable entries, ``on_decrypt_error="raise"``
             and not *include_unreadable* (nothing was deleted).
         """
-        return self._core.forget_many(self.identity, scope, pattern, brand, include_unreadable)
+        return self._core.forget_many(self._identity, scope, pattern, brand, include_unreadable)
 
     # -- presentation -------------------------------------------------------------------
 

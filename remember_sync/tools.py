@@ -377,7 +377,7 @@ _Handler = Callable[[RememberAccessor, Mapping[str, Any], Scope], dict[str, Any]
 class MemoryTools:
     """The memory tools of one plugin: definitions and a dispatcher.
 
-    :param core: the plugin's :class:`~remember_sync.accessor.AccessorCore`.
+    :param core: the plugin's :class:`~remember_sync._core.AccessorCore`.
     :param prefix: prepended to every tool name (``"memory_"`` gives ``memory_recall``).
     :param allowed_scopes: the scopes a model may use (default ``session``,
         ``user``, ``tool``; ``global`` is opt-in).

@@ -23,7 +23,6 @@ from .errors import RememberDecryptionError, RememberInputTypeError
 from .types import Namespace, RememberEntry
 
 __all__ = [
-    "UNBOUND_REFUSED",
     "EntryCodec",
     "EntryFields",
     "check_json_value",
@@ -222,10 +221,6 @@ def entry_from_json(text: str | bytes) -> RememberEntry:
     return RememberEntry(*entry_fields(text))
 
 
-#: Why an envelope without the key binding is unreadable under ``accept_unbound=False``.
-UNBOUND_REFUSED = (
-    "envelope is not bound to its storage key (the 1.8.0 form) and accept_unbound is off"
-)
 
 
 class EntryCodec:
@@ -287,12 +282,12 @@ class EntryCodec:
             return out
         cut = len(self.prefix)
         aads = [key[cut:].encode("utf-8") for key in storage_keys]
-        for opened in keyring.open_many(stored, ns, aads):
+        for opened in keyring.open_many(stored, ns, aads, bound_only=not self.accept_unbound):
             if isinstance(opened, RememberDecryptionError):
                 out.append(opened)
                 continue
             try:
-                out.append(self._entry(opened))
+                out.append((entry_fields(opened[0]), opened[1], opened[2]))
             except RememberDecryptionError as exc:
                 out.append(exc)
         return out
@@ -313,9 +308,9 @@ class EntryCodec:
     ) -> tuple[EntryFields, int, bool]:
         """The entry's fields, the index of the secret that opened it, and whether it is bound.
 
-        Every stored value is opened here, so the ``accept_unbound`` rule lives here
-        once.  Without encryption there is no envelope: the index is ``0`` and
-        "bound" is ``bind_key`` (so the entry counts as current).
+        ``accept_unbound=False`` is the keyring's ``bound_only``.  Without
+        encryption there is no envelope: the index is ``0`` and "bound" is
+        ``bind_key`` (so the entry counts as current).
 
         :raises RememberDecryptionError: unreadable, or unbound and refused.
         """
@@ -323,11 +318,5 @@ class EntryCodec:
         if keyring is None:
             return entry_fields(stored), 0, self.bind_key
         aad = storage_key[len(self.prefix) :].encode("utf-8")
-        return self._entry(keyring.open(stored, ns, aad))
-
-    def _entry(self, opened: tuple[bytes, int, bool]) -> Opened:
-        """The entry in an opened envelope; the ``accept_unbound`` rule, once."""
-        plaintext, index, bound = opened
-        if not bound and not self.accept_unbound:
-            raise RememberDecryptionError(UNBOUND_REFUSED)
-        return entry_fields(plaintext), index, bound
+        opened = keyring.open(stored, ns, aad, bound_only=not self.accept_unbound)
+        return entry_fields(opened[0]), opened[1], opened[2]

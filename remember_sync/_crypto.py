@@ -41,6 +41,7 @@ from .types import Namespace
 __all__ = [
     "HKDF_SALT",
     "Envelope",
+    "UNBOUND_REFUSED",
     "Keyring",
     "b64url_decode",
     "b64url_encode",
@@ -132,8 +133,8 @@ class Envelope:
 # base64url (no quote, no backslash), so for a string this matches, json.loads would
 # yield exactly these fields.
 _CANONICAL = re.compile(
-    r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*)",)?("aad":"key",)?'
-    r'"iv":"([A-Za-z0-9_-]{16})","tag":"([A-Za-z0-9_-]{22})","data":"([A-Za-z0-9_-]*)"\}'
+    r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*+)",)?("aad":"key",)?'
+    r'"iv":"([A-Za-z0-9_-]{16})","tag":"([A-Za-z0-9_-]{22})","data":"([A-Za-z0-9_-]*+)"\}'
 ).fullmatch
 
 
@@ -150,14 +151,15 @@ def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
     :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
     """
     found = _CANONICAL(stored) if type(stored) is str else None
-    # Only the alphabet can appear, so the one way left to fail is data of 4n+1
-    # characters (a2b_base64 refuses it; the JSON reading then says why).
-    if found is not None and len(found[5]) % 4 != 1:
+    if found is not None:
         kid, bound, iv, tag, data = found.groups()
-        # IV and tag (16 + 22 characters) decode in one call: 12 + 16 bytes.
-        ivtag = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
-        sealed = a2b_base64(data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4])
-        return ivtag[:IV_BYTES], ivtag[IV_BYTES:], sealed, kid, bound is not None
+        try:
+            # IV and tag (16 + 22 characters) decode in one call: 12 + 16 bytes.
+            ivtag = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
+            sealed = a2b_base64(data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4])
+            return ivtag[:IV_BYTES], ivtag[IV_BYTES:], sealed, kid, bound is not None
+        except binascii.Error:
+            pass  # data of 4n+1 characters, the one way left to fail: the JSON reading says why
     try:
         obj = json.loads(stored)  # type: ignore[arg-type]
     except (ValueError, TypeError, RecursionError) as exc:
@@ -269,6 +271,10 @@ def seal(
     return f'{head}"iv":"{ivtag[:16]}","tag":"{ivtag[16:]}","data":"{data}"}}'
 
 
+#: Why an envelope without the key binding is unreadable under ``accept_unbound=False``.
+UNBOUND_REFUSED = (
+    "envelope is not bound to its storage key (the 1.8.0 form) and accept_unbound is off"
+)
 _UNOPENED = (
     "entry could not be decrypted with any configured secret (wrong secret, "
     "tampered, or moved from another key)"
@@ -330,13 +336,21 @@ class Keyring:
         self._cache = BoundedCache(self._cache_size)
 
     def open(
-        self, stored: str, ns: Namespace, aad: bytes | None, *, current: AESGCM | None = None
+        self,
+        stored: str,
+        ns: Namespace,
+        aad: bytes | None,
+        *,
+        bound_only: bool = False,
+        current: AESGCM | None = None,
     ) -> tuple[bytes, int, bool]:
         """Parse and decrypt a stored envelope of *ns*: the one opener.
 
         The secret its ``kid`` names is tried first, then the others; *aad* is
         used when the envelope binds the storage key.
 
+        :param bound_only: refuse an envelope that does not bind the storage key
+            (1.8.0's form), even when it opens (:data:`UNBOUND_REFUSED`).
         :param current: ``self.key(ns)``, when the caller already has it.
         :returns: the plaintext, the index of the secret that opened it, and
             whether the envelope binds the storage key.
@@ -352,13 +366,21 @@ class Keyring:
         for index in order:
             aead = current if index == 0 and current is not None else self.key(ns, index)
             try:
-                return aead.decrypt(iv, sealed, associated), index, bound
+                plaintext = aead.decrypt(iv, sealed, associated)
             except InvalidTag:
                 continue
+            if bound_only and not bound:
+                raise RememberDecryptionError(UNBOUND_REFUSED)
+            return plaintext, index, bound
         raise RememberDecryptionError(_UNOPENED)
 
     def open_many(
-        self, stored: Sequence[str], ns: Namespace, aads: Sequence[bytes | None]
+        self,
+        stored: Sequence[str],
+        ns: Namespace,
+        aads: Sequence[bytes | None],
+        *,
+        bound_only: bool = False,
     ) -> list[tuple[bytes, int, bool] | RememberDecryptionError]:
         """:meth:`open` over many envelopes of *ns*: each result, or its error.
 
@@ -368,7 +390,7 @@ class Keyring:
         out: list[tuple[bytes, int, bool] | RememberDecryptionError] = []
         for text, aad in zip(stored, aads, strict=True):
             try:
-                out.append(self.open(text, ns, aad, current=current))
+                out.append(self.open(text, ns, aad, bound_only=bound_only, current=current))
             except RememberDecryptionError as exc:
                 out.append(exc)
         return out

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
-from .._codec import UNBOUND_REFUSED, EntryCodec
+from .._codec import EntryCodec
+from .._crypto import UNBOUND_REFUSED
 from .._keys import ParsedKey, glob_escape, layout_marker_key, parse_storage_key
 from .._progress import Progress
 from .._purge import LEGACY_SCOPES

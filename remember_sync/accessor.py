@@ -92,7 +92,7 @@ class RememberAccessor:
         compare-and-set against the exact value read.  To compute the new value
         from the current one, use :meth:`modify`.
 
-        :raises RememberConflictError: after :data:`CAS_ATTEMPTS` lost races.
+        :raises RememberConflictError: after 64 lost races (``CAS_ATTEMPTS``).
         """
         return self._core.update(self._identity, key, scope, value, ttl)
 
@@ -110,7 +110,7 @@ class RememberAccessor:
         The read-modify-write is a compare-and-set against the exact stored
         value read: if another writer changed (or removed) the entry in
         between, the entry is read again and *fn* called again, up to
-        :data:`CAS_ATTEMPTS` times, with a short random pause after the first
+        64 times (``CAS_ATTEMPTS``), with a short random pause after the first
         few (so *fn* may run more than once: keep it free of side effects).
         Writers using ``modify`` or :meth:`increment` on the same key never
         lose each other's changes, on every store.

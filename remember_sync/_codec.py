@@ -163,8 +163,6 @@ _NOT_PARSED: Any = object()
 #: An entry as a tuple: (value, brand, created_at, updated_at, expires_at, metadata),
 #: the order of :class:`~remember_sync.types.RememberEntry`'s fields.
 EntryFields = tuple[Any, str | None, int, int, int | None, dict[str, Any] | None]
-#: An opened entry: its fields, the index of the secret that opened it, whether it is bound.
-Opened = tuple[EntryFields, int, bool]
 
 
 def entry_fields(text: str | bytes) -> EntryFields:
@@ -267,27 +265,25 @@ class EntryCodec:
         """The entry stored under *storage_key*; :class:`RememberDecryptionError` if unreadable."""
         return RememberEntry(*self.open_fields(stored, ns, storage_key)[0])
 
-    def open_many(
+    def decode_many(
         self, stored: Sequence[str], ns: Namespace, storage_keys: Sequence[str]
-    ) -> list[Opened | RememberDecryptionError]:
-        """:meth:`open_fields` over many entries of *ns*: each result, or its error."""
+    ) -> list[EntryFields | RememberDecryptionError]:
+        """The entries of many stored values of *ns*: each one's fields, or its error."""
         keyring = self.keyring
-        out: list[Opened | RememberDecryptionError] = []
         if keyring is None:
-            for text in stored:
-                try:
-                    out.append((entry_fields(text), 0, self.bind_key))
-                except RememberDecryptionError as exc:
-                    out.append(exc)
-            return out
-        cut = len(self.prefix)
-        aads = [key[cut:].encode("utf-8") for key in storage_keys]
-        for opened in keyring.open_many(stored, ns, aads, bound_only=not self.accept_unbound):
-            if isinstance(opened, RememberDecryptionError):
-                out.append(opened)
+            opened: Sequence[tuple[str | bytes, int, bool] | RememberDecryptionError]
+            opened = [(text, 0, True) for text in stored]
+        else:
+            cut = len(self.prefix)
+            aads = [key[cut:].encode("utf-8") for key in storage_keys]
+            opened = keyring.open_many(stored, ns, aads, bound_only=not self.accept_unbound)
+        out: list[EntryFields | RememberDecryptionError] = []
+        for item in opened:
+            if isinstance(item, RememberDecryptionError):
+                out.append(item)
                 continue
             try:
-                out.append((entry_fields(opened[0]), opened[1], opened[2]))
+                out.append(entry_fields(item[0]))
             except RememberDecryptionError as exc:
                 out.append(exc)
         return out

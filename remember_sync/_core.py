@@ -22,7 +22,7 @@ from typing import Any
 
 from ._bounded import BoundedCache
 from ._clock import Clock, system_clock
-from ._codec import EntryCodec, EntryFields, Opened, check_json_value, entry_json, entry_to_json
+from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
 from ._fork import after_fork_in_child
 from ._keys import (
     check_key,
@@ -95,7 +95,7 @@ def check_ttl(ttl: object, name: str = "ttl") -> int:
     return ttl
 
 
-_Decoded = Opened | RememberDecryptionError
+_Decoded = EntryFields | RememberDecryptionError
 
 
 def _check_listing(pattern: object, brand: object) -> None:
@@ -614,7 +614,7 @@ class AccessorCore:
         for batch in self.scan_pages(ns, pattern):
             now = self.clock()
             skeys = [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
-            yield now, batch, skeys, self.codec.open_many([v for _, v in batch], ns, skeys)
+            yield now, batch, skeys, self.codec.decode_many([v for _, v in batch], ns, skeys)
 
     def entries(
         self, ident: Identity | None, scope: object, pattern: str, brand: str | None
@@ -624,11 +624,10 @@ class AccessorCore:
         out: dict[str, RememberEntry] = {}
         cut = len(self.namespace(ident, scope)[1])
         for now, _, skeys, decoded in self._decoded_pages(ident, scope, pattern, brand):
-            for skey, opened in zip(skeys, decoded, strict=True):
-                if isinstance(opened, RememberDecryptionError):
-                    self._unreadable(skey, opened)
+            for skey, fields in zip(skeys, decoded, strict=True):
+                if isinstance(fields, RememberDecryptionError):
+                    self._unreadable(skey, fields)
                     continue
-                fields = opened[0]
                 expires = fields[4]
                 if expires is not None and now >= expires:
                     continue
@@ -660,22 +659,21 @@ class AccessorCore:
         expired: builtins.list[str] = []  # deleted as cleanup, not counted
         unreadable = 0
         for now, batch, skeys, decoded in self._decoded_pages(ident, scope, pattern, brand):
-            for (full, _), skey, opened in zip(batch, skeys, decoded, strict=True):
-                if isinstance(opened, RememberDecryptionError):
+            for (full, _), skey, fields in zip(batch, skeys, decoded, strict=True):
+                if isinstance(fields, RememberDecryptionError):
                     unreadable += 1
-                    if self.note_unreadable(skey, opened):
+                    if self.note_unreadable(skey, fields):
                         log.warning(
                             "remember: %s is unreadable (%s); forget_many %s it",
                             describe_key(self.prefix, skey),
-                            opened.message,
+                            fields.message,
                             "deletes" if include_unreadable else "keeps",
                         )
                     if include_unreadable:
                         doomed.append(full)
-                elif brand is None or opened[0][1] == brand:
+                elif brand is None or fields[1] == brand:
                     # Expired ones go too (they are ours and readable), uncounted.
-                    expires = opened[0][4]
-                    gone = expires is not None and now >= expires
+                    gone = fields[4] is not None and now >= fields[4]
                     (expired if gone else doomed).append(full)
         if unreadable and not include_unreadable and self.on_decrypt_error == "raise":
             raise RememberDecryptionError(

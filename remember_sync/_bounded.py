@@ -18,8 +18,8 @@ V = TypeVar("V")
 class BoundedCache(Generic[K, V]):
     """At most ``size`` items; the least recently used one is dropped first.
 
-    Reads take no lock (``OrderedDict.get`` is atomic under the GIL); writes and the
-    recency update do.
+    Reads take no lock (``OrderedDict.get`` and ``move_to_end`` are atomic under the
+    GIL); writes do.
 
     :param size: the capacity, at least 1.
     """
@@ -35,9 +35,12 @@ class BoundedCache(Generic[K, V]):
         """The value under ``key`` (now the most recently used), or ``None``."""
         found = self._items.get(key)
         if found is not None:
-            with self._lock:
-                if key in self._items:
-                    self._items.move_to_end(key)
+            # No lock on a hit: get and move_to_end are single C calls, atomic under
+            # the GIL, and a lock here would serialise every thread's hot path.
+            try:
+                self._items.move_to_end(key)
+            except KeyError:  # dropped by another thread just now: the value still stands
+                pass
         return found
 
     def put(self, key: K, value: V) -> None:

@@ -23,7 +23,6 @@ from .errors import RememberDecryptionError, RememberInputTypeError
 from .types import Namespace, RememberEntry
 
 __all__ = [
-    "UNBOUND_REFUSED",
     "EntryCodec",
     "EntryFields",
     "check_json_value",
@@ -159,35 +158,7 @@ def _ms(value: Any, name: str) -> int:
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def _json_object(text: str | bytes) -> Any:
-    """``json.loads(text)``, taking the C scanner directly when *text* is one JSON object.
-
-    Anything the shortcut does not settle (surrounding whitespace, another
-    encoding, garbage) goes through :func:`json.loads` itself, so the result
-    and the errors are json's own.
-    """
-    if type(text) is bytes:
-        # Decrypted entries arrive as bytes.  For bytes opening with "{" and no NUL
-        # after it, json.loads decodes UTF-8 with surrogatepass (detect_encoding).
-        if text[:1] != b"{" or (len(text) > 1 and text[1] == 0):
-            return json.loads(text)
-        try:
-            candidate = text.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError:
-            return json.loads(text)
-    elif type(text) is str and text[:1] == "{":
-        candidate = text
-    else:
-        return json.loads(text)
-    try:
-        obj, end = _scan_json(candidate, 0)
-    except (ValueError, StopIteration, RecursionError):
-        return json.loads(text)
-    return obj if end == len(candidate) else json.loads(text)
-
-
 _NOT_PARSED: Any = object()
-
 
 #: An entry as a tuple: (value, brand, created_at, updated_at, expires_at, metadata),
 #: the order of :class:`~remember_sync.types.RememberEntry`'s fields.
@@ -199,11 +170,21 @@ def entry_fields(text: str | bytes) -> EntryFields:
 
     :raises RememberDecryptionError: if *text* is not an entry.
     """
+    # json's C scanner directly when the text is one JSON object (json.loads adds its
+    # encoding detection and Python wrappers); anything the shortcut does not settle
+    # (surrounding whitespace, another encoding, garbage) goes through json.loads
+    # itself, so the result and the errors are json's own.
+    obj: Any = _NOT_PARSED
     try:
-        obj: Any = _NOT_PARSED
-        if type(text) is bytes and text[:1] == b"{" and (len(text) == 1 or text[1] != 0):
-            # _json_object's usual case (a decrypted entry), inline: one call less.
-            candidate = text.decode("utf-8", "surrogatepass")
+        candidate: str | None = None
+        if type(text) is bytes:
+            # Bytes opening with "{" and no NUL after it are UTF-8 to json.loads
+            # (detect_encoding), decoded with surrogatepass: a decrypted entry.
+            if text[:1] == b"{" and (len(text) == 1 or text[1] != 0):
+                candidate = text.decode("utf-8", "surrogatepass")
+        elif type(text) is str and text[:1] == "{":
+            candidate = text
+        if candidate is not None:
             obj, end = _scan_json(candidate, 0)
             if end != len(candidate):
                 obj = _NOT_PARSED
@@ -211,7 +192,7 @@ def entry_fields(text: str | bytes) -> EntryFields:
         obj = _NOT_PARSED
     try:
         if obj is _NOT_PARSED:
-            obj = _json_object(text)
+            obj = json.loads(text)
     except (ValueError, TypeError, RecursionError) as exc:
         raise RememberDecryptionError("stored entry is not JSON") from exc
     if type(obj) is not dict or "value" not in obj:
@@ -238,10 +219,6 @@ def entry_from_json(text: str | bytes) -> RememberEntry:
     return RememberEntry(*entry_fields(text))
 
 
-#: Why an envelope without the key binding is unreadable under ``accept_unbound=False``.
-UNBOUND_REFUSED = (
-    "envelope is not bound to its storage key (the 1.8.0 form) and accept_unbound is off"
-)
 
 
 class EntryCodec:
@@ -270,62 +247,43 @@ class EntryCodec:
         self.bind_key = bind_key
         self.accept_unbound = accept_unbound
 
-    def _aad(self, storage_key: str) -> bytes:
-        return storage_key[len(self.prefix) :].encode("utf-8")
-
     def encode(self, entry: RememberEntry, ns: Namespace, storage_key: str) -> str:
         """The string to store for *entry* under *storage_key*."""
         return self.seal_text(entry_to_json(entry).encode("utf-8"), ns, storage_key)
 
     def seal_text(self, text: bytes, ns: Namespace, storage_key: str) -> str:
         """The string to store for an already serialised entry *text* (UTF-8)."""
-        if self.keyring is None:
-            return text.decode("utf-8")
         keyring = self.keyring
+        if keyring is None:
+            return text.decode("utf-8")
         if self.bind_key:
-            aad = storage_key[len(self.prefix) :].encode("utf-8")  # self._aad, inline
-            return keyring.seal_bound(text, ns, aad)
+            aad = storage_key[len(self.prefix) :].encode("utf-8")
+            return seal(text, keyring.key(ns), kid=keyring.primary_kid, aad=aad)
         return seal(text, keyring.key(ns))
 
     def decode(self, stored: str, ns: Namespace, storage_key: str) -> RememberEntry:
         """The entry stored under *storage_key*; :class:`RememberDecryptionError` if unreadable."""
-        return RememberEntry(*self.decode_fields(stored, ns, storage_key)[0])
-
-    def decode_detail(
-        self, stored: str, ns: Namespace, storage_key: str
-    ) -> tuple[RememberEntry, bool]:
-        """Decode, and tell whether the stored form is current.
-
-        The second item is ``False`` when the value was sealed by an older secret
-        or in the other envelope form, i.e. when ``rotate`` should re-seal it.
-        """
-        fields, current = self.decode_fields(stored, ns, storage_key)
-        return RememberEntry(*fields), current
+        return RememberEntry(*self.open_fields(stored, ns, storage_key)[0])
 
     def decode_many(
         self, stored: Sequence[str], ns: Namespace, storage_keys: Sequence[str]
     ) -> list[EntryFields | RememberDecryptionError]:
-        """:meth:`decode_fields` over many entries of *ns*: the fields, or the error.
-
-        Our own current envelopes are opened in one pass
-        (:meth:`~remember_sync._crypto.Keyring.open_many`); every other one takes
-        :meth:`decode_fields`, so the results are the same as one call each.
-        """
+        """The entries of many stored values of *ns*: each one's fields, or its error."""
         keyring = self.keyring
-        cut = len(self.prefix)
-        opened: list[bytes | None]
-        if keyring is not None and self.bind_key:
-            aads = [key[cut:].encode("utf-8") for key in storage_keys]
-            opened = keyring.open_many(stored, ns, aads)
+        if keyring is None:
+            opened: Sequence[tuple[str | bytes, int, bool] | RememberDecryptionError]
+            opened = [(text, 0, True) for text in stored]
         else:
-            opened = [None] * len(stored)
+            cut = len(self.prefix)
+            aads = [key[cut:].encode("utf-8") for key in storage_keys]
+            opened = keyring.open_many(stored, ns, aads, bound_only=not self.accept_unbound)
         out: list[EntryFields | RememberDecryptionError] = []
-        for text, key, plaintext in zip(stored, storage_keys, opened, strict=True):
+        for item in opened:
+            if isinstance(item, RememberDecryptionError):
+                out.append(item)
+                continue
             try:
-                if plaintext is not None:
-                    out.append(entry_fields(plaintext))
-                else:
-                    out.append(self.decode_fields(text, ns, key)[0])
+                out.append(entry_fields(item[0]))
             except RememberDecryptionError as exc:
                 out.append(exc)
         return out
@@ -333,10 +291,10 @@ class EntryCodec:
     def decode_fields(
         self, stored: str, ns: Namespace, storage_key: str
     ) -> tuple[EntryFields, bool]:
-        """:meth:`decode_detail` with the entry as the tuple of :func:`entry_fields`.
+        """The entry as the tuple of :func:`entry_fields`, and whether its stored form is current.
 
-        The read path uses it to skip building a :class:`RememberEntry` it would
-        take apart again.
+        The second item is ``False`` when the value was sealed by an older secret
+        or in the other envelope form, i.e. when ``rotate`` should re-seal it.
         """
         fields, index, bound = self.open_fields(stored, ns, storage_key)
         return fields, index == 0 and bound == self.bind_key
@@ -346,9 +304,7 @@ class EntryCodec:
     ) -> tuple[EntryFields, int, bool]:
         """The entry's fields, the index of the secret that opened it, and whether it is bound.
 
-        Every stored value is opened here (or, for our current bound envelope,
-        by :meth:`~remember_sync._crypto.Keyring.open_many`, which opens nothing
-        else), so the ``accept_unbound`` rule lives here once.  Without
+        ``accept_unbound=False`` is the keyring's ``bound_only``.  Without
         encryption there is no envelope: the index is ``0`` and "bound" is
         ``bind_key`` (so the entry counts as current).
 
@@ -357,8 +313,6 @@ class EntryCodec:
         keyring = self.keyring
         if keyring is None:
             return entry_fields(stored), 0, self.bind_key
-        aad = storage_key[len(self.prefix) :].encode("utf-8")  # self._aad, inline
-        plaintext, index, bound = keyring.open_stored(stored, ns, aad)
-        if not bound and not self.accept_unbound:
-            raise RememberDecryptionError(UNBOUND_REFUSED)
-        return entry_fields(plaintext), index, bound
+        aad = storage_key[len(self.prefix) :].encode("utf-8")
+        opened = keyring.open(stored, ns, aad, bound_only=not self.accept_unbound)
+        return entry_fields(opened[0]), opened[1], opened[2]

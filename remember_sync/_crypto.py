@@ -25,7 +25,6 @@ import json
 import os
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from ._bounded import BoundedCache
 from ._fork import after_fork_in_child
 from .errors import RememberConfigurationError, RememberDecryptionError
 from .types import Namespace
@@ -41,14 +41,13 @@ from .types import Namespace
 __all__ = [
     "HKDF_SALT",
     "Envelope",
+    "UNBOUND_REFUSED",
     "Keyring",
     "b64url_decode",
     "b64url_encode",
     "derive_key",
-    "envelope_binding",
     "hkdf_inputs",
     "key_id",
-    "open_envelope",
     "parse_envelope",
     "random_iv",
     "seal",
@@ -63,10 +62,6 @@ TAG_BYTES = 16
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 #: Padding to add to base64 text of length 4n + i (i = 1 cannot be valid anyway).
 _PAD = ("", "===", "==", "=")
-_BPAD = (b"", b"===", b"==", b"=")
-#: base64url to base64 in one bytes.translate; "+" and "/" (not base64url) become
-#: "!", which strict decoding refuses.
-_FROM_URLSAFE = bytes.maketrans(b"-_+/", b"+/!!")
 a2b_base64 = binascii.a2b_base64
 
 
@@ -133,38 +128,40 @@ class Envelope:
     aad: bool
 
 
-# Our own envelopes, exactly as :func:`seal` writes them: a 12-byte IV is 16
-# base64url characters and a 16-byte tag 22.  Every field is base64url (no quote,
-# no backslash), so for a string this matches json.loads would yield exactly these
-# fields; anything else takes the general JSON path, which also produces the errors.
+# The canonical spelling of an envelope, as :func:`seal` (and 1.8.0) write it: a
+# 12-byte IV is 16 base64url characters and a 16-byte tag 22.  Every field is
+# base64url (no quote, no backslash), so for a string this matches, json.loads would
+# yield exactly these fields.
 _CANONICAL = re.compile(
-    r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*)",)?("aad":"key",)?'
-    r'"iv":"([A-Za-z0-9_-]{16})","tag":"([A-Za-z0-9_-]{22})","data":"([A-Za-z0-9_-]*)"\}'
+    r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*+)",)?("aad":"key",)?'
+    r'"iv":"([A-Za-z0-9_-]{16})","tag":"([A-Za-z0-9_-]{22})","data":"([A-Za-z0-9_-]*+)"\}'
 ).fullmatch
 
 
-def _envelope_fields(stored: str) -> tuple[bytes, bytes, bytes, str | None, bool]:
-    """Parse a stored envelope into ``(iv, tag, data, kid, aad)``.
+def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
+    """The envelope parser: ``(iv, tag, data, kid, bound)`` of a stored envelope.
+
+    The grammar is a JSON object with ``"alg":"A256GCM"``, base64url ``iv`` (12
+    bytes), ``tag`` (16 bytes) and ``data``, an optional string ``kid`` and an
+    optional ``"aad":"key"``.  The canonical spelling (what :func:`seal` and 1.8.0
+    write) is recognised by one regular expression; any other spelling (key order,
+    spacing, escapes, padding) is read by :mod:`json` against the same rules, and
+    every refusal is raised from there.
 
     :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
     """
-    found = _CANONICAL(stored) if isinstance(stored, str) else None
+    found = _CANONICAL(stored) if type(stored) is str else None
     if found is not None:
         kid, bound, iv, tag, data = found.groups()
-        # Only the alphabet can appear, so the one way left to fail is data of 4n+1
-        # characters (a2b_base64 refuses it; the general path then says why).
-        # IV and tag (16 + 22 characters) decode in one call: 12 + 16 bytes.
-        if len(data) % 4 != 1:
-            head = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
-            raw_data = a2b_base64(data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4])
-            return head[:IV_BYTES], head[IV_BYTES:], raw_data, kid, bound is not None
-    return _envelope_fields_json(stored)
-
-
-def _envelope_fields_json(stored: str) -> tuple[bytes, bytes, bytes, str | None, bool]:
-    """:func:`_envelope_fields` for any JSON form (key order, spacing, escapes, padding)."""
+        try:
+            # IV and tag (16 + 22 characters) decode in one call: 12 + 16 bytes.
+            ivtag = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
+            sealed = a2b_base64(data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4])
+            return ivtag[:IV_BYTES], ivtag[IV_BYTES:], sealed, kid, bound is not None
+        except binascii.Error:
+            pass  # data of 4n+1 characters, the one way left to fail: the JSON reading says why
     try:
-        obj = json.loads(stored)
+        obj = json.loads(stored)  # type: ignore[arg-type]
     except (ValueError, TypeError, RecursionError) as exc:
         raise RememberDecryptionError("stored value is not an envelope (not JSON)") from exc
     if not isinstance(obj, dict) or obj.get("alg") != ALG:
@@ -186,30 +183,12 @@ def _envelope_fields_json(stored: str) -> tuple[bytes, bytes, bytes, str | None,
     return raw_iv, raw_tag, raw_data, kid, aad == "key"
 
 
-def envelope_binding(stored: str) -> tuple[str | None, bool]:
-    """The ``(kid, aad)`` of a well-formed envelope, without decoding its bytes.
-
-    The same checks as :func:`parse_envelope` (the canonical form by one
-    regular expression, anything else through the JSON path); for callers that
-    only need to know which form an envelope is, e.g. the legacy purge.
-
-    :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
-    """
-    found = _CANONICAL(stored) if isinstance(stored, str) else None
-    if found is not None:
-        kid, bound, data = found.group(1, 2, 5)
-        if len(data) % 4 != 1:
-            return kid, bound is not None
-    kid, aad = _envelope_fields_json(stored)[3:]
-    return kid, aad
-
-
 def parse_envelope(stored: str) -> Envelope:
     """Parse a stored envelope string.
 
     :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
     """
-    return Envelope(*_envelope_fields(stored))
+    return Envelope(*_parse(stored))
 
 
 # -- IVs -------------------------------------------------------------------------------
@@ -271,44 +250,31 @@ def seal(
     aad: bytes | None = None,
     iv: bytes | None = None,
 ) -> str:
-    """Encrypt *plaintext* into an envelope string.
+    """Encrypt *plaintext* into an envelope string: the one sealer.
 
-    With ``aad`` the envelope is our bound form (``kid`` + ``"aad":"key"``);
-    without it, and without ``kid``, it is byte-compatible with the reference.
-    ``iv`` is for known-answer tests only; by default a fresh random IV is used.
+    With ``aad`` the envelope is our bound form (``"aad":"key"``, with ``kid`` when
+    given); without ``aad`` and ``kid`` it is byte-compatible with the reference.
+    ``iv`` (12 bytes) is for known-answer tests only; by default :func:`random_iv`.
     """
-    nonce = iv if iv is not None else random_iv()
+    if iv is None:
+        iv = random_iv()
+    elif len(iv) != IV_BYTES:
+        raise ValueError(f"iv must be {IV_BYTES} bytes; got {len(iv)}")
     aead = key if isinstance(key, AESGCM) else AESGCM(key)
-    sealed = aead.encrypt(nonce, plaintext, aad)
-    ct, tag = sealed[:-TAG_BYTES], sealed[-TAG_BYTES:]
-    if len(nonce) == IV_BYTES:
-        # 12 bytes are exactly 16 characters, so one encoding serves IV and tag.
-        both = b64url_encode(nonce + tag)
-        iv_text, tag_text = both[:16], both[16:]
-    else:
-        iv_text, tag_text = b64url_encode(nonce), b64url_encode(tag)
-    head = f'{{"alg":"{ALG}",'
-    if kid is not None:
-        head += f'"kid":"{kid}",'
+    sealed = aead.encrypt(iv, plaintext, aad)
+    # 12 bytes are exactly 16 characters, so one encoding serves IV and tag.
+    ivtag = b64url_encode(iv + sealed[-TAG_BYTES:])
+    head = '{"alg":"A256GCM",' if kid is None else f'{{"alg":"A256GCM","kid":"{kid}",'
     if aad is not None:
         head += '"aad":"key",'
-    return f'{head}"iv":"{iv_text}","tag":"{tag_text}","data":"{b64url_encode(ct)}"}}'
+    data = b64url_encode(sealed[:-TAG_BYTES])
+    return f'{head}"iv":"{ivtag[:16]}","tag":"{ivtag[16:]}","data":"{data}"}}'
 
 
-def open_envelope(env: Envelope, key: bytes | AESGCM, aad: bytes | None) -> bytes:
-    """Decrypt *env* with *key* (and *aad* when the envelope is bound).
-
-    :raises RememberDecryptionError: on a wrong key or any tampering.
-    """
-    aead = key if isinstance(key, AESGCM) else AESGCM(key)
-    try:
-        return aead.decrypt(env.iv, env.data + env.tag, aad if env.aad else None)
-    except InvalidTag as exc:
-        raise RememberDecryptionError(
-            "entry failed authentication (wrong secret or tampered)"
-        ) from exc
-
-
+#: Why an envelope without the key binding is unreadable under ``accept_unbound=False``.
+UNBOUND_REFUSED = (
+    "envelope is not bound to its storage key (the 1.8.0 form) and accept_unbound is off"
+)
 _UNOPENED = (
     "entry could not be decrypted with any configured secret (wrong secret, "
     "tampered, or moved from another key)"
@@ -326,19 +292,19 @@ class Keyring:
     """
 
     def __init__(self, secrets: Sequence[str], *, source: str, cache_size: int = 4096) -> None:
-        cleaned = [s for s in secrets]
+        cleaned = list(secrets)
         if not cleaned or any(not isinstance(s, str) or not s for s in cleaned):
             raise RememberConfigurationError("encryption secrets must be non-empty strings")
         self._secrets = tuple(dict.fromkeys(cleaned))
-        self._kids = tuple(key_id(s) for s in self._secrets)
+        #: The key ids of the secrets, newest first.
+        self.kids = tuple(key_id(s) for s in self._secrets)
+        #: The key id of the secret that seals.
+        self.primary_kid = self.kids[0]
         self._order = tuple(range(len(self._secrets)))
-        # What seal() writes with the primary secret and a bound key, up to the IV.
-        self._sealed_head = f'{{"alg":"{ALG}","kid":"{self._kids[0]}","aad":"key","iv":"'
         self.source = source
-        self._cache: OrderedDict[tuple[int, str, str | None, str | None, str | None], AESGCM] = (
-            OrderedDict()
-        )
         self._cache_size = cache_size
+        self._cache: BoundedCache[tuple[int, str, str | None, str | None, str | None], AESGCM]
+        self._cache = BoundedCache(cache_size)
         self._lock = threading.Lock()
         #: How many HKDF derivations ran (a test pins "one per namespace").
         self.derivations = 0
@@ -346,202 +312,88 @@ class Keyring:
 
     def __repr__(self) -> str:
         return (
-            f"Keyring(secrets={len(self._secrets)}, kids={list(self._kids)}, "
+            f"Keyring(secrets={len(self._secrets)}, kids={list(self.kids)}, "
             f"source={self.source!r})"
         )
 
-    @property
-    def primary_kid(self) -> str:
-        return self._kids[0]
-
-    @property
-    def kids(self) -> tuple[str, ...]:
-        return self._kids
-
     def key(self, ns: Namespace, index: int = 0) -> AESGCM:
         """The AEAD for *ns*'s derived key under secret number *index* (cached)."""
-        cache_key = (index, ns.scope, ns.session, ns.user, ns.tool)
         # Plain strings as the key: their hashes are cached, where a dataclass
-        # __hash__ is a Python call.  The hit path takes no lock: OrderedDict.get and
-        # move_to_end are single C calls (atomic under the GIL), and a lock here
-        # would serialise every thread's encrypt and decrypt.
+        # __hash__ is a Python call.  A hit takes no lock.
+        cache_key = (index, ns.scope, ns.session, ns.user, ns.tool)
         found = self._cache.get(cache_key)
-        if found is not None:
-            try:
-                self._cache.move_to_end(cache_key)
-            except KeyError:  # evicted by another thread just now: still a valid key
-                pass
-            return found
-        derived = AESGCM(derive_key(self._secrets[index], ns))
-        with self._lock:
-            self.derivations += 1
-            self._cache[cache_key] = derived
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return derived
+        if found is None:
+            found = AESGCM(derive_key(self._secrets[index], ns))
+            self._cache.put(cache_key, found)
+            with self._lock:
+                self.derivations += 1
+        return found
 
     def _after_fork_in_child(self) -> None:
-        # Another thread of the parent may have held the lock at the fork (see _fork);
-        # the cache it guarded is only a cache, so the child starts with an empty one.
+        # Another thread of the parent may have held a lock at the fork (see _fork);
+        # the cache is only a cache, so the child starts with an empty one.
         self._lock = threading.Lock()
-        self._cache = OrderedDict()
+        self._cache = BoundedCache(self._cache_size)
 
-    def candidates(self, kid: str | None) -> list[int]:
-        """Secret indexes to try for an envelope: the one its kid names first, then the rest."""
-        if kid == self._kids[0] or len(self._secrets) == 1:
-            return list(self._order)  # the common case: the current secret sealed it
-        order = list(self._order)
-        if kid is not None and kid in self._kids:
-            first = self._kids.index(kid)
-            order.remove(first)
-            order.insert(0, first)
-        return order
+    def open(
+        self,
+        stored: str,
+        ns: Namespace,
+        aad: bytes | None,
+        *,
+        bound_only: bool = False,
+        current: AESGCM | None = None,
+    ) -> tuple[bytes, int, bool]:
+        """Parse and decrypt a stored envelope of *ns*: the one opener.
 
-    def open(self, env: Envelope, ns: Namespace, aad: bytes | None) -> tuple[bytes, int]:
-        """Decrypt with each candidate secret; return the plaintext and the secret index."""
-        return self._open(env.iv, env.tag, env.data, env.kid, env.aad, ns, aad)
+        The secret its ``kid`` names is tried first, then the others; *aad* is
+        used when the envelope binds the storage key.
 
-    def seal_bound(self, plaintext: bytes, ns: Namespace, aad: bytes) -> str:
-        """``seal(plaintext, self.key(ns), kid=self.primary_kid, aad=aad)``, in one function.
-
-        The write path of every set (each Python call saved counts on a hot path).
-        """
-        aead = self.key(ns, 0)
-        nonce = random_iv()
-        sealed = aead.encrypt(nonce, plaintext, aad)
-        # 12 bytes are exactly 16 characters, so one encoding serves IV and tag.
-        both = b64url_encode(nonce + sealed[-TAG_BYTES:])
-        data = b64url_encode(sealed[:-TAG_BYTES])
-        return f'{self._sealed_head}{both[:16]}","tag":"{both[16:]}","data":"{data}"}}'
-
-    def open_stored(self, stored: str, ns: Namespace, aad: bytes | None) -> tuple[bytes, int, bool]:
-        """Parse and decrypt a stored envelope string in one step.
-
+        :param bound_only: refuse an envelope that does not bind the storage key
+            (1.8.0's form), even when it opens (:data:`UNBOUND_REFUSED`).
+        :param current: ``self.key(ns)``, when the caller already has it.
         :returns: the plaintext, the index of the secret that opened it, and
             whether the envelope binds the storage key.
         :raises RememberDecryptionError: when it is not an envelope or no secret opens it.
         """
-        # The read path of every get: our own envelope sealed by the current secret,
-        # handled in one function (each Python call saved counts on a hot path).
-        # Anything else, and any failure, takes the general path below, which gives
-        # the same result for what it accepts and raises the errors.
-        if type(stored) is not str:
-            return self._open_stored(stored, ns, aad)
-        head_text = self._sealed_head
-        h = len(head_text)
-        if (
-            aad is not None
-            and stored.startswith(head_text)
-            and stored.startswith('","tag":"', h + 16)
-            and stored.startswith('","data":"', h + 47)
-            and stored.endswith('"}')
-            and "+" not in stored
-            and "/" not in stored
-        ):
-            # Fixed offsets: IV 16 characters, tag 22.  Strict base64 refuses every
-            # character outside the alphabet, quotes and backslashes included, so
-            # when it succeeds the JSON reading of the envelope has these fields.
-            try:
-                ivtag = a2b_base64(
-                    (stored[h : h + 16] + stored[h + 25 : h + 47]).replace("-", "+").replace(
-                        "_", "/"
-                    )
-                    + "==",
-                    strict_mode=True,
-                )
-                data = stored[h + 57 : -2]
-                raw = a2b_base64(
-                    data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4],
-                    strict_mode=True,
-                )
-                aead = self.key(ns, 0)
-                return aead.decrypt(ivtag[:IV_BYTES], raw + ivtag[IV_BYTES:], aad), 0, True
-            except (binascii.Error, ValueError, InvalidTag):
-                pass
-        found = _CANONICAL(stored)
-        if found is not None:
-            kid, bound, iv, tag, data = found.groups()
-            if len(data) % 4 != 1 and (kid == self._kids[0] or len(self._order) == 1):
-                head = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
-                raw_data = a2b_base64(
-                    data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4]
-                )
-                aead = self.key(ns, 0)
-                try:
-                    plaintext = aead.decrypt(
-                        head[:IV_BYTES], raw_data + head[IV_BYTES:], aad if bound else None
-                    )
-                    return plaintext, 0, bound is not None
-                except InvalidTag:
-                    pass
-        return self._open_stored(stored, ns, aad)
-
-    def open_many(
-        self, stored: Sequence[str], ns: Namespace, aads: Sequence[bytes]
-    ) -> list[bytes | None]:
-        """The fast path of :meth:`open_stored` over many envelopes of one namespace.
-
-        Returns each plaintext that the fast path opens (our own envelope, the
-        current secret, bound to its ``aads`` entry), and ``None`` for every
-        other one: call :meth:`open_stored` for those, which gives the result or
-        the error.  ``entries()`` decrypts a whole page through here.
-        """
-        head_text = self._sealed_head
-        h = len(head_text)
-        decrypt = self.key(ns, 0).decrypt
-        out: list[bytes | None] = []
-        for text, aad in zip(stored, aads, strict=True):
-            plaintext = None
-            if type(text) is str and text.startswith(head_text) and text.endswith('"}'):
-                try:
-                    # As in open_stored: fixed offsets, strict base64 (so quotes and
-                    # backslashes are refused), one decryption with the current key.
-                    raw = text.encode("ascii").translate(_FROM_URLSAFE)
-                    if raw.startswith(b'","tag":"', h + 16) and raw.startswith(
-                        b'","data":"', h + 47
-                    ):
-                        ivtag = a2b_base64(
-                            raw[h : h + 16] + raw[h + 25 : h + 47] + b"==", strict_mode=True
-                        )
-                        data = raw[h + 57 : -2]
-                        sealed = a2b_base64(data + _BPAD[len(data) % 4], strict_mode=True)
-                        plaintext = decrypt(ivtag[:IV_BYTES], sealed + ivtag[IV_BYTES:], aad)
-                except (UnicodeError, binascii.Error, ValueError, InvalidTag):
-                    plaintext = None
-            out.append(plaintext)
-        return out
-
-    def _open_stored(
-        self, stored: str, ns: Namespace, aad: bytes | None
-    ) -> tuple[bytes, int, bool]:
-        fields = _envelope_fields(stored)
-        plaintext, index = self._open(*fields, ns, aad)
-        return plaintext, index, fields[4]
-
-    def _open(
-        self,
-        iv: bytes,
-        tag: bytes,
-        data: bytes,
-        kid: str | None,
-        bound: bool,
-        ns: Namespace,
-        aad: bytes | None,
-    ) -> tuple[bytes, int]:
+        iv, tag, data, kid, bound = _parse(stored)
         sealed = data + tag
         associated = aad if bound else None
-        order: Sequence[int]
-        if kid == self._kids[0] or len(self._order) == 1:
-            # The common case: the current secret first, no candidate list to build.
-            order = self._order
-        else:
-            order = self.candidates(kid)
+        order: Sequence[int] = self._order
+        if kid != self.primary_kid and len(order) > 1 and kid in self.kids:
+            first = self.kids.index(kid)
+            order = (first, *(i for i in order if i != first))
         for index in order:
+            aead = current if index == 0 and current is not None else self.key(ns, index)
             try:
-                return self.key(ns, index).decrypt(iv, sealed, associated), index
+                plaintext = aead.decrypt(iv, sealed, associated)
             except InvalidTag:
                 continue
+            if bound_only and not bound:
+                raise RememberDecryptionError(UNBOUND_REFUSED)
+            return plaintext, index, bound
         raise RememberDecryptionError(_UNOPENED)
+
+    def open_many(
+        self,
+        stored: Sequence[str],
+        ns: Namespace,
+        aads: Sequence[bytes | None],
+        *,
+        bound_only: bool = False,
+    ) -> list[tuple[bytes, int, bool] | RememberDecryptionError]:
+        """:meth:`open` over many envelopes of *ns*: each result, or its error.
+
+        The namespace's current key is looked up once for them all.
+        """
+        current = self.key(ns)
+        out: list[tuple[bytes, int, bool] | RememberDecryptionError] = []
+        for text, aad in zip(stored, aads, strict=True):
+            try:
+                out.append(self.open(text, ns, aad, bound_only=bound_only, current=current))
+            except RememberDecryptionError as exc:
+                out.append(exc)
+        return out
 
     #: HKDF ``info`` of the key that signs session ids (IKM: the master secret as text,
     #: salt: :data:`HKDF_SALT`).  No namespace's info can equal it: theirs are

@@ -21,6 +21,7 @@ in linear time (:func:`match_user_pattern`).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +38,7 @@ __all__ = [
     "ParsedKey",
     "check_key",
     "check_pattern",
+    "describe_key",
     "encode_component",
     "ended_session_key",
     "glob_escape",
@@ -75,6 +77,8 @@ def encode_component(text: str) -> str:
 
 def check_key(key: object) -> str:
     """Validate a memory key: non-empty ``str``, at most 1,024 UTF-8 bytes, no NUL."""
+    if type(key) is str and key.isascii() and 0 < len(key) <= MAX_KEY_BYTES and "\x00" not in key:
+        return key  # the usual key: ASCII has one byte per character and no lone surrogate
     if not isinstance(key, str):
         raise RememberInputError(f"key must be a str; got {type(key).__name__}")
     if not key:
@@ -308,3 +312,22 @@ def parse_storage_key(prefix: str, full_key: str) -> ParsedKey | None:
             ns = Namespace("tool", tool=ids[0], session=ids[1])
         return ParsedKey(ns, parts[-1])
     return None
+
+
+def describe_key(prefix: str, full_key: str) -> str:
+    """How logs and error messages name a storage key: never with its identity in clear.
+
+    A storage key holds the session id, which grants that session's memory
+    (and the user id).  The name given is the scope, a short SHA-256 of the
+    namespace part (enough to tell two namespaces apart in a log, not to
+    recover an id) and the bare key, which the caller chose.  A key that is
+    not one of ours is named by its hash alone.
+    """
+    parsed = parse_storage_key(prefix, full_key)
+    if parsed is None and full_key.startswith(prefix + prefix):
+        parsed = parse_storage_key(prefix, full_key[len(prefix) :])  # 1.8.0's doubled prefix
+    if parsed is None:
+        return f"key #{hashlib.sha256(full_key.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+    head = full_key[: len(full_key) - len(parsed.key)]
+    digest = hashlib.sha256(head.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{parsed.namespace.scope} entry {parsed.key!r} (namespace #{digest})"

@@ -57,8 +57,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ._clock import Clock, system_clock
 from ._codec import entry_fields
-from ._crypto import envelope_binding
+from ._crypto import parse_envelope
 from ._fork import after_fork_in_child
 from ._keys import (
     glob_escape,
@@ -416,7 +417,7 @@ def _verify_key_id(
     kids: Sequence[str],
     *,
     record: bool,
-    clock: Callable[[], int],
+    clock: Clock,
     logger: logging.Logger,
 ) -> KeyIdStatus | None:
     """:func:`check_key_id` for a background worker: ERROR on a mismatch, debug on failure."""
@@ -451,7 +452,7 @@ class KeyIdCheck:
         prefix: str,
         kids: Sequence[str],
         *,
-        clock: Callable[[], int],
+        clock: Clock,
         record: bool = False,
         logger: logging.Logger | None = None,
         timer_factory: TimerFactory = threading.Timer,
@@ -546,19 +547,18 @@ def is_legacy_value(raw: str) -> bool:
     """Whether *raw* is a value this plugin's legacy layout wrote (SPEC section 4).
 
     True for the reference's envelope ``{"alg":"A256GCM","iv","tag","data"}``
-    (checked by :func:`~remember_sync._crypto.envelope_binding`, the envelope
-    parser without the byte decoding) without ``kid`` or
+    (checked by :func:`~remember_sync._crypto.parse_envelope`) without ``kid`` or
     ``aad`` -- those two mark our current envelopes, which no legacy version
     wrote -- and for a plaintext entry (:func:`~remember_sync._codec.entry_fields`:
     an object with ``value`` and numeric ``createdAt``/``updatedAt``).
     Anything else is someone else's data.
     """
     try:
-        kid, aad = envelope_binding(raw)
+        envelope = parse_envelope(raw)
     except RememberDecryptionError:
         pass
     else:
-        return kid is None and not aad
+        return envelope.kid is None and not envelope.aad
     try:
         entry_fields(raw)
     except RememberDecryptionError:
@@ -813,7 +813,7 @@ class LegacyPurge:
         prefix: str,
         *,
         delay_ms: int = DEFAULT_DELAY_MS,
-        clock: Callable[[], int],
+        clock: Clock,
         logger: logging.Logger | None = None,
         timer_factory: TimerFactory = threading.Timer,
         batch: int = 500,
@@ -1142,7 +1142,7 @@ def reindex_store(
     on_total: Callable[[int], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    clock: Callable[[], int] | None = None,
+    clock: Clock | None = None,
 ) -> ReindexResult:
     """Put every entry under *prefix* into its listing index, then record ``P + "__indexed__"``.
 
@@ -1179,7 +1179,7 @@ def reindex_store(
         if on_batch is not None:
             on_batch(len(chunk))
     if not stopped:
-        now = clock() if clock is not None else time.time_ns() // 1_000_000
+        now = (clock or system_clock)()
         record_indexed(store, prefix, now)
     return ReindexResult(
         keys=len(keys),
@@ -1221,7 +1221,7 @@ class IndexBackfill:
         store: Store,
         prefix: str,
         *,
-        clock: Callable[[], int],
+        clock: Clock,
         on_done: Callable[[], None] | None = None,
         logger: logging.Logger | None = None,
     ) -> None:

@@ -23,10 +23,10 @@ import logging
 import os
 import secrets as _random
 import stat
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ._clock import Clock, system_clock
 from ._config import previous_secrets
 from ._crypto import Keyring, b64url_encode
 from ._fork import ForkSafeLock
@@ -97,10 +97,6 @@ def require_secret_from_env(environ: Mapping[str, str]) -> bool:
         f"{REQUIRE_SECRET_ENV} must be one of {', '.join(_TRUTHY)} (on) or "
         f"{', '.join(v for v in _FALSY if v)} (off); got {value!r}"
     )
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def validate_secret_file(raw: str, now_ms: int) -> str:
@@ -390,7 +386,7 @@ class _DirectoryLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
 
-def load_or_create_secret_file(path: Path) -> str:
+def load_or_create_secret_file(path: Path, *, clock: Clock = system_clock) -> str:
     """Read the development secret file, creating it (race-free) when missing.
 
     The file is opened without following symlinks and refused when group or
@@ -399,6 +395,7 @@ def load_or_create_secret_file(path: Path) -> str:
     process never moves aside a valid file that another has just created, so
     processes starting together end on one secret.
 
+    :param clock: the time a created file records, and validation judges by.
     :raises RememberConfigurationError: when the file cannot be read or written,
         is reached through a symlink, or is readable by others.
     """
@@ -409,14 +406,14 @@ def load_or_create_secret_file(path: Path) -> str:
         raw = _read_file(dir_fd, path)
         if raw is not None:
             try:
-                return validate_secret_file(raw, _now_ms())
+                return validate_secret_file(raw, clock())
             except ValueError:
                 pass  # repaired below, under the lock
         with _DirectoryLock(dir_fd):
             for _ in range(5):
                 # Read again under the lock: another process may have created or repaired it.
                 raw = _read_file(dir_fd, path)
-                now = _now_ms()
+                now = clock()
                 if raw is not None:
                     try:
                         return validate_secret_file(raw, now)

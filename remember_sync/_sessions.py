@@ -24,8 +24,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets as _random
-import time
 
+from ._clock import Clock, system_clock
 from ._crypto import Keyring, b64url_decode, b64url_encode
 
 __all__ = ["LEGACY_MAX_AGE_MS", "SessionSigner", "session_digest"]
@@ -39,10 +39,6 @@ _FUTURE_SKEW_MS = 60_000
 #: The longest an ``rs1`` id is accepted after it was issued when ``max_age_ms`` is
 #: ``None``: the old form is retired, so it never lives forever (the default lifetime).
 LEGACY_MAX_AGE_MS = 7 * 86_400_000
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def session_digest(session_id: str) -> str:
@@ -64,11 +60,19 @@ class SessionSigner:
     :param keyring: the master secrets; the first signs, every one verifies
         (so a rotation does not end live sessions).
     :param max_age_ms: how long an id stays valid (``None``: forever).
+    :param clock: the time ids are issued and checked at, when a call gives no ``now_ms``.
     """
 
-    def __init__(self, keyring: Keyring, *, max_age_ms: int | None = 7 * 86_400_000) -> None:
+    def __init__(
+        self,
+        keyring: Keyring,
+        *,
+        max_age_ms: int | None = 7 * 86_400_000,
+        clock: Clock = system_clock,
+    ) -> None:
         self._keyring = keyring
         self.max_age_ms = max_age_ms
+        self._clock = clock
 
     def __repr__(self) -> str:
         return f"SessionSigner(max_age_ms={self.max_age_ms})"
@@ -80,7 +84,7 @@ class SessionSigner:
     def issue(self, principal: str | None = None, *, now_ms: int | None = None) -> str:
         """A new session id bound to *principal* (``None`` for an anonymous caller)."""
         nonce = b64url_encode(_random.token_bytes(18))
-        issued = format(now_ms if now_ms is not None else _now_ms(), "x")
+        issued = format(now_ms if now_ms is not None else self._clock(), "x")
         mac = b64url_encode(self._keyring.hmac(self._message(nonce, issued, principal)))
         return f"{_VERSION}.{nonce}.{issued}.{mac}"
 
@@ -112,7 +116,7 @@ class SessionSigner:
         # The issue time is public: an expired id (an ``rs1`` one above all, whose MAC
         # is keyed by the raw master secret) is refused before any MAC is computed.
         lifetime = self._lifetime_ms(version)
-        now = now_ms if now_ms is not None else _now_ms()
+        now = now_ms if now_ms is not None else self._clock()
         if issued_ms > now + _FUTURE_SKEW_MS:
             return False
         if lifetime is not None and now - issued_ms > lifetime:

@@ -16,11 +16,12 @@ from typing import Any
 from ._clock import Clock
 from ._codec import EntryCodec
 from ._config import scope_list, store_settings
+from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
 from ._keys import storage_namespace
 from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
 from ._secrets import resolve_keyring
-from .accessor import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore, RememberAccessor
+from .accessor import RememberAccessor
 from .errors import RememberConfigurationError
 from .stores.base import Store
 from .stores.memory import MemoryStore

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -12,7 +11,6 @@ __all__ = [
     "BRANDS",
     "SCOPES",
     "Brand",
-    "Clock",
     "Identity",
     "JSONValue",
     "Namespace",
@@ -36,10 +34,6 @@ BRANDS: Final[tuple[Brand, ...]] = (
 )
 
 JSONValue = None | bool | int | float | str | list[Any] | dict[str, Any]
-
-#: A clock returns the current time as integer epoch milliseconds.
-Clock = Callable[[], int]
-
 
 def check_scope(scope: object) -> Scope:
     """Return *scope* if it is one of :data:`SCOPES`, else raise ``ValueError``."""
@@ -88,10 +82,6 @@ class Namespace:
     tool: str | None = None
 
 
-_new = object.__new__
-_setattr = object.__setattr__
-
-
 @dataclass(frozen=True)
 class RememberEntry:
     """One stored entry.  Times are integer epoch milliseconds."""
@@ -104,32 +94,6 @@ class RememberEntry:
     updated_at: int
     expires_at: int | None = None
     metadata: dict[str, Any] | None = None
-
-    @classmethod
-    def from_fields(
-        cls,
-        fields: tuple[Any, str | None, int, int, int | None, dict[str, Any] | None],
-    ) -> RememberEntry:
-        """``RememberEntry(*fields)``, without the frozen dataclass's slow ``__init__``.
-
-        The read path builds one entry per stored entry; the generated
-        ``__init__`` sets each field through ``object.__setattr__``.  The result
-        is equal to, and indistinguishable from, the constructor's.
-        """
-        entry = _new(cls)
-        _setattr(
-            entry,
-            "__dict__",
-            {
-                "value": fields[0],
-                "brand": fields[1],
-                "created_at": fields[2],
-                "updated_at": fields[3],
-                "expires_at": fields[4],
-                "metadata": fields[5],
-            },
-        )
-        return entry
 
     def is_expired(self, now_ms: int) -> bool:
         """``True`` when ``now_ms >= expires_at`` (the rule on every store)."""

@@ -5,20 +5,25 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
+import string
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remember_sync import Identity, RememberDecryptionError, RememberPlugin
-from remember_sync._codec import EntryCodec
+from remember_sync._codec import EntryCodec, entry_fields
 from remember_sync._crypto import Keyring, derive_key, parse_envelope, seal
 from remember_sync._keys import storage_key
 from remember_sync.identity import resolve_namespace
 from remember_sync.stores.base import Store
-from remember_sync.types import Namespace
+from remember_sync.types import Namespace, RememberEntry
 from tests.conftest import TEST_SECRET
 from tests.vectors import VECTORS, vector_identity, vector_tool_name
 
@@ -71,7 +76,7 @@ def test_vector_decrypts_to_plaintext(vector: dict) -> None:
     assert entry.expires_at == expected.get("expiresAt")
     assert entry.brand == expected.get("brand")
     assert entry.metadata == expected.get("metadata")
-    plaintext, _ = codec.keyring.open(parse_envelope(vector["rawStoredValue"]), ns, None)  # type: ignore[union-attr]
+    plaintext, _, _ = codec.keyring.open(vector["rawStoredValue"], ns, None)  # type: ignore[union-attr]
     assert plaintext.decode("utf-8") == vector["plaintext"]
 
 
@@ -321,3 +326,188 @@ def test_namespace_of_vector_matches_scope_rules() -> None:
         ns = resolve_namespace(vector_identity(vector), vector["scope"])
         assert ns == vector_namespace(vector)
         assert storage_key(vector["keyPrefix"], ns, vector["key"]) == vector["storageKey"]
+
+
+# -- the one envelope parser and the entry grammar, against their definitions ---------------
+
+NS = Namespace("session", session="s-1")
+KEY = "remember:v2:session:s-1:k"
+AAD = KEY[len("remember:") :].encode()
+NOISE = st.sampled_from(list('{}[]",:=+/-_\\ aZ09\u00e9\x01\n'))
+
+
+def _outcome(fn: Any, *args: Any) -> tuple[str, str]:
+    try:
+        return "ok", repr(fn(*args))
+    except Exception as exc:  # noqa: BLE001 - the kind and text are what is compared
+        return type(exc).__name__, str(exc)
+
+
+def _mutate(text: str, data: st.DataObject) -> str:
+    chars = list(text)
+    for _ in range(data.draw(st.integers(0, 3))):
+        chars[data.draw(st.integers(0, len(chars) - 1))] = data.draw(NOISE)
+    return "".join(chars)
+
+
+def _envelope_by_definition(stored: str) -> tuple[bytes, bytes, bytes, str | None, bool]:
+    """SPEC section 4 read literally: JSON, A256GCM, base64url iv (12 B) / tag (16 B) / data."""
+    try:
+        obj = json.loads(stored)
+    except ValueError as exc:
+        raise RememberDecryptionError("not JSON") from exc
+    if not isinstance(obj, dict) or obj.get("alg") != "A256GCM":
+        raise RememberDecryptionError("not an envelope")
+    fields = [obj.get(name) for name in ("iv", "tag", "data")]
+    kid, aad = obj.get("kid"), obj.get("aad")
+    if not all(isinstance(f, str) for f in fields) or aad not in (None, "key"):
+        raise RememberDecryptionError("bad fields")
+    if kid is not None and not isinstance(kid, str):
+        raise RememberDecryptionError("bad kid")
+    try:
+        iv, tag, data = (base64.urlsafe_b64decode(_strict_b64url(f)) for f in fields)
+    except ValueError as exc:
+        raise RememberDecryptionError("not base64url") from exc
+    if len(iv) != 12 or len(tag) != 16:
+        raise RememberDecryptionError("wrong lengths")
+    return iv, tag, data, kid, aad == "key"
+
+
+def _strict_b64url(text: str) -> str:
+    bare = text.rstrip("=")
+    if any(c not in string.ascii_letters + string.digits + "-_" for c in bare):
+        raise ValueError("alphabet")
+    if len(bare) % 4 == 1:
+        raise ValueError("length")
+    return bare + "=" * (-len(bare) % 4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), bound=st.booleans(), kid=st.booleans(), size=st.integers(0, 40))
+def test_envelope_grammar_is_exactly_the_spec(
+    data: st.DataObject, bound: bool, kid: bool, size: int
+) -> None:
+    """parse_envelope accepts what the SPEC's JSON envelope allows, with its fields, only."""
+    keyring = Keyring(["current-secret"], source="test")
+    stored = _mutate(
+        seal(
+            os.urandom(size),
+            keyring.key(NS),
+            kid=keyring.primary_kid if kid else None,
+            aad=AAD if bound else None,
+        ),
+        data,
+    )
+    ours, spec = _outcome(parse_envelope, stored), _outcome(_envelope_by_definition, stored)
+    assert ours[0] == "ok" or ours[0] == "RememberDecryptionError"
+    assert (ours[0] == "ok") == (spec[0] == "ok"), (stored, ours, spec)
+    if ours[0] == "ok":
+        env = parse_envelope(stored)
+        assert (env.iv, env.tag, env.data, env.kid, env.aad) == _envelope_by_definition(stored)
+
+
+def test_open_tries_every_secret() -> None:
+    """An envelope of an older secret, or with its kid rewritten, opens; no secret of it fails."""
+    old = Keyring(["older-secret"], source="test")
+    both = Keyring(["current-secret", "older-secret"], source="test")
+    stored = seal(b'{"value":1}', old.key(NS), kid=old.primary_kid, aad=AAD)
+    assert both.open(stored, NS, AAD) == (b'{"value":1}', 1, True)
+    relabelled = stored.replace(old.primary_kid, both.primary_kid)
+    assert both.open(relabelled, NS, AAD)[1] == 1
+    with pytest.raises(RememberDecryptionError):
+        Keyring(["another"], source="t").open(stored, NS, AAD)
+    with pytest.raises(RememberDecryptionError):
+        both.open(stored, NS, b"v2:session:s-1:other")  # bound to another key
+
+
+def test_seal_refuses_an_iv_of_the_wrong_length() -> None:
+    """An injected IV must be 12 bytes: the envelope grammar reads no other."""
+    with pytest.raises(ValueError, match="12 bytes"):
+        seal(b"x", os.urandom(32), iv=bytes(16))
+
+
+def test_codec_round_trip_through_every_form() -> None:
+    """Sealed entries decode to themselves with and without key binding and encryption."""
+    entry = RememberEntry({"a": [1, "\u00e9"]}, "cache", 1, 2, 3, {"m": True})
+    for keyring in (Keyring(["s"], source="t"), None):
+        for bind in (True, False):
+            codec = EntryCodec(keyring, prefix="remember:", bind_key=bind)
+            assert codec.decode(codec.encode(entry, NS, KEY), NS, KEY) == entry
+
+
+ENTRY_TEXTS = [
+    '{"value":1,"createdAt":1,"updatedAt":2}',
+    ' {"value":1,"createdAt":1,"updatedAt":2}',
+    '{"value":1,"createdAt":1,"updatedAt":2} ',
+    '{"value":1,"createdAt":1,"updatedAt":2}x',
+    '{"value":1,"createdAt":true,"updatedAt":2}',
+    '{"value":1,"createdAt":1.5,"updatedAt":2,"expiresAt":3.7}',
+    '{"value":"\\ud800","createdAt":1,"updatedAt":2}',
+    '{"value":1,"brand":7,"createdAt":1,"updatedAt":2}',
+    '{"value":1,"createdAt":1,"updatedAt":2,"metadata":[]}',
+    '{"value":[1,{"a":null}],"createdAt":1,"updatedAt":2,"expiresAt":null}',
+    "[1]",
+    "{",
+    "",
+]
+
+
+def _entry_by_definition(text: str | bytes) -> tuple[Any, ...]:
+    """The entry grammar read literally: json.loads, then the field checks."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise RememberDecryptionError("stored entry is not JSON") from exc
+    if not isinstance(obj, dict) or "value" not in obj:
+        raise RememberDecryptionError("stored value is not a remember entry")
+    brand, metadata = obj.get("brand"), obj.get("metadata")
+    if brand is not None and not isinstance(brand, str):
+        raise RememberDecryptionError("entry brand is not a string")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise RememberDecryptionError("entry metadata is not an object")
+
+    def ms(value: Any, name: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise RememberDecryptionError(f"entry field {name} is not a finite number")
+        if value in (float("inf"), float("-inf")):
+            raise RememberDecryptionError(f"entry field {name} is not a finite number")
+        return int(value)
+
+    expires = obj.get("expiresAt")
+    return (
+        obj["value"],
+        brand,
+        ms(obj.get("createdAt"), "createdAt"),
+        ms(obj.get("updatedAt"), "updatedAt"),
+        None if expires is None else ms(expires, "expiresAt"),
+        metadata,
+    )
+
+
+@pytest.mark.parametrize("text", ENTRY_TEXTS)
+@pytest.mark.parametrize("form", ["str", "utf-8", "utf-16", "bom", "bad-utf-8"])
+def test_entry_grammar_is_json_loads_and_the_field_checks(text: str, form: str) -> None:
+    """entry_fields accepts and refuses exactly what json.loads and the field checks do."""
+    raw: str | bytes = text
+    if form == "utf-8":
+        raw = text.encode("utf-8", "surrogatepass")
+    elif form == "utf-16":
+        raw = text.encode("utf-16")
+    elif form == "bom":
+        raw = b"\xef\xbb\xbf" + text.encode()
+    elif form == "bad-utf-8":
+        raw = text.encode() + b"\xff"
+    assert _outcome(entry_fields, raw) == _outcome(_entry_by_definition, raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_damaged_entries_follow_the_grammar(data: st.DataObject) -> None:
+    """Random damage to an entry is accepted or refused exactly as the grammar says."""
+    text = _mutate(
+        '{"value":{"a":[1,2,"x"]},"brand":"cache","createdAt":1,"updatedAt":2,'
+        '"expiresAt":3,"metadata":{"k":"v"}}',
+        data,
+    )
+    for raw in (text, text.encode("utf-8", "surrogatepass")):
+        assert _outcome(entry_fields, raw) == _outcome(_entry_by_definition, raw)

@@ -23,8 +23,8 @@ import pytest
 import redis
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync._codec import UNBOUND_REFUSED, entry_json
-from remember_sync._crypto import derive_key, seal
+from remember_sync._codec import entry_json
+from remember_sync._crypto import UNBOUND_REFUSED, derive_key, seal
 from remember_sync._keys import storage_key
 from remember_sync.errors import (
     RememberConfigurationError,

@@ -36,18 +36,21 @@ ALLOWED: dict[str, set[str]] = {
     "_purge": {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },
-    "accessor": CORE | {"stores", "_fork"},
-    "tools": CORE | {"stores", "accessor", "tools"},
-    "plugin": CORE | {"stores", "accessor", "_purge", "tools", "_config"},
+    "_core": CORE | {"stores", "_fork"},
+    "accessor": {"_core", "errors", "types", "identity"},
+    "tools": CORE | {"stores", "_core", "accessor"},
+    "plugin": CORE | {"stores", "_core", "accessor", "_purge", "tools", "_config"},
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
-    "_ops": CORE | {"stores", "accessor", "_purge", "plugin", "_progress", "tools", "_config"},
+    "_ops": CORE
+    | {"stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config"},
     "mcp": CORE
-    | {"stores", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork", "_config"},
+    | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",
+       "_config"},
     "cli": CORE
     | {
-        "stores", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp", "_config",
-        "cli",
+        "stores", "_core", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp",
+        "_config", "cli",
     },
     "__main__": {"cli"},
     "__init__": CORE | {"stores", "accessor", "plugin"},
@@ -132,7 +135,7 @@ def test_imports_follow_the_dependency_direction(path: Path) -> None:
 def test_layering_check_catches_a_violation(tmp_path: Path) -> None:
     """The import walker sees relative imports (so the check above can fail)."""
     fake = PACKAGE / "errors.py"
-    names = [n for n, _ in _imports(PACKAGE / "accessor.py")]
+    names = [n for n, _ in _imports(PACKAGE / "_core.py")]
     assert "remember_sync.identity" in names and "remember_sync.stores.base" in names
     assert _imports(fake) == [("__future__", _imports(fake)[0][1])]
 

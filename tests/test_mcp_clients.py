@@ -29,7 +29,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from remember_sync.accessor import DEFAULT_MAX_VALUE_BYTES
+from remember_sync._core import DEFAULT_MAX_VALUE_BYTES
 from tests.client_drivers import (
     INSPECTOR,
     NODE_MODULES,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from remember_sync import RememberPlugin
-from remember_sync.accessor import DEFAULT_MAX_VALUE_BYTES
+from remember_sync._core import DEFAULT_MAX_VALUE_BYTES
 from remember_sync.mcp import McpServer
 from remember_sync.mcp._wsgi import default_max_body_bytes
 from remember_sync.mcp.httpd import KeepAliveWSGIServer, make_server

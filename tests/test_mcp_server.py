@@ -27,7 +27,7 @@ import requests
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from remember_sync.accessor import DEFAULT_MAX_VALUE_BYTES
+from remember_sync._core import DEFAULT_MAX_VALUE_BYTES
 from remember_sync.mcp._wsgi import default_max_body_bytes
 from tests.conftest import TEST_SECRET, require_component
 from tests.mcp_client import error_code, run, structured

@@ -341,3 +341,62 @@ def test_bounded_store_under_threads_keeps_its_bound() -> None:
     # The LRU order of every namespace still names exactly its keys.
     for space in store._spaces.values():
         assert all(store._space_of[k] is space for k in space.lru)
+
+
+def test_reads_racing_writes_stay_consistent() -> None:
+    """Gets racing sets, deletes and scans see whole values and never fail."""
+    store = MemoryStore()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        i = 0
+        while not stop.is_set():
+            store.set(f"k{i % 50}", f"v{n}-{i}" * 3, ttl_ms=None if i % 3 else 60_000)
+            if i % 7 == 0:
+                store.delete(f"k{(i + 3) % 50}")
+            i += 1
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                for i in range(50):
+                    value = store.get(f"k{i}")
+                    assert value is None or (value.startswith("v") and len(value) % 3 == 0)
+                list(store.scan("k*"))
+                store.get_many([f"k{i}" for i in range(50)])
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    threads += [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    stop.wait(0.8)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_deadlines_written_by_many_threads_all_expire(clock: FakeClock) -> None:
+    """TTL writes from several threads all expire, and an expired read drops the entry."""
+    store = MemoryStore(clock=clock)
+
+    def write(n: int) -> None:
+        for i in range(700):
+            store.set(f"t{n}-{i % 300}", "v", ttl_ms=10 + i % 5)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(store) == 1200
+    clock.advance(ms=14)
+    store.set("fresh", "v", ttl_ms=10)
+    assert len(store) == 1
+    assert list(store.scan("*")) == ["fresh"]
+    clock.advance(ms=10)
+    assert store.get("fresh") is None
+    assert len(store) == 0

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync.accessor import _CAS_EAGER, _CAS_PAUSE_MAX, CAS_ATTEMPTS, RememberAccessor
+from remember_sync._core import _CAS_EAGER, _CAS_PAUSE_MAX, CAS_ATTEMPTS
+from remember_sync.accessor import RememberAccessor
 from remember_sync.errors import (
     RememberConflictError,
     RememberDecryptionError,

@@ -40,9 +40,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from .._core import AccessorCore
 from .._keys import ParsedKey
 from .._purge import record_rotated_key_id
-from ..accessor import AccessorCore
 from .walk import Item, Report, decode_item, walk_entries
 
 __all__ = ["RotateResult", "rotate"]

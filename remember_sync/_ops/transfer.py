@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from .._codec import check_json_value
+from .._core import AccessorCore
 from .._keys import check_key, parse_storage_key, storage_key
 from .._progress import Progress
-from ..accessor import AccessorCore
 from ..errors import RememberDecryptionError, RememberError, RememberInputError
 from ..types import SCOPES, Namespace, RememberEntry
 from .context import json_line

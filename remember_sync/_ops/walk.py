@@ -18,11 +18,12 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TextIO
 
-from .._codec import UNBOUND_REFUSED, EntryCodec
+from .._codec import EntryCodec
+from .._core import AccessorCore
+from .._crypto import UNBOUND_REFUSED
 from .._keys import ParsedKey, glob_escape, layout_marker_key, parse_storage_key
 from .._progress import Progress
 from .._purge import LEGACY_SCOPES
-from ..accessor import AccessorCore
 from ..errors import RememberDecryptionError
 from ..stores.base import Store
 from ..types import RememberEntry
@@ -200,6 +201,6 @@ def decode_item(
     current = index == 0 and bound == codec.bind_key
     encrypted = codec.keyring is not None
     return Item(
-        key, parsed, raw, RememberEntry.from_fields(fields), current, None, at,
+        key, parsed, raw, RememberEntry(*fields), current, None, at,
         bound if encrypted else None,
     )

@@ -144,9 +144,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .._clock import system_clock
     from .._ops.context import SecretChoice, build_plugin, open_store
     from .._ops.inspect import Check, run_doctor, secret_check
-    from ..accessor import wall_clock_ms
 
     choice = args.store_choice
     store = open_store(choice)
@@ -161,7 +161,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         except RememberError as exc:
             # Still check the store: "no secret" and "no store" are worth knowing together.
             secret = Check("secret", "attention", _redact(exc.message, args.secrets))
-            codec, now = None, wall_clock_ms()
+            codec, now = None, system_clock()
         else:
             secret = secret_check(opened.secret_summary())
             codec, now = opened.plugin._core.codec, opened.plugin._core.clock()

@@ -41,8 +41,8 @@ from types import FrameType
 from typing import Any
 
 from .._config import REDIS_URL_ENV, scope_list, store_settings
+from .._core import DEFAULT_MAX_VALUE_BYTES
 from .._keys import layout_marker_key
-from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
 from ..mcp._banner import Access, access_lines, client_lines, url_for_clients
 from ..mcp._wsgi import DEFAULT_PATH, check_cors_origin

@@ -25,8 +25,9 @@ from copy import deepcopy
 from typing import Any, Final
 
 from .._codec import check_json_value, entry_json
+from .._core import MAX_TTL_SECONDS, AccessorCore
 from .._keys import check_key
-from ..accessor import MAX_TTL_SECONDS, AccessorCore, RememberAccessor
+from ..accessor import RememberAccessor
 from ..errors import (
     RememberDecryptionError,
     RememberInputError,
@@ -87,7 +88,7 @@ _Handler = Callable[[RememberAccessor, Mapping[str, Any], Scope], dict[str, Any]
 class MemoryTools:
     """The memory tools of one plugin: definitions and a dispatcher.
 
-    :param core: the plugin's :class:`~remember_sync.accessor.AccessorCore`.
+    :param core: the plugin's :class:`~remember_sync._core.AccessorCore`.
     :param prefix: prepended to every tool name (``"memory_"`` gives ``memory_recall``).
     :param allowed_scopes: the scopes a model may use (default ``session``,
         ``user``, ``tool``; ``global`` is opt-in).

@@ -1,4 +1,4 @@
-"""The one bounded cache: a thread-safe, least-recently-used mapping of fixed capacity.
+"""The one bounded cache: a thread-safe mapping of fixed capacity, oldest write dropped first.
 
 Every per-process cache of the package (derived keys, remembered namespaces, "warned once"
 sets, page guesses, local revocations) is one of these, so memory stays bounded whatever
@@ -16,10 +16,10 @@ V = TypeVar("V")
 
 
 class BoundedCache(Generic[K, V]):
-    """At most ``size`` items; the least recently used one is dropped first.
+    """At most ``size`` items; the one written (or re-added) longest ago is dropped first.
 
-    Reads take no lock (``OrderedDict.get`` and ``move_to_end`` are atomic under the
-    GIL); writes do.
+    Reads take no lock and do not reorder (a read is the dict's own atomic ``get``):
+    a hot item that is dropped is simply recomputed by its next miss.  Writes lock.
 
     :param size: the capacity, at least 1.
     """
@@ -30,21 +30,16 @@ class BoundedCache(Generic[K, V]):
         self.size = size
         self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
+        # A hit is the hot path of every read (namespaces, derived keys): it is the
+        # dict's own C-level get, with no Python frame and no lock.
+        self.get = self._items.get  # type: ignore[method-assign, assignment]
 
-    def get(self, key: K) -> V | None:
-        """The value under ``key`` (now the most recently used), or ``None``."""
-        found = self._items.get(key)
-        if found is not None:
-            # No lock on a hit: get and move_to_end are single C calls, atomic under
-            # the GIL, and a lock here would serialise every thread's hot path.
-            try:
-                self._items.move_to_end(key)
-            except KeyError:  # dropped by another thread just now: the value still stands
-                pass
-        return found
+    def get(self, key: K) -> V | None:  # replaced per instance by the dict's own get
+        """The value under ``key``, or ``None``."""
+        return self._items.get(key)
 
     def put(self, key: K, value: V) -> None:
-        """Store ``value`` under ``key``, dropping the least recently used item when full."""
+        """Store ``value`` under ``key``, dropping the oldest item when full."""
         with self._lock:
             self._items[key] = value
             self._items.move_to_end(key)

@@ -75,7 +75,7 @@ _BATCH = 500
 LISTING_MODES = ("index", "scan")
 #: While the fleet's older entries are not yet indexed, the record is read at most this often.
 _INDEX_RECHECK_MS = 5_000
-#: Resolved (identity, scope) pairs kept per plugin (least recently used dropped first).
+#: Resolved (identity, scope) pairs kept per plugin (oldest dropped first).
 _NAMESPACE_CACHE = 4096
 #: Distinct unreadable keys a plugin remembers (as 16-byte hashes, oldest forgotten
 #: first): each is logged and counted once while it is remembered.

@@ -82,7 +82,7 @@ class Namespace:
     tool: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RememberEntry:
     """One stored entry.  Times are integer epoch milliseconds."""
 
@@ -94,6 +94,22 @@ class RememberEntry:
     updated_at: int
     expires_at: int | None = None
     metadata: dict[str, Any] | None = None
+
+    def __init__(
+        self,
+        value: Any,
+        brand: str | None,
+        created_at: int,
+        updated_at: int,
+        expires_at: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        # The read path builds one entry per stored entry: one attribute write
+        # instead of the frozen dataclass's six object.__setattr__ calls.
+        object.__setattr__(self, "__dict__", {
+            "value": value, "brand": brand, "created_at": created_at,
+            "updated_at": updated_at, "expires_at": expires_at, "metadata": metadata,
+        })
 
     def is_expired(self, now_ms: int) -> bool:
         """``True`` when ``now_ms >= expires_at`` (the rule on every store)."""

@@ -11,8 +11,6 @@ from typing import TextIO
 
 from ._clock import Clock, system_clock
 
-__all__ = ["Progress"]
-
 _WIDTH = 24
 #: Milliseconds between redraws: a fast loop over a million keys must not spend its time drawing.
 _REDRAW_EVERY_MS = 100

@@ -45,8 +45,6 @@ from .._purge import record_rotated_key_id
 from ..accessor import AccessorCore
 from .walk import Item, Report, decode_item, walk_entries
 
-__all__ = ["RotateResult", "rotate"]
-
 #: Compare-and-set attempts per entry before it is reported as contended.
 CAS_ATTEMPTS = 5
 

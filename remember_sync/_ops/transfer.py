@@ -42,15 +42,6 @@ from ..types import SCOPES, Namespace, RememberEntry
 from .context import json_line
 from .walk import Report, walk_entries
 
-__all__ = [
-    "ExportResult",
-    "ImportRecord",
-    "ImportResult",
-    "export_entries",
-    "import_entries",
-    "parse_records",
-]
-
 
 @dataclass
 class ExportResult(Report):

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..errors import RememberDecryptionError
+from ..errors import DemoFailed, RememberDecryptionError
 from ..types import BRANDS, RememberEntry
 from ._common import (
     EXIT_FAIL,
@@ -104,7 +104,7 @@ def add_transfer_commands(c: Commands) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .._ops.demo import DemoFailed, run_demo
+    from .._ops.demo import run_demo
 
     try:
         run_demo(sys.stdout)

@@ -30,14 +30,6 @@ from .protocol import (
     error_body,
 )
 
-__all__ = [
-    "BODY_ENVELOPE_BYTES",
-    "DEFAULT_PATH",
-    "WsgiEndpoint",
-    "check_cors_origin",
-    "default_max_body_bytes",
-]
-
 log = logging.getLogger("remember_sync.mcp")
 
 DEFAULT_PATH = "/mcp"

@@ -24,14 +24,7 @@ from ._common import (
     _report_keys,
     _stderr,
 )
-from ._parser import (
-    Commands,
-    _json_object,
-    _json_value,
-    _memory_key,
-    _pattern,
-    _positive_int,
-)
+from ._parser import Commands, _json_object, _json_value, _memory_key, _pattern, _positive_int
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
     from .._ops.context import Opened

@@ -40,19 +40,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from .._config import REDIS_URL_ENV, scope_list, store_settings
+from .._config import MAX_VALUE_BYTES_ENV, REDIS_URL_ENV, scope_list, store_settings
 from .._keys import layout_marker_key
 from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
 from ..mcp._banner import Access, access_lines, client_lines, url_for_clients
 from ..mcp._wsgi import DEFAULT_PATH, check_cors_origin
-from ..mcp.app import (
-    BOUND_ENV,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_ENTRIES,
-    MAX_VALUE_BYTES_ENV,
-    plugin_from_options,
-)
+from ..mcp.app import BOUND_ENV, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, plugin_from_options
 from ..mcp.auth import (
     StaticTokenVerifier,
     TokenVerifier,
@@ -81,8 +75,6 @@ def _port(text: str) -> int:
     if not 0 <= value < 65536:
         raise argparse.ArgumentTypeError(f"must be 0..65535; got {value}")
     return value
-
-
 
 
 _whole = _int_at_least(0, "whole seconds")

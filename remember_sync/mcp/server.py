@@ -60,28 +60,15 @@ from typing import Any, TypeVar
 from .._clock import Clock, system_clock
 from .._secrets import resolve_keyring
 from .._sessions import SessionSigner
-from ..errors import (
-    JsonRpcError,
-    RememberInputError,
-    RememberInputTypeError,
-    RememberStoreError,
-)
+from ..errors import JsonRpcError, RememberInputError, RememberInputTypeError, RememberStoreError
 from ..identity import identity as bind_identity
 from ..plugin import RememberPlugin
 from ..types import Identity
 from ._dispatch import ProtocolDispatch
 from ._wsgi import DEFAULT_PATH, _Response, check_cors_origin, default_max_body_bytes
-from .auth import (
-    FROM_HOST,
-    PrincipalResolver,
-    TokenVerifier,
-    _FromHost,
-    host_auth,
-)
+from .auth import FROM_HOST, PrincipalResolver, TokenVerifier, _FromHost, host_auth
 from .authoring import ToolContext, ToolFunction, UserTool
-from .protocol import (
-    INVALID_PARAMS,
-)
+from .protocol import INVALID_PARAMS
 from .revocations import DEFAULT_MAX_LOCAL, FULL_CODE, EndedSessions
 
 __all__ = ["McpServer"]

@@ -50,7 +50,7 @@ class Progress:
         if stream is None:
             self.enabled = False
         else:
-            self.enabled = _is_tty(stream) if enabled is None else enabled
+            self.enabled = is_tty(stream) if enabled is None else enabled
         self._clock = clock
         self._started = clock()
         self._last_draw = float("-inf")
@@ -96,7 +96,7 @@ class Progress:
         self.close()
 
 
-def _is_tty(stream: TextIO) -> bool:
+def is_tty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # closed or not a real file

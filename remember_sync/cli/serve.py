@@ -42,6 +42,7 @@ from typing import Any
 
 from .._config import MAX_VALUE_BYTES_ENV, REDIS_URL_ENV, scope_list, store_settings
 from .._keys import layout_marker_key
+from .._progress import is_tty
 from ..accessor import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
 from ..mcp._banner import Access, access_lines, client_lines, url_for_clients
@@ -543,7 +544,7 @@ def _run(
                 extra = client_lines(
                     access,
                     url_for_clients(host, httpd.server_port, path),
-                    show_token=_is_terminal(sys.stdout),
+                    show_token=is_tty(sys.stdout),
                 )
         url = f"http://{_url_host(host)}:{httpd.server_port}{path}"
         # One line says it all (where, which store, which secret source); then the rest.
@@ -557,13 +558,6 @@ def _run(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         httpd.server_close()
-
-
-def _is_terminal(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # replaced or closed streams
-        return False
 
 
 def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: list[bool]) -> int:

@@ -36,32 +36,6 @@ from typing import Literal
 from .errors import RememberConfigurationError
 from .types import SCOPES
 
-__all__ = [
-    "ALLOWED_SCOPES_ENV",
-    "AUTH_TOKENS_ENV",
-    "DEFAULT_TTL_ENV",
-    "KV_TOKEN_ENV",
-    "KV_URL_ENV",
-    "MAX_BYTES_ENV",
-    "MAX_ENTRIES_ENV",
-    "MAX_VALUE_BYTES_ENV",
-    "OAUTH_ENV",
-    "PLATFORM_REDIS_URL_ENV",
-    "PREVIOUS_SECRETS_ENV",
-    "REDIS_SCHEMES",
-    "REDIS_URL_ENV",
-    "StoreSettings",
-    "TOOLS_PREFIX_ENV",
-    "VERCEL_KV_ENV",
-    "check_redis_url",
-    "env_flag",
-    "env_scopes",
-    "env_whole",
-    "previous_secrets",
-    "scope_list",
-    "store_settings",
-]
-
 log = logging.getLogger("remember_sync")
 
 #: This library's Redis URL variable (precedence 2).

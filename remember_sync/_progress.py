@@ -11,8 +11,6 @@ from typing import TextIO
 
 from ._clock import Clock, system_clock
 
-__all__ = ["Progress"]
-
 _WIDTH = 24
 #: Milliseconds between redraws: a fast loop over a million keys must not spend its time drawing.
 _REDRAW_EVERY_MS = 100
@@ -52,7 +50,7 @@ class Progress:
         if stream is None:
             self.enabled = False
         else:
-            self.enabled = _is_tty(stream) if enabled is None else enabled
+            self.enabled = is_tty(stream) if enabled is None else enabled
         self._clock = clock
         self._started = clock()
         self._last_draw = float("-inf")
@@ -98,7 +96,7 @@ class Progress:
         self.close()
 
 
-def _is_tty(stream: TextIO) -> bool:
+def is_tty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # closed or not a real file

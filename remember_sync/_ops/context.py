@@ -32,16 +32,6 @@ from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
 from ..stores.base import Store
 
-__all__ = [
-    "Opened",
-    "SecretChoice",
-    "StoreChoice",
-    "build_plugin",
-    "open_store",
-    "redact",
-    "secret_values",
-]
-
 #: Seconds the CLI waits for a Redis reply / connection (the library defaults are
 #: 1 s / 0.5 s, sized for request paths; see docs/redis.rst).
 CLI_SOCKET_TIMEOUT = 5.0

@@ -23,8 +23,6 @@ from ..plugin import RememberPlugin
 from ..tools import error_parts
 from ..types import Identity
 
-__all__ = ["DemoFailed", "run_demo"]
-
 PREFIX = "remember:"
 
 

@@ -29,15 +29,6 @@ from ..stores.base import Store
 from ..types import BRANDS, SCOPES
 from .walk import Report, classify, list_keys, read_items
 
-__all__ = [
-    "Check",
-    "StoreStats",
-    "collect_stats",
-    "format_ms",
-    "run_doctor",
-    "secret_check",
-]
-
 HOUR_MS = 3_600_000
 
 

@@ -19,8 +19,6 @@ from .._progress import Progress
 from .._purge import ReindexResult, reindex_store
 from ..stores.base import Store
 
-__all__ = ["ReindexResult", "reindex"]
-
 
 def reindex(
     store: Store,

@@ -1,38 +1,15 @@
 """``rotate``: re-encrypt every entry under the first configured secret.
 
-Run it after deploying ``REMEMBER_SECRET=<new>`` with
-``REMEMBER_PREVIOUS_SECRETS=<old>`` everywhere; once it reports nothing
-unreadable, the old secret can be dropped.
-
-* The identity each entry is encrypted for is recovered from its storage key
-  (:func:`~remember_sync._keys.parse_storage_key`).
-* **Idempotent and resumable**: an entry already sealed by the primary secret
-  in the configured envelope form is left alone, so a second run -- or a run
-  after an interrupted one -- does only what is left.
-* **No lost updates**: each entry is written with compare-and-set against the
-  exact value read; if an application changed it in between, the entry is
-  read again (the new value is probably current already).
-* The entry keeps its deadline: the store TTL is the remaining time.
-* Entries that do not decrypt with any configured secret are reported, never
-  touched.
-* Entries in the unbound (1.8.0) envelope form are re-sealed bound (unless the
-  plugin writes the reference's form, ``frontmcp_compatible``).
-* **Every layout the application reads.**  With ``read_doubled_prefix`` the
-  1.8.0 doubled-prefix entries (``P + P + "v2:..."``) are *moved* into the
-  single layout, re-sealed: written with ``SET NX`` under the key the
-  application reads them as, read back and decoded, and only then is the
-  doubled-prefix key deleted -- the same move the accessor's ``update`` makes.
-  An application with ``read_doubled_prefix=True`` reads the single layout
-  first, so it keeps reading the entry throughout, and the entry no longer
-  depends on that option.  A doubled-prefix key whose single-layout twin
-  exists is *shadowed*: the application reads the twin, but reads the copy
-  again once the twin expires or is forgotten, so the copy is re-sealed in
-  place (never deleted) and an unreadable one is reported like any other.
-  Without ``read_doubled_prefix`` doubled-prefix keys are not
-  read; they are counted as ``doubled_unread`` and the run is not complete,
-  because the walk cannot know whether the application reads them.
-  Run it once no 1.8.0 instance writes any more: a write such an instance
-  makes to the doubled-prefix key between the read and the delete is lost.
+What a run guarantees -- idempotent and resumable, compare-and-set writes
+(no lost updates), deadlines kept, unreadable entries reported and never
+touched, doubled-prefix entries moved into the single layout or, when
+shadowed, re-sealed in place -- is ``docs/cli.rst`` (``rotate``, "Layouts").
+A doubled-prefix entry is moved like the accessor's ``update`` moves it:
+``SET NX`` under the key the application reads it as, read back and decoded,
+and only then is the doubled-prefix key deleted, so an application reading
+either layout keeps reading the entry.  A write a 1.8.0 instance makes to the
+doubled-prefix key between the read and the delete is lost: run it once no
+such instance writes.
 """
 
 from __future__ import annotations
@@ -44,8 +21,6 @@ from .._core import AccessorCore
 from .._keys import ParsedKey
 from .._purge import record_rotated_key_id
 from .walk import Item, Report, decode_item, walk_entries
-
-__all__ = ["RotateResult", "rotate"]
 
 #: Compare-and-set attempts per entry before it is reported as contended.
 CAS_ATTEMPTS = 5

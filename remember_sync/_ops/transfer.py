@@ -1,29 +1,13 @@
 """``export`` and ``import``: a store's entries as JSON Lines, and back.
 
-Two record forms, one JSON object per line:
-
-* **envelope** (the default): the stored string as it is, with its storage key
-  *without the prefix* (so it can be imported under another prefix: the
-  ciphertext is bound to the key without the prefix) and its deadline::
-
-      {"storageKey":"v2:user:alice:theme","stored":"{\\"alg\\":\\"A256GCM\\",...}",
-       "expiresAt":1767225600000,"ttlMs":3599000}
-
-* **decrypted** (``--decrypted``): the entry in clear, re-encrypted on import
-  under the importing side's primary secret::
-
-      {"storageKey":"v2:user:alice:theme","scope":"user","user":"alice","key":"theme",
-       "value":"dark","brand":"preference","createdAt":...,"updatedAt":...,
-       "expiresAt":...,"metadata":{...}}
-
-  ``storageKey`` is informational here; ``scope``, ``session``/``user``/``tool``
-  and ``key`` say where the entry goes.
-
-Deadlines are absolute (``expiresAt``, epoch ms): an imported entry expires
-when the exported one would have, and one already past its deadline is
-skipped.  Export reads every entry (it must decrypt to learn the deadline), so
-an entry that does not decrypt is reported and left out, never exported with
-a made-up lifetime.
+The two record forms (envelope, the default, and ``--decrypted``) are
+``docs/cli.rst``.  An envelope's storage key is written *without the prefix*
+because its ciphertext is bound to that key, so it can be imported under
+another prefix.  In a decrypted record ``storageKey`` is informational;
+``scope``, ``session``/``user``/``tool`` and ``key`` say where the entry goes.
+Deadlines are absolute (``expiresAt``, epoch ms), and export must decrypt an
+entry to learn its deadline: one that does not decrypt is reported and left
+out, never exported with a made-up lifetime.
 """
 
 from __future__ import annotations
@@ -41,15 +25,6 @@ from ..errors import RememberDecryptionError, RememberError, RememberInputError
 from ..types import SCOPES, Namespace, RememberEntry
 from .context import json_line
 from .walk import Report, walk_entries
-
-__all__ = [
-    "ExportResult",
-    "ImportRecord",
-    "ImportResult",
-    "export_entries",
-    "import_entries",
-    "parse_records",
-]
 
 
 @dataclass

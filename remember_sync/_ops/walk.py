@@ -28,11 +28,6 @@ from ..errors import RememberDecryptionError
 from ..stores.base import Store
 from ..types import RememberEntry
 
-__all__ = [
-    "BATCH", "MAX_LISTED", "Item", "KeyKind", "Report", "classify", "decode_item", "list_keys",
-    "read_items", "walk_entries",
-]
-
 #: Values per ``get_many`` round trip.
 BATCH = 500
 #: How many keys a report lists by name (its counts are always complete).

@@ -24,15 +24,7 @@ from typing import TYPE_CHECKING
 from ..errors import RememberError
 from ..identity import is_anonymous
 from ..types import Identity
-from ._common import (
-    _NEEDS_STORE,
-    EXIT_FAIL,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    PROG,
-    _redact,
-    _stderr,
-)
+from ._common import _NEEDS_STORE, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, PROG, _redact, _stderr
 from ._parser import top_level
 from .admin import add_inspect_commands, add_maintenance_commands, add_secret_command
 from .data import add_demo_command, add_entry_commands, add_transfer_commands

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..errors import RememberDecryptionError
+from ..errors import DemoFailed, RememberDecryptionError
 from ..types import BRANDS, RememberEntry
 from ._common import (
     EXIT_FAIL,
@@ -24,14 +24,7 @@ from ._common import (
     _report_keys,
     _stderr,
 )
-from ._parser import (
-    Commands,
-    _json_object,
-    _json_value,
-    _memory_key,
-    _pattern,
-    _positive_int,
-)
+from ._parser import Commands, _json_object, _json_value, _memory_key, _pattern, _positive_int
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
     from .._ops.context import Opened
@@ -104,7 +97,7 @@ def add_transfer_commands(c: Commands) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .._ops.demo import DemoFailed, run_demo
+    from .._ops.demo import run_demo
 
     try:
         run_demo(sys.stdout)

@@ -1,30 +1,11 @@
 """``remember-sync serve``: run the MCP server on a threaded stdlib WSGI server.
 
-``remember-sync serve --help`` lists every option.
-
-Who the callers are (see ``docs/clients.rst``):
-
-* default, on a loopback host: a random access token is created once in
-  ``--token-file`` (``$XDG_CONFIG_HOME/remember-sync/serve-token`` or
-  ``~/.config/remember-sync/serve-token``, mode 0600, reused on restart);
-  callers presenting it (``Authorization: Bearer ...``) are the local user
-  ``--user`` (default: the OS login name), others get 401;
-* ``--no-token`` (loopback only): every caller is the local user;
-* ``--allow-anonymous``: callers are anonymous; required to listen on any
-  other address without ``--auth-tokens`` (else ``serve`` refuses, exit 2);
-* ``--auth-tokens FILE``: a table of tokens and their principals;
-* ``--oauth-issuer URL --oauth-audience AUD``: OAuth access tokens (JWTs) of
-  that issuer; each caller is the token's ``sub`` (the ``oauth`` extra, see
-  :mod:`remember_sync.mcp.oauth`).
-
-The in-memory store is the default (memory lives as long as the process),
-bounded to 256 MiB and 100,000 entries unless ``--max-bytes``/``--max-entries``
-(or ``REMEMBER_MAX_BYTES``/``REMEMBER_MAX_ENTRIES``) say otherwise; when full
-it evicts from the caller namespace holding the most bytes.
-On start it prints where it listens, which store, secret source and mode it
-uses, what each scope means in that mode and ready-to-paste client
-configuration -- with the access token itself only when standard output is a
-terminal (never in a log); Ctrl-C or SIGTERM stop it cleanly.
+Who the callers are in each mode (the local token file, ``--no-token``,
+``--allow-anonymous``, ``--auth-tokens``, ``--oauth-issuer``), the memory
+store's bounds and what it prints on start: ``remember-sync serve --help``,
+``docs/clients.rst`` and ``docs/mcp.rst``.  Anything but a loopback host needs
+``--auth-tokens``, OAuth or ``--allow-anonymous`` (else exit 2), and the access
+token is printed only when standard output is a terminal (never into a log).
 """
 
 from __future__ import annotations
@@ -40,19 +21,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from .._config import REDIS_URL_ENV, scope_list, store_settings
+from .._config import MAX_VALUE_BYTES_ENV, REDIS_URL_ENV, scope_list, store_settings
 from .._core import DEFAULT_MAX_VALUE_BYTES
 from .._keys import layout_marker_key
+from .._progress import is_tty
 from ..errors import RememberError
 from ..mcp._banner import Access, access_lines, client_lines, url_for_clients
 from ..mcp._wsgi import DEFAULT_PATH, check_cors_origin
-from ..mcp.app import (
-    BOUND_ENV,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_ENTRIES,
-    MAX_VALUE_BYTES_ENV,
-    plugin_from_options,
-)
+from ..mcp.app import BOUND_ENV, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, plugin_from_options
 from ..mcp.auth import (
     StaticTokenVerifier,
     TokenVerifier,
@@ -81,8 +57,6 @@ def _port(text: str) -> int:
     if not 0 <= value < 65536:
         raise argparse.ArgumentTypeError(f"must be 0..65535; got {value}")
     return value
-
-
 
 
 _whole = _int_at_least(0, "whole seconds")
@@ -551,7 +525,7 @@ def _run(
                 extra = client_lines(
                     access,
                     url_for_clients(host, httpd.server_port, path),
-                    show_token=_is_terminal(sys.stdout),
+                    show_token=is_tty(sys.stdout),
                 )
         url = f"http://{_url_host(host)}:{httpd.server_port}{path}"
         # One line says it all (where, which store, which secret source); then the rest.
@@ -565,13 +539,6 @@ def _run(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         httpd.server_close()
-
-
-def _is_terminal(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # replaced or closed streams
-        return False
 
 
 def _serve_until_stopped(httpd: KeepAliveWSGIServer, stop: list[bool]) -> int:

@@ -72,14 +72,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 try:
-    from flask import (
-        Flask,
-        Response,
-        current_app,
-        has_request_context,
-        jsonify,
-        request,
-    )
+    from flask import Flask, Response, current_app, has_request_context, jsonify, request
     from werkzeug.local import LocalProxy
 except ImportError as exc:  # pragma: no cover - exercised by the no-framework import test
     raise ImportError(

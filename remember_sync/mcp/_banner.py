@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["Access", "INSPECTOR", "MCP_REMOTE", "access_lines", "client_lines", "url_for_clients"]
-
 #: The npm packages the printed configuration pins (the versions the docs were checked with).
 MCP_REMOTE = "mcp-remote@0.15.1"
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"

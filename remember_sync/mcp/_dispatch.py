@@ -42,8 +42,6 @@ from .protocol import (
     params_of,
 )
 
-__all__ = ["ProtocolDispatch"]
-
 log = logging.getLogger("remember_sync.mcp")
 _NOT_ONE_MESSAGE = "Body must be a single JSON-RPC request or notification object"
 

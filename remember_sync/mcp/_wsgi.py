@@ -14,29 +14,9 @@ from urllib.parse import urlsplit
 
 from ..errors import RememberInputError, RememberUnavailableError
 from ..identity import is_anonymous
-from .auth import (
-    PrincipalResolver,
-    TokenVerifier,
-)
-from .oauth import (
-    ProtectedResource,
-    metadata_url,
-    request_resource,
-    well_known_resource,
-)
-from .protocol import (
-    INTERNAL_ERROR,
-    INVALID_REQUEST,
-    error_body,
-)
-
-__all__ = [
-    "BODY_ENVELOPE_BYTES",
-    "DEFAULT_PATH",
-    "WsgiEndpoint",
-    "check_cors_origin",
-    "default_max_body_bytes",
-]
+from .auth import PrincipalResolver, TokenVerifier
+from .oauth import ProtectedResource, metadata_url, request_resource, well_known_resource
+from .protocol import INTERNAL_ERROR, INVALID_REQUEST, error_body
 
 log = logging.getLogger("remember_sync.mcp")
 

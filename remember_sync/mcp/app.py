@@ -9,24 +9,17 @@ from typing import Any
 from .. import _config
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
-from .auth import (
-    StaticTokenVerifier,
-)
-from .oauth import (
-    oauth_verifier_from_env,
-)
+from .auth import StaticTokenVerifier
+from .oauth import oauth_verifier_from_env
 from .server import McpServer
 
 __all__ = [
     "BOUND_ENV",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_ENTRIES",
-    "MAX_VALUE_BYTES_ENV",
     "create_app",
     "plugin_from_options",
 ]
-
-# -- building a server from plain options ---------------------------------------------------
 
 #: ``max_bytes`` of the in-process memory store that ``serve`` and ``create_app``
 #: build (256 MiB): an HTTP server must not let anonymous callers grow it without
@@ -34,9 +27,6 @@ __all__ = [
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 #: ``max_entries`` of that store; ``--max-entries`` / ``REMEMBER_MAX_ENTRIES`` change it.
 DEFAULT_MAX_ENTRIES = 100_000
-#: The environment variable of the largest value (``max_value_bytes``) for
-#: ``serve`` and ``create_app``; ``--max-value-bytes`` changes it.
-MAX_VALUE_BYTES_ENV = _config.MAX_VALUE_BYTES_ENV
 #: The environment variable of each bound, and its default.
 BOUND_ENV = {
     "max_bytes": (_config.MAX_BYTES_ENV, DEFAULT_MAX_BYTES),
@@ -93,7 +83,7 @@ def plugin_from_options(
             options[option] = value  # with Redis or Vercel KV, init names the mistake
     if max_value_bytes is None:
         max_value_bytes = _config.env_whole(
-            env, MAX_VALUE_BYTES_ENV, minimum=1, unit="a whole number"
+            env, _config.MAX_VALUE_BYTES_ENV, minimum=1, unit="a whole number"
         )
     if max_value_bytes is not None:
         options["max_value_bytes"] = max_value_bytes

@@ -1,39 +1,10 @@
 """Writing your own tools for :class:`~remember_sync.mcp.McpServer`, in two styles.
 
-Function style -- the function receives the validated input and a context::
-
-    @server.tool(name="greet", description="Greet the user",
-                 input_schema={"type": "object", "properties": {"name": {"type": "string"}},
-                               "required": ["name"]})
-    def greet(input, ctx):
-        theme = ctx.remember.get("theme", scope="user", default="light")
-        ctx.remember.set("last_greeted", input["name"])
-        return f"Hello {input['name']}! Your theme is {theme}."
-
-Class style -- a :class:`ToolContext` subclass with ``execute``::
-
-    class SetPreferences(ToolContext):
-        name = "set_preferences"
-        description = "Set user preferences"
-        input_schema = {...}
-
-        def execute(self, input):
-            self.remember.set("theme", input["theme"], scope="user")
-            return {"success": True}
-
-    server.add_tool(SetPreferences)
-
-``remember`` is an accessor bound to the caller's identity with ``tool_name``
-set to the running tool, so ``scope="tool"`` is that tool's own memory.  The
-same identity is bound in the context for the call, so ``plugin.remember``
-works too.
-
-Return values: a ``str`` becomes one text block; a ``dict`` becomes
-``structuredContent`` plus its JSON text; any other JSON value becomes its
-JSON text.  Raise :class:`ToolError` (or let a
-:class:`~remember_sync.errors.RememberError` about the input, scope or
-identity propagate) to return a tool error the model can read; any other
-exception is logged and reported as ``REMEMBER_INTERNAL_ERROR``.
+A function registered with :meth:`~remember_sync.mcp.McpServer.tool` receives
+the validated input and a :class:`ToolContext`; a :class:`ToolContext` subclass
+with ``execute`` is registered with ``add_tool``.  Both styles, what a return
+value becomes and how errors reach the model: ``docs/mcp.rst`` ("Writing your
+own tools").
 """
 
 from __future__ import annotations

@@ -1,52 +1,16 @@
 """An MCP server as a WSGI application: Streamable HTTP with JSON responses.
 
 :class:`McpServer` hosts the plugin's memory tools (when ``tools.enabled``)
-and your own tools (see :mod:`remember_sync.mcp.authoring`).  Every reply is
-one ``application/json`` body: no SSE stream is ever opened, so ``GET``
-answers ``405``.
-
-Two protocol eras are served on the same endpoint, chosen as the official SDK
-chooses them, by the ``MCP-Protocol-Version`` header:
-
-* absent or a handshake revision (``2024-11-05`` .. ``2025-11-25``): the
-  ``initialize`` handshake.  ``initialize`` issues an ``Mcp-Session-Id``
-  signed with a key derived from the master secret and bound to the caller's
-  principal (:class:`~remember_sync._sessions.SessionSigner`), so any worker
-  sharing the secret verifies it.  ``DELETE`` ends a session for the rest of
-  its signed lifetime, recorded in the plugin's store so that every worker
-  sharing it knows (:mod:`remember_sync.mcp.revocations`).  A request carrying
-  an id the server did not issue -- or issued to another principal, or ended --
-  gets ``404`` and never binds a session; one whose end cannot be checked
-  (the store failed) gets ``503``.  Every request but ``initialize`` must
-  carry the header: one without it gets ``400`` (the spec's "Servers that
-  require a session ID SHOULD respond to requests without an Mcp-Session-Id
-  header (other than initialization) with HTTP 400").  Clients of
-  ``2024-11-05`` and ``2025-03-26`` (no ``MCP-Protocol-Version`` header, or one
-  naming those) may POST a JSON-RPC batch; later revisions removed batches and
-  get ``400`` for one.
-* anything else (``2026-07-28``): no handshake and no sessions; every request
-  carries its protocol version, client info and capabilities in
-  ``params._meta`` and repeats the version, method and tool name in the
-  ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` headers, which
-  must agree with the body.  ``server/discover`` replaces ``initialize``.
-  ``session`` scope falls back to the signed-in principal.
-
-An ``MCP-Protocol-Version`` header naming no revision this server speaks gets
-``400`` with error ``-32022`` listing every revision it does speak.
-
-Browsers may call the server from the origins given as ``cors_origins``
-(opt-in CORS: preflight ``OPTIONS`` answered, ``Access-Control-*`` headers on
-every reply to those origins, error replies included).
-
-The caller's principal comes from the optional bearer-token verifier
-(:mod:`remember_sync.mcp.auth`); without one every caller is anonymous.  A
-verifier that raises :class:`~remember_sync.errors.RememberUnavailableError`
-(it cannot tell now) gets ``503`` with ``Retry-After``.  A verifier that is a
-:class:`~remember_sync.mcp.oauth.ProtectedResource` (OAuth) has its RFC 9728
-metadata served at ``/.well-known/oauth-protected-resource[/<path>]`` and
-linked from every ``401``.  For
-each tool call the identity ``(verified session, principal, tool name)`` is
-bound with :func:`remember_sync.identity` and reset afterwards.
+and your own tools (see :mod:`remember_sync.mcp.authoring`).  The protocol
+eras it serves on one endpoint and how it tells them apart, batches, CORS,
+authentication and every HTTP status are ``docs/mcp.rst`` and
+``docs/authentication.rst``.  Session ids are signed with a key derived from
+the master secret (:class:`~remember_sync._sessions.SessionSigner`) so that
+any worker sharing the secret verifies them, and bound to the caller's
+principal; an ended session is recorded in the plugin's store
+(:mod:`remember_sync.mcp.revocations`) so that every worker sharing it knows.
+For each tool call the identity ``(verified session, principal, tool name)``
+is bound with :func:`remember_sync.identity` and reset afterwards.
 """
 
 from __future__ import annotations
@@ -60,28 +24,15 @@ from typing import Any, TypeVar
 from .._clock import Clock, system_clock
 from .._secrets import resolve_keyring
 from .._sessions import SessionSigner
-from ..errors import (
-    JsonRpcError,
-    RememberInputError,
-    RememberInputTypeError,
-    RememberStoreError,
-)
+from ..errors import JsonRpcError, RememberInputError, RememberInputTypeError, RememberStoreError
 from ..identity import identity as bind_identity
 from ..plugin import RememberPlugin
 from ..types import Identity
 from ._dispatch import ProtocolDispatch
 from ._wsgi import DEFAULT_PATH, _Response, check_cors_origin, default_max_body_bytes
-from .auth import (
-    FROM_HOST,
-    PrincipalResolver,
-    TokenVerifier,
-    _FromHost,
-    host_auth,
-)
+from .auth import FROM_HOST, PrincipalResolver, TokenVerifier, _FromHost, host_auth
 from .authoring import ToolContext, ToolFunction, UserTool
-from .protocol import (
-    INVALID_PARAMS,
-)
+from .protocol import INVALID_PARAMS
 from .revocations import DEFAULT_MAX_LOCAL, FULL_CODE, EndedSessions
 
 __all__ = ["McpServer"]

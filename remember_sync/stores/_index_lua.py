@@ -21,20 +21,6 @@ KV only.
 
 from __future__ import annotations
 
-__all__ = [
-    "CAS_INDEXED",
-    "CLUSTER_SLACK_MS",
-    "DELETE_INDEXED",
-    "INDEX_ADD",
-    "INDEX_PAGE",
-    "INDEX_PRUNE",
-    "PERSISTENT_SCORE",
-    "PRUNE_MISSING",
-    "REINDEX",
-    "SET_INDEXED",
-    "STANDALONE_SLACK_MS",
-]
-
 #: The score of an entry that never expires (above any epoch-ms deadline, exact as a double).
 PERSISTENT_SCORE = 9_000_000_000_000_000
 #: How long an index outlives its latest deadline on a standalone server or Vercel KV.

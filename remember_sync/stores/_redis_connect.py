@@ -36,29 +36,6 @@ from redis.retry import Retry
 from ..errors import RememberConfigurationError
 from ._redis_tls import tls_cause
 
-__all__ = [
-    "BACKOFF_BASE",
-    "BACKOFF_CAP",
-    "DEFAULT_CONNECT_TIMEOUT",
-    "DEFAULT_RETRIES",
-    "DEFAULT_SOCKET_TIMEOUT",
-    "DEFAULT_WAIT_TIMEOUT_MS",
-    "PROBE_TIMEOUT",
-    "SENTINEL_SCHEMES",
-    "NoPrimaryFound",
-    "RedisOptionError",
-    "TLS_FILES",
-    "SentinelURL",
-    "check_options",
-    "check_sentinels",
-    "check_url_userinfo",
-    "connection_retry",
-    "parse_sentinel_url",
-    "redacted_url",
-    "sentinel_master",
-    "worst_case_seconds",
-]
-
 #: Seconds to wait for a reply (a frozen server fails a call after this).
 DEFAULT_SOCKET_TIMEOUT = 1.0
 #: Seconds to wait for a TCP (and TLS) connection (an unreachable host).

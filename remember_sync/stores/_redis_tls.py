@@ -24,8 +24,6 @@ import redis
 import redis.cluster
 from redis.connection import SSLConnection
 
-__all__ = ["CLIENT_CERT_HINT", "TlsCause", "sends_no_client_cert", "tls_cause"]
-
 #: OpenSSL alert reasons meaning "the server refused our client certificate (or its absence)".
 _CLIENT_CERT_ALERTS = frozenset(
     {

@@ -131,6 +131,18 @@ def merged_index_of(current: IndexOf | None, index_of: IndexOf) -> IndexOf:
     return _AnyIndexOf((*parts, index_of)) if parts else index_of
 
 
+def group_by_index(
+    keys: Sequence[str], index_of: IndexOf
+) -> tuple[dict[str, list[str]], list[str]]:
+    """*keys* (each once) grouped by index name, and those no index holds."""
+    groups: dict[str, list[str]] = {}
+    plain: list[str] = []
+    for key in dict.fromkeys(keys):
+        index = index_of(key)
+        (plain if index is None else groups.setdefault(index, [])).append(key)
+    return groups, plain
+
+
 # -- the one rule for bytes: lossless ----------------------------------------------------------
 
 #: The codec error handler of every store's UTF-8 (bulk paths use it with ``str.decode``).

@@ -64,6 +64,7 @@ from .base import (
     check_keys,
     check_scan,
     check_write,
+    group_by_index,
     merged_index_of,
     to_bytes,
     to_text,
@@ -675,21 +676,9 @@ class RedisStore:
         with _translate("index remove", self._no_client_cert):
             self._scripts["INDEX_PRUNE"](keys=[_b(index)], args=args, client=self._client)
 
-    def _by_index(self, keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
-        """*keys* grouped by index name, and those no index holds."""
-        assert self._index_of is not None
-        groups: dict[str, list[str]] = {}
-        plain: list[str] = []
-        for key in dict.fromkeys(keys):
-            index = self._index_of(key)
-            if index is None:
-                plain.append(key)
-            else:
-                groups.setdefault(index, []).append(key)
-        return groups, plain
-
     def _delete_indexed(self, keys: Sequence[str]) -> int:
-        groups, plain = self._by_index(keys)
+        assert self._index_of is not None
+        groups, plain = group_by_index(keys, self._index_of)
         removed = self._unlink(plain) if plain else 0
         if self._cluster:
             # Entries first, then the index: it stays a superset of what exists.
@@ -821,7 +810,7 @@ class RedisStore:
         if self._index_of is None:
             raise RememberConfigurationError("add_to_index needs use_index() first")
         check_keys(keys)
-        groups, _ = self._by_index(keys)
+        groups, _ = group_by_index(keys, self._index_of)
         pairs = [(k, index) for index, members in groups.items() for k in members]
         added = 0
         if not self._cluster:

@@ -434,11 +434,7 @@ class VercelKVStore:
 
     def _delete_indexed(self, keys: Sequence[str]) -> int:
         assert self._index_of is not None
-        groups: dict[str, list[str]] = {}
-        plain: list[str] = []
-        for key in dict.fromkeys(keys):
-            index = self._index_of(key)
-            (plain if index is None else groups.setdefault(index, [])).append(key)
+        groups, plain = contract.group_by_index(keys, self._index_of)
         removed = 0
         if plain:
             removed += self._number(["UNLINK", *plain], "UNLINK")

@@ -14,13 +14,10 @@ from typing import Any, Final
 
 from ..errors import RememberInputError
 
-__all__ = ["JSON_TYPES", "json_text", "validate_arguments"]
-
 
 def json_text(value: Any) -> str:
     """*value* as compact JSON text (UTF-8 as is, no NaN): what a tool result carries."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
 
 
 #: Every JSON type: the schema ``type`` of a value that may be any JSON value

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 __all__ = [
     "DemoFailed",
-    "LayoutMarkerError",
     "JsonRpcError",
+    "LayoutMarkerError",
+    "RedisOptionError",
     "RememberConfigurationError",
     "RememberConflictError",
     "RememberDecryptionError",
@@ -52,6 +53,15 @@ class RememberConfigurationError(RememberError):
 
     code = "REMEMBER_CONFIGURATION_ERROR"
     http_status = 500
+
+
+class RedisOptionError(RememberConfigurationError):
+    """A Redis connection option is invalid; ``option`` names it, ``detail`` says why."""
+
+    def __init__(self, option: str, detail: str) -> None:
+        super().__init__(f"Redis option {option!r}: {detail}")
+        self.option = option
+        self.detail = detail
 
 
 class RememberIdentityError(RememberError):

@@ -33,7 +33,7 @@ from redis.exceptions import AuthenticationError, AuthorizationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
-from ..errors import RememberConfigurationError
+from ..errors import RedisOptionError
 from ._redis_tls import tls_cause
 
 #: Seconds to wait for a reply (a frozen server fails a call after this).
@@ -57,15 +57,6 @@ PROBE_TIMEOUT = 0.5
 _NOT_RETRIED = (AuthenticationError, AuthorizationError)
 
 _T = TypeVar("_T")
-
-
-class RedisOptionError(RememberConfigurationError):
-    """A Redis connection option is invalid; ``option`` names it, ``detail`` says why."""
-
-    def __init__(self, option: str, detail: str) -> None:
-        super().__init__(f"Redis option {option!r}: {detail}")
-        self.option = option
-        self.detail = detail
 
 
 class _ConnectionRetry(Retry):

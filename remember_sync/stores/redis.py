@@ -35,7 +35,12 @@ from redis.exceptions import NoScriptError
 
 from .._bounded import BoundedCache
 from .._fork import after_fork_in_child
-from ..errors import RememberConfigurationError, RememberError, RememberStoreError
+from ..errors import (
+    RedisOptionError,
+    RememberConfigurationError,
+    RememberError,
+    RememberStoreError,
+)
 from . import _index_lua as index_lua
 from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -45,7 +50,6 @@ from ._redis_connect import (
     SENTINEL_SCHEMES,
     TLS_FILES,
     NoPrimaryFound,
-    RedisOptionError,
     check_options,
     check_sentinels,
     check_url_userinfo,

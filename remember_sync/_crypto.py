@@ -138,7 +138,7 @@ _CANONICAL = re.compile(
 ).fullmatch
 
 
-def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
+def _parse(stored: object, decode: bool = True) -> tuple[bytes, bytes, bytes, str | None, bool]:
     """The envelope parser: ``(iv, tag, data, kid, bound)`` of a stored envelope.
 
     The grammar is a JSON object with ``"alg":"A256GCM"``, base64url ``iv`` (12
@@ -148,11 +148,16 @@ def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
     spacing, escapes, padding) is read by :mod:`json` against the same rules, and
     every refusal is raised from there.
 
+    :param decode: ``False`` skips decoding the bytes of a canonical envelope
+        (they are well-formed once it matches, unless ``data`` has 4n+1
+        characters) and returns empty ones: for callers that only need the form.
     :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
     """
     found = _CANONICAL(stored) if type(stored) is str else None
     if found is not None:
         kid, bound, iv, tag, data = found.groups()
+        if not decode and len(data) % 4 != 1:
+            return b"", b"", b"", kid, bound is not None
         try:
             # IV and tag (16 + 22 characters) decode in one call: 12 + 16 bytes.
             ivtag = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
@@ -181,6 +186,17 @@ def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
     if len(raw_iv) != IV_BYTES or len(raw_tag) != TAG_BYTES:
         raise RememberDecryptionError("envelope iv or tag has the wrong length")
     return raw_iv, raw_tag, raw_data, kid, aad == "key"
+
+
+def envelope_form(stored: str) -> tuple[str | None, bool]:
+    """The ``(kid, binds the storage key)`` of a well-formed envelope, bytes not decoded.
+
+    For callers that only need to know which form an envelope is (the legacy purge).
+
+    :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
+    """
+    kid, bound = _parse(stored, decode=False)[3:]
+    return kid, bound
 
 
 def parse_envelope(stored: str) -> Envelope:

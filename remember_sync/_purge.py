@@ -59,7 +59,7 @@ from typing import Protocol
 
 from ._clock import Clock, system_clock
 from ._codec import entry_fields
-from ._crypto import parse_envelope
+from ._crypto import envelope_form
 from ._fork import after_fork_in_child
 from ._keys import (
     glob_escape,
@@ -547,18 +547,18 @@ def is_legacy_value(raw: str) -> bool:
     """Whether *raw* is a value this plugin's legacy layout wrote (SPEC section 4).
 
     True for the reference's envelope ``{"alg":"A256GCM","iv","tag","data"}``
-    (checked by :func:`~remember_sync._crypto.parse_envelope`) without ``kid`` or
+    (checked by ``_crypto.envelope_form``) without ``kid`` or
     ``aad`` -- those two mark our current envelopes, which no legacy version
     wrote -- and for a plaintext entry (:func:`~remember_sync._codec.entry_fields`:
     an object with ``value`` and numeric ``createdAt``/``updatedAt``).
     Anything else is someone else's data.
     """
     try:
-        envelope = parse_envelope(raw)
+        kid, bound = envelope_form(raw)
     except RememberDecryptionError:
         pass
     else:
-        return envelope.kid is None and not envelope.aad
+        return kid is None and not bound
     try:
         entry_fields(raw)
     except RememberDecryptionError:

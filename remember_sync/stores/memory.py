@@ -307,13 +307,12 @@ class MemoryStore:
 
     def get(self, key: str) -> str | None:
         check_key(key)
-        now = self._clock()
         # No lock (see the module docs): one atomic read, then one atomic LRU move.
         item = self._data.get(key)
         if item is None:
             return None
         deadline = item[1]
-        if deadline is not None and now >= deadline:
+        if deadline is not None and (now := self._clock()) >= deadline:  # no deadline: no clock
             with self._lock:
                 self._live(key, now)  # re-read under the lock: removes it if still expired
             return None

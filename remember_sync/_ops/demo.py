@@ -148,4 +148,4 @@ def _walkthrough(s: _Script, clock: FakeClock) -> None:
 
     s.say()
     s.say("Next: `remember-sync --help` lists the operator commands (stats, doctor, export,")
-    s.say("import, rotate, purge-legacy); `remember-sync serve` runs an MCP server.")
+    s.say("import, rotate, reindex, purge-legacy); `remember-sync serve` runs an MCP server.")

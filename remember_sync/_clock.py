@@ -22,15 +22,15 @@ def system_clock() -> int:
 class FakeClock:
     """A clock that moves only when told to; for tests and the demo.
 
-    :param start_ms: the first reading, in epoch milliseconds.
+    :param start_ms: the first reading, in epoch milliseconds (default: the wall clock now).
     """
 
-    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = start_ms
+    def __init__(self, start_ms: int | None = None) -> None:
+        self.now = system_clock() if start_ms is None else start_ms
 
     def __call__(self) -> int:
-        return self.now_ms
+        return self.now
 
-    def advance(self, ms: int) -> None:
-        """Move the clock forward by ``ms`` milliseconds."""
-        self.now_ms += ms
+    def advance(self, ms: int = 0, *, s: float = 0) -> None:
+        """Move the clock forward by ``ms`` milliseconds plus ``s`` seconds."""
+        self.now += ms + int(s * 1000)

@@ -9,13 +9,13 @@ conformance suite and the accessor suite run unchanged on every kind.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from remember_sync import RememberPlugin
+from remember_sync._clock import FakeClock
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
 
@@ -42,19 +42,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "soak" in item.keywords:
             item.add_marker(skip)
-
-
-class FakeClock:
-    """Epoch-millisecond clock that only moves when told to."""
-
-    def __init__(self, start_ms: int | None = None) -> None:
-        self.now = start_ms if start_ms is not None else time.time_ns() // 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, *, ms: int = 0, s: float = 0) -> None:
-        self.now += ms + int(s * 1000)
 
 
 @pytest.fixture

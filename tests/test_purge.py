@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from remember_sync import RememberPlugin
+from remember_sync._clock import FakeClock
 from remember_sync._crypto import seal
 from remember_sync._keys import layout_marker_key
 from remember_sync._purge import (
@@ -37,7 +38,7 @@ from remember_sync._purge import (
 from remember_sync.errors import RememberConfigurationError, RememberStoreError
 from remember_sync.identity import identity
 from remember_sync.stores.base import Store
-from tests.conftest import TEST_SECRET, FakeClock
+from tests.conftest import TEST_SECRET
 
 P = "remember:"
 HOUR = 3_600_000

@@ -1,7 +1,7 @@
 """The one bounded cache: a thread-safe mapping of fixed capacity, oldest write dropped first.
 
 Every per-process cache of the package (derived keys, remembered namespaces, "warned once"
-sets, page guesses, local revocations) is one of these, so memory stays bounded whatever
+sets, Redis page guesses) is one of these, so memory stays bounded whatever
 callers send, and the eviction rule is written once.
 """
 
@@ -43,8 +43,7 @@ class BoundedCache(Generic[K, V]):
         with self._lock:
             self._items[key] = value
             self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            self._trim()
 
     def add(self, key: K, value: V) -> bool:
         """Store ``value`` unless ``key`` is present; ``True`` when it was not (``warn once``)."""
@@ -53,8 +52,7 @@ class BoundedCache(Generic[K, V]):
                 self._items.move_to_end(key)
                 return False
             self._items[key] = value
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            self._trim()
             return True
 
     def pop(self, key: K) -> V | None:
@@ -62,13 +60,9 @@ class BoundedCache(Generic[K, V]):
         with self._lock:
             return self._items.pop(key, None)
 
-    def clear(self) -> None:
-        """Drop every item (after ``fork``, on rotation)."""
-        with self._lock:
-            self._items.clear()
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._items
-
     def __len__(self) -> int:
         return len(self._items)
+
+    def _trim(self) -> None:  # under the lock
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)

@@ -28,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from remember_sync import Identity, RememberPlugin
 from remember_sync._keys import (
+    glob_escape,
     index_key_of,
     index_record_key,
     is_index_key,
@@ -231,6 +232,76 @@ def test_memory_use_index_groups_what_is_already_there(clock: FakeClock) -> None
     assert store.use_index(lambda k: index_key_of(P, k)) is True
     pages = list(store.index_pages(namespace_index_key(P, HEAD), "*"))
     assert pages == [[(f"{HEAD}old", "v")]]
+
+
+# -- index_pages on every store: read whole or walked in pages -------------------------------
+
+
+def _index_walk(store: Store, index: str, pattern: str, count: int) -> dict[str, str]:
+    """Every pair ``index_pages`` yields, checking that no key comes twice."""
+    assert isinstance(store, NamespaceIndex)
+    out: dict[str, str] = {}
+    for page in store.index_pages(index, pattern, count=count):
+        for key, value in page:
+            assert key not in out, key
+            out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("count", [1000, 7, 1])
+def test_index_pages_yield_each_live_match_once_whole_or_paged(store: Store, count: int) -> None:
+    """Standalone Redis reads an index of at most ``count`` members whole (ZRANGE) and
+    walks a bigger one (ZSCAN); every store yields the same pairs either way, follows
+    writes and deletes between reads, and leaves another namespace's members out."""
+    assert isinstance(store, NamespaceIndex)
+    store.use_index(lambda k: index_key_of(P, k))
+    index = namespace_index_key(P, HEAD)
+    other = scope_prefix(P, Namespace("session", session="s-2"))
+    want: dict[str, str] = {}
+    for i in range(40):
+        key = f"{HEAD}note-{i:02d}" if i % 3 else f"{HEAD}misc-{i:02d}"
+        store.set(key, f"v{i}")
+        store.set(f"{other}note-{i:02d}", "another namespace")
+        want[key] = f"v{i}"
+    every, notes = glob_escape(HEAD) + "*", glob_escape(HEAD) + "note-?1"
+    for _ in range(2):  # the second read starts from what the first remembered
+        assert _index_walk(store, index, every, count) == want
+        assert _index_walk(store, index, notes, count) == {
+            k: v for k, v in want.items() if k[len(HEAD):] in ("note-01", "note-11", "note-31")
+        }
+    store.delete(f"{HEAD}note-01", f"{HEAD}misc-00")
+    store.set(f"{HEAD}note-21", "new")
+    store.set(f"{HEAD}note-11", "changed")
+    del want[f"{HEAD}note-01"], want[f"{HEAD}misc-00"]
+    want[f"{HEAD}note-11"], want[f"{HEAD}note-21"] = "changed", "new"  # 21 was misc-21
+    assert _index_walk(store, index, every, count) == want
+    assert _index_walk(store, index, notes, count) == {
+        f"{HEAD}note-11": "changed", f"{HEAD}note-21": "new", f"{HEAD}note-31": "v31"
+    }
+    assert _index_walk(store, index, glob_escape(HEAD) + "none-*", count) == {}
+
+
+@pytest.mark.parametrize("count", [1000, 3])
+def test_redis_index_read_prunes_members_deleted_behind_its_back_and_decodes_any_client(
+    redis_store: RedisStore, redis_client: redis.Redis, redis_url: str, count: int
+) -> None:
+    """A member whose entry was deleted without the index is left out and pruned, whole
+    read or paged; a client built with decode_responses=True reads the same pairs."""
+    redis_store.use_index(lambda k: index_key_of(P, k))
+    index = namespace_index_key(P, HEAD)
+    for i in range(6):
+        redis_store.set(f"{HEAD}k{i}\u00e9", f"v{i} \u2713")
+    redis_client.delete(f"{HEAD}k0\u00e9", f"{HEAD}k4\u00e9")  # behind the index's back
+    want = {f"{HEAD}k{i}\u00e9": f"v{i} \u2713" for i in (1, 2, 3, 5)}
+    assert _index_walk(redis_store, index, glob_escape(HEAD) + "*", count) == want
+    assert sorted(redis_client.zrange(index, 0, -1)) == sorted(k.encode() for k in want)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        decoding = RedisStore(client=client)
+        decoding.use_index(lambda k: index_key_of(P, k))
+        assert _index_walk(decoding, index, glob_escape(HEAD) + "k?\u00e9", count) == want
+    finally:
+        client.close()
 
 
 # -- Redis: the index key itself ---------------------------------------------------------------

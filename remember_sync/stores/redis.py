@@ -35,6 +35,7 @@ from redis.exceptions import NoScriptError
 
 from .._bounded import BoundedCache
 from .._fork import after_fork_in_child
+from .._glob import glob_matcher
 from ..errors import (
     RedisOptionError,
     RememberConfigurationError,
@@ -737,10 +738,59 @@ class RedisStore:
     def _index_pages(
         self, index: bytes, pattern: bytes, count: int
     ) -> Iterator[list[tuple[str, str]]]:
+        # An index of at most `count` members is read whole: one ZRANGE (a consistent
+        # snapshot, no scores to parse) with an MGET of the members that matched last
+        # time in the same round trip (no script: the cheapest read); members new since
+        # then take a second MGET.  A bigger index is walked by ZSCAN pages instead.
+        # Members without a value (expired, or deleted behind the index's back) are
+        # dropped by a script that re-checks them.
+        where = (index, pattern, count)
+        guess = self._guesses.get(where)
+        with _translate("index read", self._no_client_cert):
+            values: list[Any] = []
+            if guess:
+                pipe = self._client.pipeline(transaction=False)
+                pipe.execute_command("ZRANGE", index, 0, count)
+                pipe.execute_command("MGET", *guess)
+                members, values = pipe.execute()
+            else:
+                members = self._client.execute_command("ZRANGE", index, 0, count)
+            if len(members) > count:
+                yield from self._index_scan_pages(index, pattern, count)
+                return
+            try:
+                names = [m.decode("utf-8", TEXT_ERRORS) for m in members]
+            except AttributeError:  # a client built with decode_responses=True
+                names = [_s(m) for m in members]
+            matches = glob_matcher(_s(pattern))
+            named = [(m, n) for m, n in zip(members, names, strict=True) if matches(n)]
+            members = [m for m, _ in named]
+            self._remember(where, members)
+            if members != guess:
+                known = dict(zip(guess or (), values, strict=True))
+                new = [m for m in members if m not in known]
+                if new:
+                    known.update(zip(new, self._client.mget(new), strict=True))
+                values = [known[m] for m in members]
+            gone = [m for m, v in zip(members, values, strict=True) if v is None]
+            if gone:
+                self._scripts["PRUNE_MISSING"](keys=[index], args=gone, client=self._client)
+        try:
+            page = [
+                (n, v.decode("utf-8", TEXT_ERRORS))
+                for (_, n), v in zip(named, values, strict=True)
+                if v is not None
+            ]
+        except AttributeError:
+            page = [(n, _s(v)) for (_, n), v in zip(named, values, strict=True) if v is not None]
+        if page:
+            yield page
+
+    def _index_scan_pages(
+        self, index: bytes, pattern: bytes, count: int
+    ) -> Iterator[list[tuple[str, str]]]:
         # As _scan_pages: a ZSCAN page of the index, with an MGET of the members that
-        # page held last time in the same round trip (no script: the cheapest read);
-        # members new since then take a second MGET.  Members without a value (expired,
-        # or deleted behind the index's back) are dropped by a script that re-checks them.
+        # page held last time in the same round trip.
         seen: set[bytes | str] = set()
         cursor: Any = 0
         while True:

@@ -758,12 +758,11 @@ class RedisStore:
             if len(members) > count:
                 yield from self._index_scan_pages(index, pattern, count)
                 return
-            try:
-                names = [m.decode("utf-8", TEXT_ERRORS) for m in members]
-            except AttributeError:  # a client built with decode_responses=True
-                names = [_s(m) for m in members]
             matches = glob_matcher(_s(pattern))
-            named = [(m, n) for m, n in zip(members, names, strict=True) if matches(n)]
+            try:
+                named = [(m, n) for m in members if matches(n := m.decode("utf-8", TEXT_ERRORS))]
+            except AttributeError:  # a client built with decode_responses=True
+                named = [(m, n) for m in members if matches(n := _s(m))]
             members = [m for m, _ in named]
             self._remember(where, members)
             if members != guess:

@@ -129,42 +129,49 @@ class Envelope:
 
 
 # The canonical spelling of an envelope, as :func:`seal` (and 1.8.0) write it: a
-# 12-byte IV is 16 base64url characters and a 16-byte tag 22.  Every field is
-# base64url (no quote, no backslash), so for a string this matches, json.loads would
-# yield exactly these fields.
-_CANONICAL = re.compile(
+# 12-byte IV is 16 base64url characters and a 16-byte tag 22.  The expression
+# recognises everything up to the data; the data (the rest, up to the closing
+# ``"}``) is checked by strict base64 decoding, in C, which refuses every character
+# outside the alphabet (quotes and backslashes included) once ``-_`` are mapped to
+# ``+/`` -- so a text that also holds no ``+``, ``/`` or ``=`` of its own is
+# base64url throughout, and json.loads would yield exactly these fields.
+_CANONICAL_HEAD = re.compile(
     r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*+)",)?("aad":"key",)?'
-    r'"iv":"([A-Za-z0-9_-]{16})","tag":"([A-Za-z0-9_-]{22})","data":"([A-Za-z0-9_-]*+)"\}'
-).fullmatch
+    r'"iv":"([A-Za-z0-9_-]{16})","tag":"([A-Za-z0-9_-]{22})","data":"'
+).match
 
 
-def _parse(stored: object, decode: bool = True) -> tuple[bytes, bytes, bytes, str | None, bool]:
+def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
     """The envelope parser: ``(iv, tag, data, kid, bound)`` of a stored envelope.
 
     The grammar is a JSON object with ``"alg":"A256GCM"``, base64url ``iv`` (12
     bytes), ``tag`` (16 bytes) and ``data``, an optional string ``kid`` and an
     optional ``"aad":"key"``.  The canonical spelling (what :func:`seal` and 1.8.0
-    write) is recognised by one regular expression; any other spelling (key order,
-    spacing, escapes, padding) is read by :mod:`json` against the same rules, and
-    every refusal is raised from there.
+    write) is recognised by one regular expression up to the data and by strict
+    base64 decoding of the data; any other spelling (key order, spacing, escapes,
+    padding) is read by :mod:`json` against the same rules, and every refusal is
+    raised from there.
 
-    :param decode: ``False`` skips decoding the bytes of a canonical envelope
-        (they are well-formed once it matches, unless ``data`` has 4n+1
-        characters) and returns empty ones: for callers that only need the form.
     :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
     """
-    found = _CANONICAL(stored) if type(stored) is str else None
+    found = _CANONICAL_HEAD(stored) if type(stored) is str else None
     if found is not None:
-        kid, bound, iv, tag, data = found.groups()
-        if not decode and len(data) % 4 != 1:
-            return b"", b"", b"", kid, bound is not None
-        try:
-            # IV and tag (16 + 22 characters) decode in one call: 12 + 16 bytes.
-            ivtag = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
-            sealed = a2b_base64(data.replace("-", "+").replace("_", "/") + _PAD[len(data) % 4])
-            return ivtag[:IV_BYTES], ivtag[IV_BYTES:], sealed, kid, bound is not None
-        except binascii.Error:
-            pass  # data of 4n+1 characters, the one way left to fail: the JSON reading says why
+        text: str = found.string
+        # endswith from the data on: the quote that opens the data cannot close it too.
+        end = found.end()
+        if text.endswith('"}', end) and "+" not in text and "/" not in text and "=" not in text:
+            kid, bound, iv, tag = found.groups()
+            body = text[end:-2]
+            try:
+                # IV and tag (16 + 22 characters) decode in one call: 12 + 16 bytes.
+                ivtag = a2b_base64((iv + tag).replace("-", "+").replace("_", "/") + "==")
+                sealed = a2b_base64(
+                    body.replace("-", "+").replace("_", "/") + _PAD[len(body) % 4],
+                    strict_mode=True,
+                )
+                return ivtag[:IV_BYTES], ivtag[IV_BYTES:], sealed, kid, bound is not None
+            except ValueError:
+                pass  # not base64url, or 4n+1 characters: the JSON reading says why
     try:
         obj = json.loads(stored)  # type: ignore[arg-type]
     except (ValueError, TypeError, RecursionError) as exc:
@@ -189,13 +196,13 @@ def _parse(stored: object, decode: bool = True) -> tuple[bytes, bytes, bytes, st
 
 
 def envelope_form(stored: str) -> tuple[str | None, bool]:
-    """The ``(kid, binds the storage key)`` of a well-formed envelope, bytes not decoded.
+    """The ``(kid, binds the storage key)`` of a well-formed envelope.
 
     For callers that only need to know which form an envelope is (the legacy purge).
 
     :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
     """
-    kid, bound = _parse(stored, decode=False)[3:]
+    kid, bound = _parse(stored)[3:]
     return kid, bound
 
 

@@ -406,6 +406,40 @@ def test_envelope_grammar_is_exactly_the_spec(
         assert (env.iv, env.tag, env.data, env.kid, env.aad) == _envelope_by_definition(stored)
 
 
+_HEAD = (
+    '{"alg":"A256GCM","kid":"d1dHah47","aad":"key",'
+    '"iv":"JvP-uA4yCPgAAJij","tag":"A8h1Dbfhl4cCFAXCDjfLJQ",'
+)
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        _HEAD + '"data":"}',  # the data's opening quote is no closing one
+        _HEAD + '"data":""}',
+        _HEAD + '"data":"AAAA"}',
+        _HEAD + '"data":"AA=="}',  # padded: base64url, but not the canonical spelling
+        _HEAD + '"data":"AA+/"}',  # standard base64, not base64url
+        _HEAD + '"data":"AA\\u0041"}',  # a JSON escape
+        _HEAD + '"data":"AAAAA"}',  # 4n+1 characters
+        _HEAD + '"data":"AA","x":"BB"}',  # another member after the data
+        _HEAD + '"data":"AA\u00e9A"}',  # not ASCII
+        _HEAD + '"data":"AA\nA"}',
+        _HEAD + '"data":"AAAA"} ',
+        _HEAD + '"data":"AAAA"}}',
+    ],
+)
+def test_envelope_edge_spellings_read_as_the_spec_reads_them(stored: str) -> None:
+    """The canonical shortcut of the one parser agrees with the JSON reading at its edges."""
+    ours, spec = _outcome(parse_envelope, stored), _outcome(_envelope_by_definition, stored)
+    assert (ours[0] == "ok") == (spec[0] == "ok"), (stored, ours, spec)
+    if ours[0] == "ok":
+        env = parse_envelope(stored)
+        assert (env.iv, env.tag, env.data, env.kid, env.aad) == _envelope_by_definition(stored)
+    else:
+        assert ours[0] == "RememberDecryptionError"
+
+
 def test_open_tries_every_secret() -> None:
     """An envelope of an older secret, or with its kid rewritten, opens; no secret of it fails."""
     old = Keyring(["older-secret"], source="test")

@@ -1,0 +1,132 @@
+"""Outside review of the standalone Redis index read (``ZRANGE`` of a small index whole).
+
+An index of at most ``count`` members is read with one ``ZRANGE`` and matched
+by the client; a bigger one is walked with ``ZSCAN MATCH`` by the server.  The
+two must agree on what a glob matches, whatever the keys hold, and the
+per-store cache of last time's members must not outlive the read it serves.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from remember_sync._keys import glob_escape, index_key_of, namespace_index_key, scope_prefix
+from remember_sync.errors import RememberStoreError
+from remember_sync.stores.redis import RedisStore
+from remember_sync.types import Namespace
+
+P = "remember:"
+HEAD = scope_prefix(P, Namespace("session", session="s-1"))
+INDEX = namespace_index_key(P, HEAD)
+
+
+def _indexed(store: RedisStore) -> RedisStore:
+    store.use_index(lambda k: index_key_of(P, k))
+    return store
+
+
+def _walk(store: RedisStore, pattern: str, count: int) -> dict[str, str]:
+    """Every pair ``index_pages`` yields for ``HEAD + pattern``, each key once."""
+    out: dict[str, str] = {}
+    for page in store.index_pages(INDEX, glob_escape(HEAD) + pattern, count=count):
+        for key, value in page:
+            assert key not in out, key
+            out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("count", [1000, 1])
+def test_a_glob_matches_byte_by_byte_whole_or_paged(
+    redis_store: RedisStore, redis_client: redis.Redis, count: int
+) -> None:
+    """``?`` and ``[...]`` match one *byte*, as the server's ZSCAN MATCH does: a whole read
+    (client-side match) yields what a paged one (server-side) yields, for keys that are
+    not ASCII and keys that are not UTF-8 written by someone else."""
+    store = _indexed(redis_store)
+    ascii_key, two_bytes, not_utf8 = f"{HEAD}e1", f"{HEAD}\u00e91", HEAD.encode() + b"\xff1"
+    store.set(ascii_key, "a")
+    store.set(two_bytes, "b")
+    redis_client.set(not_utf8, "c")
+    assert store.add_to_index([not_utf8.decode("utf-8", "surrogateescape")]) == 1
+    foreign = not_utf8.decode("utf-8", "surrogateescape")
+    cases = {
+        "?1": {ascii_key: "a", foreign: "c"},
+        "??1": {two_bytes: "b"},
+        "[\u00e9]1": {},
+        "[e\u00e9]1": {ascii_key: "a"},
+        "*1": {ascii_key: "a", two_bytes: "b", foreign: "c"},
+        "\u00e9*": {two_bytes: "b"},
+    }
+    for pattern, want in cases.items():
+        assert _walk(store, pattern, count) == want, pattern
+
+
+def _lookups(client: redis.Redis) -> int:
+    stats = client.info("stats")
+    return int(stats["keyspace_hits"]) + int(stats["keyspace_misses"])
+
+
+def _read_cost(store: RedisStore, client: redis.Redis, count: int) -> int:
+    """Keys the server looked up for one read of the whole namespace (after two warm-ups)."""
+    _walk(store, "*", count)
+    _walk(store, "*", count)
+    before = _lookups(client)
+    _walk(store, "*", count)
+    return _lookups(client) - before
+
+
+def test_an_index_growing_past_count_and_shrinking_back_reads_exactly_at_the_paged_cost(
+    redis_store: RedisStore, redis_client: redis.Redis, redis_url: str
+) -> None:
+    """An index read whole, then grown past ``count`` (paged), then shrunk back: every read
+    is exact, and while it is paged no read still fetches the members the whole read
+    remembered (a fresh store's read costs the same)."""
+    store, count = _indexed(redis_store), 20
+    want = {f"{HEAD}k{i:02d}": f"v{i}" for i in range(10)}
+    for key, value in want.items():
+        store.set(key, value)
+    assert _walk(store, "*", count) == want
+    assert _walk(store, "*", count) == want  # from the remembered members
+    grown = {f"{HEAD}g{i:02d}": "g" for i in range(15)}
+    for key, value in grown.items():
+        store.set(key, value)
+    assert _walk(store, "*", count) == want | grown
+    fresh = _indexed(RedisStore.from_url(redis_url))
+    try:
+        assert _read_cost(store, redis_client, count) == _read_cost(fresh, redis_client, count)
+    finally:
+        fresh.close()
+    store.delete(*grown, f"{HEAD}k00")
+    del want[f"{HEAD}k00"]
+    store.set(f"{HEAD}k01", "changed")
+    want[f"{HEAD}k01"] = "changed"
+    assert _walk(store, "*", count) == want
+    assert _walk(store, "*", count) == want
+
+
+@pytest.mark.parametrize("count", [1000, 1])
+def test_a_decoding_client_reads_around_a_member_that_is_not_utf8(
+    redis_store: RedisStore, redis_client: redis.Redis, redis_url: str, count: int
+) -> None:
+    """Someone puts a member that is not UTF-8 into the index.  A client built with
+    decode_responses=True cannot read it: a read whose glob covers it fails with an error
+    saying so (never "nothing found"); one whose glob does not is not affected, whole or
+    paged -- as the server's ZSCAN MATCH leaves such a member out."""
+    store = _indexed(redis_store)
+    for i in range(3):
+        store.set(f"{HEAD}k{i}", f"v{i}")
+    junk = HEAD.encode() + b"\xff\xfe"
+    redis_client.set(junk, "junk")
+    redis_client.zadd(INDEX, {junk: 0})
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        decoding = _indexed(RedisStore(client=client))
+        want = {f"{HEAD}k{i}": f"v{i}" for i in range(3)}
+        for _ in range(2):  # the second read starts from the remembered members
+            assert _walk(decoding, "k*", count) == want
+        with pytest.raises(RememberStoreError, match="not UTF-8"):
+            _walk(decoding, "*", count)
+        assert _walk(decoding, "k*", count) == want  # and the connection is still sound
+    finally:
+        client.close()

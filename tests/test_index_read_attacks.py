@@ -130,3 +130,22 @@ def test_a_decoding_client_reads_around_a_member_that_is_not_utf8(
         assert _walk(decoding, "k*", count) == want  # and the connection is still sound
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("count", [1000, 1])
+def test_a_member_whose_key_now_holds_another_type_is_left_out_and_dropped(
+    redis_store: RedisStore, redis_client: redis.Redis, count: int
+) -> None:
+    """Someone replaces an entry by a hash behind the index's back: it is no entry, so it
+    is neither listed nor kept in the index (docs/redis.rst: "not a string" members are
+    dropped, as Vercel KV's read does) -- and the hash itself is left alone."""
+    store = _indexed(redis_store)
+    for i in range(3):
+        store.set(f"{HEAD}k{i}", f"v{i}")
+    redis_client.delete(f"{HEAD}k1")
+    redis_client.hset(f"{HEAD}k1", "field", "theirs")
+    want = {f"{HEAD}k0": "v0", f"{HEAD}k2": "v2"}
+    assert _walk(store, "*", count) == want
+    assert sorted(redis_client.zrange(INDEX, 0, -1)) == [k.encode() for k in want]
+    assert redis_client.hgetall(f"{HEAD}k1") == {b"field": b"theirs"}
+    assert _walk(store, "*", count) == want

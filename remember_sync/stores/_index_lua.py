@@ -158,12 +158,14 @@ end
 return {page[1], outk, outv}
 """
 
-#: Drop members whose entry is gone (checked here, atomically).  KEYS = index;
-#: ARGV = members.  Returns how many were dropped.
+#: Drop members that are no entry (checked here, atomically): their key is missing
+#: or holds another type than a string (GET, not TYPE: the ACL grants GET; the
+#: other type is left alone).  KEYS = index; ARGV = members.  Returns how many
+#: were dropped.
 PRUNE_MISSING = _HELPERS + """\
 local n = 0
 for _, m in ipairs(ARGV) do
-  if redis.call('EXISTS', m) == 0 then
+  if type(redis.pcall('GET', m)) ~= 'string' then
     n = n + redis.call('ZREM', KEYS[1], m)
   end
 end

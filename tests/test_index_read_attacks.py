@@ -14,6 +14,7 @@ import redis
 from remember_sync._keys import glob_escape, index_key_of, namespace_index_key, scope_prefix
 from remember_sync.errors import RememberStoreError
 from remember_sync.stores.redis import RedisStore
+from remember_sync.testing.redis_server import RedisServer, find_redis_server
 from remember_sync.types import Namespace
 
 P = "remember:"
@@ -149,3 +150,42 @@ def test_a_member_whose_key_now_holds_another_type_is_left_out_and_dropped(
     assert sorted(redis_client.zrange(INDEX, 0, -1)) == [k.encode() for k in want]
     assert redis_client.hgetall(f"{HEAD}k1") == {b"field": b"theirs"}
     assert _walk(store, "*", count) == want
+
+
+#: The ACL docs/redis.rst recommends ("Recommended ACL").
+DOCUMENTED_ACL = (
+    "+get +set +mget +unlink +scan +evalsha +eval +script|load +ping "
+    "+zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscan "
+    "+pttl +pexpireat +pexpire +persist +time +zscore +exists"
+).split()
+
+
+def test_the_documented_acl_reads_whole_and_paged_and_drops_members_of_another_type() -> None:
+    """As the user of the documented ACL: whole and paged reads, and the pruning script
+    (EXISTS, then GET for the type), run without a denial in ACL LOG."""
+    binary = find_redis_server()
+    assert binary is not None
+    with RedisServer(binary) as server:
+        admin = server.client()
+        try:
+            admin.execute_command(  # type: ignore[no-untyped-call]
+                "ACL", "SETUSER", "mem", "on", ">pw", "~remember:*", "-@all", *DOCUMENTED_ACL
+            )
+            store = _indexed(RedisStore(port=server.port, username="mem", password="pw"))
+            try:
+                for i in range(4):
+                    store.set(f"{HEAD}k{i}", f"v{i}")
+                admin.delete(f"{HEAD}k1", f"{HEAD}k2")
+                admin.hset(f"{HEAD}k2", "field", "theirs")
+                want = {f"{HEAD}k0": "v0", f"{HEAD}k3": "v3"}
+                for count in (1000, 1, 1000):
+                    assert _walk(store, "*", count) == want
+                assert sorted(admin.zrange(INDEX, 0, -1)) == [k.encode() for k in want]
+                # (Redis 6.2 logs redis-py's CLIENT SETINFO at connect, which it ignores;
+                # 7.0 rejects the unknown subcommand before the ACL check.)
+                log = admin.execute_command("ACL", "LOG")  # type: ignore[no-untyped-call]
+                assert [e for e in log if e[b"object"] != b"client"] == [], log
+            finally:
+                store.close()
+        finally:
+            admin.close()

@@ -738,9 +738,11 @@ class RedisStore:
     ) -> Iterator[list[tuple[str, str]]]:
         """Yield the live ``(key, value)`` pairs of *index* matching *pattern*.
 
-        Standalone: a ``ZSCAN`` page of the index pipelined with an ``MGET`` of
-        the members it held last time (one round trip when nothing changed);
-        members whose entry is gone are dropped by a script that re-checks them.
+        Standalone: an index of at most *count* members is read whole with
+        ``ZRANGE`` (the glob matched here, byte by byte as the server does), a
+        bigger one in ``ZSCAN`` pages; either is pipelined with an ``MGET`` of
+        the members it matched last time (one round trip when nothing changed);
+        members that are no entry are dropped by a script that re-checks them.
         Cluster: the page's members (candidates), then their values per hash
         slot; a member without a value is left out but kept (a writer may be
         between its two steps).

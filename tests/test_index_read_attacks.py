@@ -11,11 +11,13 @@ from __future__ import annotations
 import pytest
 import redis
 
+from remember_sync import Identity, RememberPlugin
 from remember_sync._keys import glob_escape, index_key_of, namespace_index_key, scope_prefix
 from remember_sync.errors import RememberStoreError
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisServer, find_redis_server
 from remember_sync.types import Namespace
+from tests.conftest import TEST_SECRET
 
 P = "remember:"
 HEAD = scope_prefix(P, Namespace("session", session="s-1"))
@@ -189,3 +191,32 @@ def test_the_documented_acl_reads_whole_and_paged_and_drops_members_of_another_t
                 store.close()
         finally:
             admin.close()
+
+
+@pytest.mark.parametrize("listing", ["index", "scan"])
+def test_a_key_that_is_not_utf8_in_the_namespace_is_kept_as_unreadable(
+    redis_client: redis.Redis, redis_url: str, listing: str
+) -> None:
+    """Someone writes ``<namespace head> + b"\\xff..."`` straight into Redis (and into the
+    index): list, entries and forget_many of that namespace keep working -- the key is an
+    entry they cannot read, so it is skipped and kept, never a raw UnicodeError."""
+    redis_client.set(f"{P}__indexed__", "{}")
+    plugin = RememberPlugin.init(
+        store=RedisStore.from_url(redis_url), listing=listing,
+        skip_legacy_purge=True, background_reindex=False,
+        encryption={"secrets": [TEST_SECRET]},
+    )
+    try:
+        mem = plugin.accessor(Identity(session_id="s-1", user_id="u-1"))
+        mem.set("mine", 1)
+        junk = HEAD.encode() + b"\xffjunk"
+        redis_client.set(junk, "not an envelope")
+        redis_client.zadd(INDEX, {junk: 9e15})
+        assert (mem.list(), list(mem.entries())) == (["mine"], ["mine"])
+        assert mem.list(pattern="*junk") == []
+        assert mem.forget_many(pattern="*") == 1
+        assert redis_client.get(junk) == b"not an envelope"
+        assert mem.list() == []
+    finally:
+        plugin.store.close()
+        plugin.close()

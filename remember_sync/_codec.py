@@ -219,6 +219,14 @@ def entry_from_json(text: str | bytes) -> RememberEntry:
     return RememberEntry(*entry_fields(text))
 
 
+def _key_bytes(key: str) -> bytes:
+    """A storage key's bytes as the store holds them (the rule of ``stores.base.to_bytes``).
+
+    A key that is not UTF-8 -- another writer's -- comes back from a store with
+    U+DC80..U+DCFF for its bytes; bound as those bytes it opens nothing (the
+    entry is unreadable, skipped and kept) instead of raising ``UnicodeError``.
+    """
+    return key.encode("utf-8", "surrogateescape")
 
 
 class EntryCodec:
@@ -275,7 +283,7 @@ class EntryCodec:
             opened = [(text, 0, True) for text in stored]
         else:
             cut = len(self.prefix)
-            aads = [key[cut:].encode("utf-8") for key in storage_keys]
+            aads = [_key_bytes(key[cut:]) for key in storage_keys]
             opened = keyring.open_many(stored, ns, aads, bound_only=not self.accept_unbound)
         out: list[EntryFields | RememberDecryptionError] = []
         for item in opened:
@@ -313,6 +321,6 @@ class EntryCodec:
         keyring = self.keyring
         if keyring is None:
             return entry_fields(stored), 0, self.bind_key
-        aad = storage_key[len(self.prefix) :].encode("utf-8")
+        aad = _key_bytes(storage_key[len(self.prefix) :])
         opened = keyring.open(stored, ns, aad, bound_only=not self.accept_unbound)
         return entry_fields(opened[0]), opened[1], opened[2]

@@ -158,12 +158,19 @@ end
 return {page[1], outk, outv}
 """
 
-#: Drop members whose entry is gone (checked here, atomically).  KEYS = index;
-#: ARGV = members.  Returns how many were dropped.
+#: Drop members that are no entry (checked here, atomically): their key is missing,
+#: or GET says WRONGTYPE (another type, left as it is; GET, not TYPE, which the
+#: documented ACL does not grant; any other error keeps the member).  KEYS =
+#: index; ARGV = members.  Returns how many were dropped.
 PRUNE_MISSING = _HELPERS + """\
+local function no_entry(m)
+  if redis.call('EXISTS', m) == 0 then return true end
+  local v = redis.pcall('GET', m)
+  return type(v) == 'table' and string.sub(tostring(v.err), 1, 9) == 'WRONGTYPE'
+end
 local n = 0
 for _, m in ipairs(ARGV) do
-  if redis.call('EXISTS', m) == 0 then
+  if no_entry(m) then
     n = n + redis.call('ZREM', KEYS[1], m)
   end
 end

@@ -207,6 +207,22 @@ def _decoded(pairs: list[tuple[bytes | str, bytes | str]]) -> list[tuple[str, st
         return [(_s(k), _s(v)) for k, v in pairs]
 
 
+def _matching(members: list[Any], pattern: bytes) -> list[tuple[Any, str]]:
+    """The *members* (bytes, or str) that ``MATCH`` *pattern* keeps on the server, with their text.
+
+    The server compares bytes: ``?`` and ``[...]`` take one byte, not one character.
+    A glob of literals and ``*`` only, all ASCII, matches a text exactly when it
+    matches its bytes, so the text is matched then (the usual case: no second decode).
+    """
+    matches = glob_matcher(pattern.decode("latin-1"))  # one character per byte
+    if pattern.isascii() and b"?" not in pattern and b"[" not in pattern:
+        try:
+            return [(m, n) for m in members if matches(n := m.decode("utf-8", TEXT_ERRORS))]
+        except AttributeError:  # a client built with decode_responses=True
+            return [(m, m) for m in members if matches(m)]
+    return [(m, _s(m)) for m in members if matches(_b(_s(m)).decode("latin-1"))]
+
+
 class RedisStore:
     """A :class:`~remember_sync.stores.base.Store` on Redis, Redis Sentinel or Redis Cluster.
 
@@ -722,9 +738,11 @@ class RedisStore:
     ) -> Iterator[list[tuple[str, str]]]:
         """Yield the live ``(key, value)`` pairs of *index* matching *pattern*.
 
-        Standalone: a ``ZSCAN`` page of the index pipelined with an ``MGET`` of
-        the members it held last time (one round trip when nothing changed);
-        members whose entry is gone are dropped by a script that re-checks them.
+        Standalone: an index of at most *count* members is read whole with
+        ``ZRANGE`` (the glob matched here, byte by byte as the server does), a
+        bigger one in ``ZSCAN`` pages; either is pipelined with an ``MGET`` of
+        the members it matched last time (one round trip when nothing changed);
+        members that are no entry are dropped by a script that re-checks them.
         Cluster: the page's members (candidates), then their values per hash
         slot; a member without a value is left out but kept (a writer may be
         between its two steps).
@@ -741,28 +759,32 @@ class RedisStore:
         # An index of at most `count` members is read whole: one ZRANGE (a consistent
         # snapshot, no scores to parse) with an MGET of the members that matched last
         # time in the same round trip (no script: the cheapest read); members new since
-        # then take a second MGET.  A bigger index is walked by ZSCAN pages instead.
-        # Members without a value (expired, or deleted behind the index's back) are
-        # dropped by a script that re-checks them.
+        # then take a second MGET.  A bigger index is walked by ZSCAN pages instead (and
+        # so is any index a decoding client cannot read whole).  Members without a value
+        # (expired, or deleted behind the index's back) are dropped by a script that
+        # re-checks them.
         where = (index, pattern, count)
         guess = self._guesses.get(where)
         with _translate("index read", self._no_client_cert):
             values: list[Any] = []
-            if guess:
-                pipe = self._client.pipeline(transaction=False)
-                pipe.execute_command("ZRANGE", index, 0, count)
-                pipe.execute_command("MGET", *guess)
-                members, values = pipe.execute()
-            else:
-                members = self._client.execute_command("ZRANGE", index, 0, count)
-            if len(members) > count:
+            try:
+                if guess:
+                    pipe = self._client.pipeline(transaction=False)
+                    pipe.execute_command("ZRANGE", index, 0, count)
+                    pipe.execute_command("MGET", *guess)
+                    members, values = pipe.execute()
+                else:
+                    members = self._client.execute_command("ZRANGE", index, 0, count)
+            except UnicodeError:
+                # A client built with decode_responses=True and a member (or remembered
+                # value) that is not UTF-8: the pages' server-side MATCH leaves out the
+                # members the glob does not cover, and reports the others.
+                members = None
+            if members is None or len(members) > count:
+                self._guesses.pop(where)  # not to be fetched again while the pages serve
                 yield from self._index_scan_pages(index, pattern, count)
                 return
-            matches = glob_matcher(_s(pattern))
-            try:
-                named = [(m, n) for m in members if matches(n := m.decode("utf-8", TEXT_ERRORS))]
-            except AttributeError:  # a client built with decode_responses=True
-                named = [(m, n) for m in members if matches(n := _s(m))]
+            named = _matching(members, pattern)
             members = [m for m, _ in named]
             self._remember(where, members)
             if members != guess:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._crypto import Keyring, seal
+from ._text import TEXT_ERRORS
 from .errors import RememberDecryptionError, RememberInputTypeError
 from .types import Namespace, RememberEntry
 
@@ -219,16 +220,6 @@ def entry_from_json(text: str | bytes) -> RememberEntry:
     return RememberEntry(*entry_fields(text))
 
 
-def _key_bytes(key: str) -> bytes:
-    """A storage key's bytes as the store holds them (the rule of ``stores.base.to_bytes``).
-
-    A key that is not UTF-8 -- another writer's -- comes back from a store with
-    U+DC80..U+DCFF for its bytes; bound as those bytes it opens nothing (the
-    entry is unreadable, skipped and kept) instead of raising ``UnicodeError``.
-    """
-    return key.encode("utf-8", "surrogateescape")
-
-
 class EntryCodec:
     """Turns entries into stored strings for one plugin's settings.
 
@@ -283,7 +274,7 @@ class EntryCodec:
             opened = [(text, 0, True) for text in stored]
         else:
             cut = len(self.prefix)
-            aads = [_key_bytes(key[cut:]) for key in storage_keys]
+            aads = [key[cut:].encode("utf-8", TEXT_ERRORS) for key in storage_keys]
             opened = keyring.open_many(stored, ns, aads, bound_only=not self.accept_unbound)
         out: list[EntryFields | RememberDecryptionError] = []
         for item in opened:
@@ -321,6 +312,8 @@ class EntryCodec:
         keyring = self.keyring
         if keyring is None:
             return entry_fields(stored), 0, self.bind_key
-        aad = _key_bytes(storage_key[len(self.prefix) :])
+        # The key's bytes as the store holds them (remember_sync._text): a key that is
+        # not UTF-8 -- another writer's -- binds as those bytes and opens nothing.
+        aad = storage_key[len(self.prefix) :].encode("utf-8", TEXT_ERRORS)
         opened = keyring.open(stored, ns, aad, bound_only=not self.accept_unbound)
         return entry_fields(opened[0]), opened[1], opened[2]

@@ -25,7 +25,7 @@ from .._purge import (
     sweep_legacy,
 )
 from ..errors import LayoutMarkerError, RememberError
-from ..stores.base import Store
+from ..stores.base import Store, to_bytes
 from ..types import BRANDS, SCOPES
 from .walk import Report, classify, list_keys, read_items
 
@@ -125,8 +125,8 @@ def collect_stats(
             continue  # deleted or expired since the listing
         if item.bound is False:
             stats.unbound += 1
-        stats.key_bytes += len(item.key.encode("utf-8", "surrogateescape"))
-        stats.value_bytes += len(item.raw.encode("utf-8", "surrogateescape"))
+        stats.key_bytes += len(to_bytes(item.key))
+        stats.value_bytes += len(to_bytes(item.raw))
         if item.entry is None:
             stats.note("unreadable", item.stored_at)
             continue

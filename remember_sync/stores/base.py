@@ -17,6 +17,7 @@ import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
+from .._text import TEXT_ERRORS, to_bytes, to_text
 from ..errors import RememberConfigurationError, RememberInputError, RememberInputTypeError
 
 __all__ = [
@@ -141,22 +142,6 @@ def group_by_index(
         index = index_of(key)
         (plain if index is None else groups.setdefault(index, [])).append(key)
     return groups, plain
-
-
-# -- the one rule for bytes: lossless ----------------------------------------------------------
-
-#: The codec error handler of every store's UTF-8 (bulk paths use it with ``str.decode``).
-TEXT_ERRORS = "surrogateescape"
-
-
-def to_bytes(text: str) -> bytes:
-    """The UTF-8 a store sends for *text*; U+DC80..U+DCFF become the bytes they stand for."""
-    return text.encode("utf-8", TEXT_ERRORS)
-
-
-def to_text(raw: bytes) -> str:
-    """Received bytes as text, losslessly (``to_bytes(to_text(b)) == b``): not UTF-8, surrogates."""
-    return raw.decode("utf-8", TEXT_ERRORS)
 
 
 #: Compare-and-set for Redis-protocol stores. KEYS[1] = key; ARGV = expected, new

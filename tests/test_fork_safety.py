@@ -165,7 +165,7 @@ def test_vercel_kv_forked_workers_through_the_plugin_lose_no_acknowledged_write(
     plugin = RememberPlugin.init(store=store, encryption={"secrets": [TEST_SECRET]})
     try:
         # The purge worker reads (and writes) the layout marker on the parent's session.
-        assert plugin._purge.wait(10) and plugin._purge.state == "armed"
+        assert plugin.legacy_purge.wait(10) and plugin.legacy_purge.state == "armed"
 
         def work(i: int) -> dict[str, Any]:
             memory = plugin.accessor(Identity(user_id=f"user-{i}"))
@@ -289,7 +289,7 @@ def test_legacy_purge_rearms_once_in_each_forked_child_and_not_again_in_the_pare
     # Another test's plugin left unclosed may still have a timer waiting: count only ours.
     others = set(purge_threads())
     plugin = RememberPlugin.init(store=store, encryption={"secrets": [TEST_SECRET]})
-    purge = plugin._purge
+    purge = plugin.legacy_purge
     try:
         assert purge.wait(10) and purge.state == "armed"
         parent_pid, parent_timer = os.getpid(), purge._timer

@@ -484,6 +484,32 @@ def test_doctor_on_the_memory_default_checks_the_secret(cli: Run) -> None:
     assert "in-memory store" in result.stdout and "all good" in result.stdout
 
 
+def _doctor_line(stdout: str, check: str) -> str:
+    """The line of ``doctor``'s report for *check* (``[status]  name  message``)."""
+    return next(line for line in stdout.splitlines() if line.split()[1:2] == [check])
+
+
+def test_doctor_flags_an_unreadable_marker(cli: Run, url: str, redis_client: redis.Redis) -> None:
+    """A layout marker that is not a clock needs attention (the purge stands down)."""
+    redis_client.set("remember:__layout__", "garbage")
+    result = cli("doctor", "--redis-url", url)
+    assert result.returncode == 1, result.stdout
+    assert _doctor_line(result.stdout, "marker").startswith("[attention] marker")
+    assert "unreadable" in _doctor_line(result.stdout, "marker")
+
+
+def test_doctor_notes_entries_sealed_by_a_previous_secret(
+    cli: Run, url: str, open_plugin: Callable[..., RememberPlugin]
+) -> None:
+    """Readable entries under an older secret are a note suggesting rotate, not a failure."""
+    seed(open_plugin(SECRET_A))
+    result = cli("doctor", "--redis-url", url, secret=SECRET_B,
+                 REMEMBER_PREVIOUS_SECRETS=SECRET_A)
+    assert result.returncode == 0, result.stdout
+    assert _doctor_line(result.stdout, "entries").startswith("[note]      entries")
+    assert "rotate" in _doctor_line(result.stdout, "entries")
+
+
 def test_doctor_flags_legacy_keys_after_the_window(
     cli: Run, url: str, redis_client: redis.Redis
 ) -> None:

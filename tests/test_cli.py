@@ -610,6 +610,23 @@ def test_import_keeps_existing_entries_unless_overwrite(
     assert plugin.accessor(ALICE).get("theme", scope="user") == "dark"
 
 
+def test_import_skips_entries_whose_deadline_passed(
+    cli: Run, url: str, open_plugin: Callable[..., RememberPlugin]
+) -> None:
+    """A record exported before its deadline but imported after it is not written."""
+    now = int(time.time() * 1000)
+    records = [
+        {"scope": "global", "key": key, "value": value, "createdAt": now - 60_000,
+         "updatedAt": now - 60_000, "expiresAt": now + offset}
+        for key, value, offset in (("soon", 1, -5_000), ("later", 2, 500_000))
+    ]
+    dump = "".join(json.dumps(record) + "\n" for record in records)
+    result = cli("import", "-", "--redis-url", url, stdin=dump)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "imported 1 entries; skipped 1 past their deadline" in result.stdout
+    assert open_plugin(SECRET_A).accessor(Identity()).list(scope="global") == ["later"]
+
+
 def test_import_under_another_prefix_and_from_stdin(
     cli: Run, url: str, open_plugin: Callable[..., RememberPlugin]
 ) -> None:

@@ -19,7 +19,7 @@ from remember_sync import Identity, RememberPlugin
 from remember_sync._ops.context import SecretChoice, build_plugin, redact, secret_values
 from remember_sync._ops.inspect import Check
 from remember_sync._ops.rotate import rotate
-from remember_sync._ops.transfer import export_entries, import_entries, parse_records
+from remember_sync._ops.transfer import parse_records
 from remember_sync._ops.walk import classify
 from remember_sync._progress import Progress
 from remember_sync.cli import main
@@ -97,23 +97,6 @@ def test_rotate_keeps_deadlines_and_skips_expired(shared: MemoryStore, clock: Fa
     assert _plugin(shared, clock, SECRET_B).accessor(Identity(session_id="s")).get("long") == 2
     clock.advance(s=1)
     assert _plugin(shared, clock, SECRET_B).accessor(Identity(session_id="s")).get("long") is None
-
-
-def test_import_skips_entries_whose_deadline_passed(clock: FakeClock) -> None:
-    """A record exported before its deadline but imported after it is not written."""
-    source = MemoryStore(clock=clock)
-    plugin = _plugin(source, clock, SECRET_A)
-    mem = plugin.accessor(Identity(user_id="u"))
-    mem.set("soon", 1, scope="user", ttl=5)
-    mem.set("later", 2, scope="user", ttl=500)
-    out = io.StringIO()
-    assert export_entries(plugin._core, out).exported == 2
-    clock.advance(s=10)
-    target = MemoryStore(clock=clock)
-    copy = _plugin(target, clock, SECRET_A)
-    result = import_entries(copy._core, parse_records(out.getvalue().splitlines()))
-    assert (result.imported, result.expired) == (1, 1)
-    assert copy.accessor(Identity(user_id="u")).list(scope="user") == ["later"]
 
 
 def test_parse_records_names_the_bad_line() -> None:

@@ -136,6 +136,19 @@ def require_component(name: str, available: bool, why: str) -> None:
     pytest.skip(f"{name} not available: {why}")
 
 
+def stored_key(plugin: RememberPlugin, key: str, scope: str = "session") -> str:
+    """The one storage key holding *key* in *scope*, found through the store's public SCAN.
+
+    ``P + "global:" + key``, or ``P + "v2:" + scope + ":" + <namespace> + ":" + key``
+    (SPEC section 4); the listing index's keys end with ``:`` and never match.  The
+    test must have written exactly one *key* in *scope*.
+    """
+    head = f"{plugin.key_prefix}global:" if scope == "global" else f"{plugin.key_prefix}v2:{scope}:"
+    found = [k for k in plugin.store.scan(f"{head}*") if k.endswith(f":{key}")]
+    assert len(found) == 1, found
+    return found[0]
+
+
 def scan_items(store: Any, pattern: str, **options: Any) -> list[tuple[str, str]]:
     """Every ``(key, value)`` pair of ``store.scan_pages(pattern)``, the pages flattened."""
     return [item for page in store.scan_pages(pattern, **options) for item in page]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -242,16 +243,21 @@ def test_remember_reads_context_identity_per_call(plugin: RememberPlugin) -> Non
         assert plugin.remember.get("k", scope="user") == "dave"
 
 
-def test_refusals_happen_before_store_io(plugin: RememberPlugin, store: Store) -> None:
+def test_refusals_happen_before_store_io(
+    make_plugin: Callable[..., RememberPlugin], store: Store
+) -> None:
     """An anonymous caller is refused for session/user/tool before touching the store."""
     calls: list[str] = []
+    me = threading.get_ident()  # the plugin's background checks run on threads of their own
 
     class Spy:
         def __getattr__(self, name: str) -> Any:
-            calls.append(name)
+            if threading.get_ident() == me:
+                calls.append(name)
             return getattr(store, name)
 
-    plugin._core.store = Spy()  # type: ignore[assignment]
+    plugin = make_plugin(store=Spy())
+    calls.clear()  # what init() looked up
     anon = plugin.accessor(Identity(None, "anon:1", "t"))
     for scope in ("session", "user", "tool"):
         with pytest.raises(RememberIdentityError):

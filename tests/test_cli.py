@@ -484,6 +484,32 @@ def test_doctor_on_the_memory_default_checks_the_secret(cli: Run) -> None:
     assert "in-memory store" in result.stdout and "all good" in result.stdout
 
 
+def _doctor_line(stdout: str, check: str) -> str:
+    """The line of ``doctor``'s report for *check* (``[status]  name  message``)."""
+    return next(line for line in stdout.splitlines() if line.split()[1:2] == [check])
+
+
+def test_doctor_flags_an_unreadable_marker(cli: Run, url: str, redis_client: redis.Redis) -> None:
+    """A layout marker that is not a clock needs attention (the purge stands down)."""
+    redis_client.set("remember:__layout__", "garbage")
+    result = cli("doctor", "--redis-url", url)
+    assert result.returncode == 1, result.stdout
+    assert _doctor_line(result.stdout, "marker").startswith("[attention] marker")
+    assert "unreadable" in _doctor_line(result.stdout, "marker")
+
+
+def test_doctor_notes_entries_sealed_by_a_previous_secret(
+    cli: Run, url: str, open_plugin: Callable[..., RememberPlugin]
+) -> None:
+    """Readable entries under an older secret are a note suggesting rotate, not a failure."""
+    seed(open_plugin(SECRET_A))
+    result = cli("doctor", "--redis-url", url, secret=SECRET_B,
+                 REMEMBER_PREVIOUS_SECRETS=SECRET_A)
+    assert result.returncode == 0, result.stdout
+    assert _doctor_line(result.stdout, "entries").startswith("[note]      entries")
+    assert "rotate" in _doctor_line(result.stdout, "entries")
+
+
 def test_doctor_flags_legacy_keys_after_the_window(
     cli: Run, url: str, redis_client: redis.Redis
 ) -> None:
@@ -582,6 +608,23 @@ def test_import_keeps_existing_entries_unless_overwrite(
     replaced = cli("import", str(dump), "--redis-url", url, "--overwrite")
     assert replaced.returncode == 0, replaced.stdout
     assert plugin.accessor(ALICE).get("theme", scope="user") == "dark"
+
+
+def test_import_skips_entries_whose_deadline_passed(
+    cli: Run, url: str, open_plugin: Callable[..., RememberPlugin]
+) -> None:
+    """A record exported before its deadline but imported after it is not written."""
+    now = int(time.time() * 1000)
+    records = [
+        {"scope": "global", "key": key, "value": value, "createdAt": now - 60_000,
+         "updatedAt": now - 60_000, "expiresAt": now + offset}
+        for key, value, offset in (("soon", 1, -5_000), ("later", 2, 500_000))
+    ]
+    dump = "".join(json.dumps(record) + "\n" for record in records)
+    result = cli("import", "-", "--redis-url", url, stdin=dump)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "imported 1 entries; skipped 1 past their deadline" in result.stdout
+    assert open_plugin(SECRET_A).accessor(Identity()).list(scope="global") == ["later"]
 
 
 def test_import_under_another_prefix_and_from_stdin(

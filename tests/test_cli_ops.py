@@ -17,9 +17,9 @@ import pytest
 
 from remember_sync import Identity, RememberPlugin
 from remember_sync._ops.context import SecretChoice, build_plugin, redact, secret_values
-from remember_sync._ops.inspect import Check, run_doctor
+from remember_sync._ops.inspect import Check
 from remember_sync._ops.rotate import rotate
-from remember_sync._ops.transfer import export_entries, import_entries, parse_records
+from remember_sync._ops.transfer import parse_records
 from remember_sync._ops.walk import classify
 from remember_sync._progress import Progress
 from remember_sync.cli import main
@@ -99,23 +99,6 @@ def test_rotate_keeps_deadlines_and_skips_expired(shared: MemoryStore, clock: Fa
     assert _plugin(shared, clock, SECRET_B).accessor(Identity(session_id="s")).get("long") is None
 
 
-def test_import_skips_entries_whose_deadline_passed(clock: FakeClock) -> None:
-    """A record exported before its deadline but imported after it is not written."""
-    source = MemoryStore(clock=clock)
-    plugin = _plugin(source, clock, SECRET_A)
-    mem = plugin.accessor(Identity(user_id="u"))
-    mem.set("soon", 1, scope="user", ttl=5)
-    mem.set("later", 2, scope="user", ttl=500)
-    out = io.StringIO()
-    assert export_entries(plugin._core, out).exported == 2
-    clock.advance(s=10)
-    target = MemoryStore(clock=clock)
-    copy = _plugin(target, clock, SECRET_A)
-    result = import_entries(copy._core, parse_records(out.getvalue().splitlines()))
-    assert (result.imported, result.expired) == (1, 1)
-    assert copy.accessor(Identity(user_id="u")).list(scope="user") == ["later"]
-
-
 def test_parse_records_names_the_bad_line() -> None:
     """A malformed record is refused with its line number before anything is written."""
     good = json.dumps({"scope": "global", "key": "k", "value": 1, "createdAt": 1, "updatedAt": 1})
@@ -144,27 +127,6 @@ def test_classify_tells_entries_from_legacy_marker_and_others() -> None:
     assert classify(p, "remember:__layout__")[0] == "marker"
     assert classify(p, "remember:remember:v2:user:alice:k")[0] == "doubled"  # 1.8.0 doubled
     assert classify(p, "remember:v2:user:%FF:k")[0] == "other"  # not UTF-8: not ours
-
-
-def test_doctor_flags_an_unreadable_marker(shared: MemoryStore, clock: FakeClock) -> None:
-    """A layout marker that is not a clock needs attention (the purge stands down)."""
-    shared.set("remember:__layout__", "garbage")
-    plugin = _plugin(shared, clock, SECRET_A)
-    checks = run_doctor(shared, "remember:", secret=OK_SECRET, codec=plugin._core.codec,
-                        now=clock.now)
-    marker = next(c for c in checks if c.name == "marker")
-    assert marker.status == "attention" and "unreadable" in marker.message
-
-
-def test_doctor_notes_entries_sealed_by_a_previous_secret(
-    shared: MemoryStore, clock: FakeClock
-) -> None:
-    """Readable entries under an older secret are a note suggesting rotate, not a failure."""
-    _plugin(shared, clock, SECRET_A).accessor(Identity()).set("k", 1, scope="global")
-    codec = _plugin(shared, clock, SECRET_B, SECRET_A)._core.codec
-    checks = run_doctor(shared, "remember:", secret=OK_SECRET, codec=codec, now=clock.now)
-    entries = next(c for c in checks if c.name == "entries")
-    assert entries.status == "note" and "rotate" in entries.message
 
 
 def test_build_plugin_refuses_to_invent_a_secret() -> None:

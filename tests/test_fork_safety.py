@@ -165,7 +165,7 @@ def test_vercel_kv_forked_workers_through_the_plugin_lose_no_acknowledged_write(
     plugin = RememberPlugin.init(store=store, encryption={"secrets": [TEST_SECRET]})
     try:
         # The purge worker reads (and writes) the layout marker on the parent's session.
-        assert plugin._purge.wait(10) and plugin._purge.state == "armed"
+        assert plugin.legacy_purge.wait(10) and plugin.legacy_purge.state == "armed"
 
         def work(i: int) -> dict[str, Any]:
             memory = plugin.accessor(Identity(user_id=f"user-{i}"))
@@ -259,16 +259,25 @@ def test_redis_cluster_store_works_in_forked_children_after_the_parent_used_it(
 # -- the legacy purge timer ----------------------------------------------------------------------
 
 
-def purge_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "remember-legacy-purge" and t.is_alive()]
+def purge_threads() -> set[threading.Thread]:
+    """The live legacy-purge timer threads of this process (the worker names its timers)."""
+    return {t for t in threading.enumerate() if t.name == "remember-legacy-purge" and t.is_alive()}
 
 
-def _other_timers(ours: Any) -> list[Any]:
-    """Live purge timers of every other LegacyPurge of this process."""
-    from remember_sync import _purge as purge_module
+class MarkerReads:
+    """A store that notes which process and thread read the layout marker (all else passes)."""
 
-    timers = [getattr(w, "_timer", None) for w in list(purge_module._workers) if w is not ours]
-    return [t for t in timers if t is not None and t.is_alive()]
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.reads: list[tuple[int, int]] = []
+
+    def get(self, key: str) -> str | None:
+        if key.endswith("__layout__"):
+            self.reads.append((os.getpid(), threading.get_ident()))
+        return self.inner.get(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 @pytest.mark.parametrize("kind", ["redis", "vercel_kv"])
@@ -281,38 +290,41 @@ def test_legacy_purge_rearms_once_in_each_forked_child_and_not_again_in_the_pare
     tmp_path: Path,
 ) -> None:
     """Each child arms exactly one purge timer of its own on a real store; the parent keeps one."""
-    store: Store
+    inner: Store
     if kind == "redis":
-        store = RedisStore.from_url(redis_url)
+        inner = RedisStore.from_url(redis_url)
     else:
-        store = VercelKVStore(kv_emulator.url, KV_TEST_TOKEN, environ={})
+        inner = VercelKVStore(kv_emulator.url, KV_TEST_TOKEN, environ={})
+    store = MarkerReads(inner)
     # Another test's plugin left unclosed may still have a timer waiting: count only ours.
-    others = set(purge_threads())
+    others = purge_threads()
     plugin = RememberPlugin.init(store=store, encryption={"secrets": [TEST_SECRET]})
-    purge = plugin._purge
+    purge = plugin.legacy_purge
     try:
-        assert purge.wait(10) and purge.state == "armed"
-        parent_pid, parent_timer = os.getpid(), purge._timer
-        assert len(set(purge_threads()) - others) == 1
+        assert purge is not None and purge.wait(10) and purge.state == "armed"
+        parent_pid, parent_timers = os.getpid(), purge_threads() - others
+        assert len(parent_timers) == 1 and len(store.reads) == 1
 
         def work(i: int) -> dict[str, Any]:
             settled = purge.wait(10)
-            # The child's step re-read the marker through the child's own connection.
+            # One step, on a timer thread of the child's own, re-read the marker through the
+            # child's own connection and armed the wait again: one timer, not one per wake.
+            mine = [thread for pid, thread in store.reads if pid == os.getpid()]
             return {
                 "settled": settled,
                 "state": purge.state,
-                "armed_by_me": purge.armed_pid == os.getpid(),
-                "new_timer": purge._timer is not parent_timer,
-                # Plugins other tests left unclosed re-arm in the child too: not ours.
-                "threads": len(purge_threads()) - len(_other_timers(purge)),
+                "waiting": purge.next_wake_ms is not None,
+                "reads": len(mine),
+                "on_a_timer": all(thread != threading.get_ident() for thread in mine),
+                "timers": any(thread.daemon for thread in purge_threads()),
                 "marker": purge.marker is not None,
             }
 
-        expected = {"settled": True, "state": "armed", "armed_by_me": True, "new_timer": True,
-                    "threads": 1, "marker": True}  # fmt: skip
+        expected = {"settled": True, "state": "armed", "waiting": True, "reads": 1,
+                    "on_a_timer": True, "timers": True, "marker": True}  # fmt: skip
         assert run_forked(tmp_path, 3, work) == [expected] * 3
-        assert purge.armed_pid == parent_pid and purge._timer is parent_timer
-        assert len(set(purge_threads()) - others) == 1
+        assert purge_threads() - others == parent_timers  # the parent's timer, untouched
+        assert store.reads == [(parent_pid, store.reads[0][1])]
     finally:
         plugin.close()
 

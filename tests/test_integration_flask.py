@@ -104,7 +104,11 @@ def test_config_builds_a_redis_plugin_in_app_extensions(make_app: Callable[..., 
     plugin = app.extensions["remember_sync"]
     assert isinstance(plugin, RememberPlugin) and plugin is get_plugin(app)
     assert isinstance(plugin.store, RedisStore)
-    assert plugin.key_prefix == "app1:" and plugin._core.default_ttl == 60
+    assert plugin.key_prefix == "app1:"
+    memory = plugin.accessor(Identity(user_id="alice"))
+    memory.set("k", 1, scope="user")  # no ttl=: the default applies
+    entry = memory.get_entry("k", scope="user")
+    assert entry is not None and entry.expires_at == entry.updated_at + 60_000
     assert plugin.keyring is not None and plugin.keyring.source == "explicit:secrets"
 
 

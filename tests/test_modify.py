@@ -31,7 +31,7 @@ from remember_sync.errors import (
 )
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
-from tests.conftest import TEST_SECRET, FakeClock
+from tests.conftest import TEST_SECRET, FakeClock, stored_key
 from tests.fixtures_kv import KV_TEST_TOKEN
 
 WHO = Identity(session_id="s-rmw", user_id="u-rmw")
@@ -287,7 +287,9 @@ def test_modify_moves_a_doubled_prefix_entry_under_its_real_key(
 ) -> None:
     """read_doubled_prefix: a 1.8.0 entry is moved once, then modified; created_at is kept."""
     plain = make_plugin(encryption={"enabled": False})
-    skey = plain._core.namespace(WHO, "session")[1] + "n"
+    _mem(plain).set("n", 0)  # to learn its storage key; the doubled-prefix copy replaces it
+    skey = stored_key(plain, "n")
+    assert store.delete(skey) == 1
     store.set("remember:" + skey, '{"value":2,"createdAt":1000,"updatedAt":1000}')
     compat = make_plugin(encryption={"enabled": False}, read_doubled_prefix=True)
     assert _mem(compat).increment("n") == 3

@@ -584,8 +584,8 @@ def test_warning_text_for_purged_entries(
     populate(store, LEGACY[:count] + SURVIVORS)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         plugin = purge_plugin(legacy_purge_delay_ms=0)
-        assert plugin._purge.wait(10)
-    assert plugin._purge.state == "swept"
+        assert plugin.legacy_purge.wait(10)
+    assert plugin.legacy_purge.state == "swept"
     noun = "entry" if count == 1 else "entries"
     expected = (
         f"remember: purged {count} {noun} left unreadable by the session/tool key-derivation "
@@ -619,7 +619,7 @@ def test_plugin_construction_never_blocks_on_store_io(
     assert readers and readers[0] is not threading.current_thread() and readers[0].daemon
     assert proxy.count("get", threading.get_ident()) == 0
     release.set()
-    assert plugin._purge.wait(10) and plugin._purge.state == "armed"
+    assert plugin.legacy_purge.wait(10) and plugin.legacy_purge.state == "armed"
 
 
 def test_get_and_set_never_wait_for_or_trigger_a_scan(
@@ -649,7 +649,7 @@ def test_get_and_set_never_wait_for_or_trigger_a_scan(
     assert proxy.count("scan", me) == 0
     assert proxy.count("scan") == 1  # only the worker's, still stuck
     release.set()
-    assert plugin._purge.wait(10) and plugin._purge.state == "swept"
+    assert plugin.legacy_purge.wait(10) and plugin.legacy_purge.state == "swept"
     with identity(session_id="s-1", user_id="alice"):
         assert plugin.remember.get("k3", scope="user") == 3  # v2 data untouched
     assert proxy.count("scan", me) == 0
@@ -662,15 +662,15 @@ def test_once_per_store_object_per_process(
     proxy = ProxyStore(store)
     first = purge_plugin(store=proxy)
     second = purge_plugin(store=proxy)
-    assert first._purge.wait(10) and first._purge.state == "armed"
-    assert second._purge.state == "duplicate"
+    assert first.legacy_purge.wait(10) and first.legacy_purge.state == "armed"
+    assert second.legacy_purge.state == "duplicate"
     marker_sets = [c for c in proxy.calls if c[0] == "set" and c[2][0].endswith("__layout__")]
     assert len(marker_sets) == 1
     first.close()  # closed before its window passed: releases the store
     third = purge_plugin(store=proxy)
-    assert third._purge.wait(10) and third._purge.state == "armed"
+    assert third.legacy_purge.wait(10) and third.legacy_purge.state == "armed"
     other = purge_plugin(store=ProxyStore(store))  # another store object arms its own
-    assert other._purge.wait(10) and other._purge.state == "armed"
+    assert other.legacy_purge.wait(10) and other.legacy_purge.state == "armed"
 
 
 def test_skip_legacy_purge_and_empty_prefix_arm_nothing(
@@ -683,9 +683,9 @@ def test_skip_legacy_purge_and_empty_prefix_arm_nothing(
     proxy = ProxyStore(store)
     populate(store, ["session:s:k", *LEGACY])
     skipped = purge_plugin(store=proxy, skip_legacy_purge=True, legacy_purge_delay_ms=0)
-    assert skipped._purge is None
-    assert purge_plugin(store=proxy, key_prefix="", legacy_purge_delay_ms=0)._purge is None
-    assert skipped._key_check.wait(10)
+    assert skipped.legacy_purge is None
+    assert purge_plugin(store=proxy, key_prefix="", legacy_purge_delay_ms=0).legacy_purge is None
+    assert skipped.key_id_check is not None and skipped.key_id_check.wait(10)
     time.sleep(0.05)
     assert [(c[0], c[2]) for c in proxy.calls] == [("get", (f"{P}__keyid__",))]
     assert present(store, ["session:s:k", *LEGACY]) == ["session:s:k", *LEGACY]
@@ -697,26 +697,35 @@ def test_marker_has_no_ttl_with_default_ttl(
     """default_ttl=60 applies to entries, never to the marker (written without ttl_ms)."""
     proxy = ProxyStore(store)
     plugin = purge_plugin(store=proxy, default_ttl=60)
-    assert plugin._purge.wait(10)
+    assert plugin.legacy_purge.wait(10)
     marker_sets = [c for c in proxy.calls if c[0] == "set" and c[2][0] == layout_marker_key(P)]
     assert len(marker_sets) == 1 and marker_sets[0][3]["ttl_ms"] is None
+
+
+def purge_threads() -> set[threading.Thread]:
+    """The live legacy-purge timer threads of this process (the worker names its timers)."""
+    return {t for t in threading.enumerate() if t.name == "remember-legacy-purge" and t.is_alive()}
+
+
+def marker_reads(proxy: ProxyStore, since: int) -> list[int]:
+    """The threads that read the layout marker through *proxy* after call number *since*."""
+    return [c[1] for c in proxy.calls[since:] if c[0] == "get" and c[2][0].endswith("__layout__")]
 
 
 def test_close_stops_the_timer_thread(
     store: Store, purge_plugin: Callable[..., RememberPlugin]
 ) -> None:
     """plugin.close() cancels the armed daemon timer: no purge thread is left alive."""
-    before = set(threading.enumerate())
+    before = purge_threads()  # another test's unclosed plugin may still wait: not ours
     plugin = purge_plugin()
-    purge = plugin._purge
+    purge = plugin.legacy_purge
     assert purge.wait(10) and purge.state == "armed"
-    timer = purge._timer
-    assert isinstance(timer, threading.Timer) and timer.daemon and timer.is_alive()
+    ours = purge_threads() - before
+    assert len(ours) == 1 and all(timer.daemon for timer in ours)
     plugin.close()
     assert purge.state == "stopped"
-    assert not timer.is_alive()
-    new = [t for t in threading.enumerate() if t not in before]
-    assert [t for t in new if t.name == "remember-legacy-purge"] == []
+    assert not any(timer.is_alive() for timer in ours)
+    assert purge_threads() - before == set()
 
 
 def test_close_during_a_sweep_stops_after_the_batch(store: Store, clock: FakeClock) -> None:
@@ -753,25 +762,28 @@ def test_forked_child_rearms_its_own_timer(
     memory_store: Store, purge_plugin: Callable[..., RememberPlugin]
 ) -> None:
     """A child process re-arms the waiting worker on a timer thread of its own."""
-    plugin = purge_plugin(store=memory_store)
-    purge = plugin._purge
+    proxy = ProxyStore(memory_store)
+    before = purge_threads()
+    plugin = purge_plugin(store=proxy)
+    purge = plugin.legacy_purge
     assert purge.wait(10) and purge.state == "armed"
-    parent_pid, parent_timer = os.getpid(), purge._timer
+    parent_timers, calls = purge_threads() - before, len(proxy.calls)
+    assert len(parent_timers) == 1
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through its exit status
         code = 1
         try:
+            # The child's threads are the forking one and those started since the fork.
             ok = purge.wait(10) and purge.state == "armed"
-            timer = purge._timer
-            ok = ok and purge.armed_pid == os.getpid() != parent_pid
-            ok = ok and timer is not parent_timer and isinstance(timer, threading.Timer)
-            ok = ok and timer.is_alive() and timer.daemon
+            readers = marker_reads(proxy, calls)
+            ok = ok and len(readers) == 1 and readers[0] != threading.get_ident()
+            ok = ok and any(t.daemon for t in purge_threads())
             code = 0 if ok else 3
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert purge.armed_pid == parent_pid and purge._timer is parent_timer
+    assert purge_threads() - before == parent_timers and len(proxy.calls) == calls
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -780,13 +792,17 @@ def test_forked_child_does_not_rearm_a_finished_or_stopped_worker(
     memory_store: Store, purge_plugin: Callable[..., RememberPlugin]
 ) -> None:
     """A worker that already swept (or was closed) stays idle in a child."""
-    swept = purge_plugin(store=memory_store, legacy_purge_delay_ms=0)
-    assert swept._purge.wait(10) and swept._purge.state == "swept"
+    proxy = ProxyStore(memory_store)
+    swept = purge_plugin(store=proxy, legacy_purge_delay_ms=0)
+    assert swept.legacy_purge.wait(10) and swept.legacy_purge.state == "swept"
+    calls = len(proxy.calls)
     pid = os.fork()
     if pid == 0:  # pragma: no cover
         code = 1
         try:
-            code = 0 if swept._purge.state == "swept" and swept._purge._timer is None else 3
+            # A re-armed step would be due at once: wait() would return after its marker read.
+            ok = swept.legacy_purge.wait(10) and swept.legacy_purge.state == "swept"
+            code = 0 if ok and marker_reads(proxy, calls) == [] else 3
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
@@ -803,7 +819,7 @@ plugin = RememberPlugin.init(
     type="redis", config={"url": url}, clock=lambda: now, default_ttl=60,
     legacy_purge_delay_ms=86_400_000, encryption={"secrets": [sys.argv[3]]},
 )
-purge = plugin._purge
+purge = plugin.legacy_purge
 assert purge.wait(10), "worker did not settle"
 print(json.dumps({"state": purge.state, "first": purge.marker.first_seen_at,
                   "wake": purge.next_wake_ms}))
@@ -862,7 +878,7 @@ def test_real_redis_marker_has_no_ttl_and_sweep_uses_batched_unlink(
         legacy_purge_delay_ms=0, encryption={"secrets": [TEST_SECRET]},
     )
     try:
-        assert plugin._purge.wait(30) and plugin._purge.state == "swept"
+        assert plugin.legacy_purge.wait(30) and plugin.legacy_purge.state == "swept"
         assert plugin.index_backfill.wait(30)
         # The one-time background reindex releases its lease with one UNLINK.
         lease = 1 if plugin.index_backfill.result is not None else 0
@@ -887,7 +903,7 @@ def test_real_redis_non_json_marker_stands_down(
         encryption={"secrets": [TEST_SECRET]},
     )
     try:
-        assert plugin._purge.wait(10) and plugin._purge.state == "stood-down"
+        assert plugin.legacy_purge.wait(10) and plugin.legacy_purge.state == "stood-down"
     finally:
         plugin.close()
     assert redis_client.get(layout_marker_key(P)) == b"2024-01-01"

@@ -272,8 +272,8 @@ def test_a_nested_prefix_purge_stands_down_and_deletes_nothing(
             legacy_purge_delay_ms=0, encryption={"secrets": [SECRET_A]},
         )
         try:
-            assert other._purge.state == "stood-down"
-            assert other._purge.key_check is not None and other._purge.key_check.wait(10)
+            assert other.legacy_purge.state == "stood-down"
+            assert other.key_id_check is not None and other.key_id_check.wait(10)
         finally:
             other.close()
         warnings = [r.getMessage() for r in caplog.records
@@ -300,9 +300,9 @@ def test_plugin_purge_on_redis_deletes_only_legacy_entries(
             encryption={"secrets": [SECRET_A]},
         )
         try:
-            assert plugin._purge.wait(30) and plugin._purge.state == "swept"
-            assert plugin._purge.last_result is not None
-            assert plugin._purge.last_result.deleted == len(LEGACY)
+            assert plugin.legacy_purge.wait(30) and plugin.legacy_purge.state == "swept"
+            assert plugin.legacy_purge.last_result is not None
+            assert plugin.legacy_purge.last_result.deleted == len(LEGACY)
             assert plugin.index_backfill.wait(30) and plugin.index_backfill.state == "indexed"
         finally:
             plugin.close()
@@ -397,7 +397,7 @@ plugin = RememberPlugin.init(type="redis", config={"url": url}, skip_legacy_purg
                              encryption={"secrets": secrets})
 with identity(user_id="alice"):
     plugin.remember.set("theme", "dark", scope="user")
-waiter = plugin._key_check if skip else plugin._purge
+waiter = plugin.key_id_check if skip else plugin.legacy_purge
 assert waiter.wait(30), "the key id check did not run"
 plugin.close()
 print("done")
@@ -540,11 +540,11 @@ def test_encryption_disabled_has_no_key_id_check() -> None:
     store = MemoryStore()
     with _plugin(store, P, encryption={"enabled": False}, skip_legacy_purge=False,
                  legacy_purge_delay_ms=0) as plugin:
-        assert plugin._purge.wait(10) and plugin._purge.state == "swept"
-        assert plugin._purge.key_status is None and plugin._key_check is None
+        assert plugin.legacy_purge.wait(10) and plugin.legacy_purge.state == "swept"
+        assert plugin.legacy_purge.key_status is None and plugin.key_id_check is None
     assert read_key_id(store, P) is None
     with _plugin(store, P, encryption={"enabled": False}) as skipped:
-        assert skipped._key_check is None
+        assert skipped.key_id_check is None
 
 
 def test_key_id_check_is_read_only() -> None:

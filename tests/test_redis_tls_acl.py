@@ -146,7 +146,7 @@ def test_standalone_rediss_url_acl_user_runs_everything_inside_the_prefix(
     plugin = plugins(type="redis", config={"url": url}, skip_legacy_purge=False,
                      legacy_purge_delay_ms=0)
     exercise(plugin)
-    assert plugin._purge is not None and plugin._purge.wait(10)
+    assert plugin.legacy_purge is not None and plugin.legacy_purge.wait(10)
     assert admin.get(LEGACY_KEY) is None  # swept by the legacy purge, as the ACL user
     assert admin.exists("remember:__layout__", "remember:__keyid__") == 2
     admin.close()
@@ -415,7 +415,7 @@ def test_cluster_tls_acl_user_runs_everything_inside_the_prefix(
     plugin = plugins(type="redis-client", client=client, skip_legacy_purge=False,
                      legacy_purge_delay_ms=0)
     exercise(plugin)
-    assert plugin._purge is not None and plugin._purge.wait(10)
+    assert plugin.legacy_purge is not None and plugin.legacy_purge.wait(10)
     admin = cluster.client()
     assert admin.exists("remember:__layout__") == 1
     admin.close()

@@ -24,7 +24,7 @@ from remember_sync.mcp.httpd import make_server
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.types import Scope
-from tests.conftest import TEST_SECRET, FakeClock
+from tests.conftest import TEST_SECRET, FakeClock, stored_key
 from tests.mcp_client import run
 
 WHO = Identity(session_id="s-1", user_id="alice")
@@ -50,13 +50,9 @@ def approve(plugin: RememberPlugin, key: str, scope: Scope, value: Any = "yes") 
     """The host records an approval; returns the stored string (to check it is untouched)."""
     host = plugin.accessor(WHO)
     host.set(key, value, scope=scope, brand="approval", metadata={"by": "host"})
-    raw = plugin.store.get(_storage_key(plugin, key, scope))
+    raw = plugin.store.get(stored_key(plugin, key, scope))
     assert raw is not None
     return raw
-
-
-def _storage_key(plugin: RememberPlugin, key: str, scope: Scope) -> str:
-    return plugin._core.namespace(WHO.with_tool(None), scope)[1] + key
 
 
 @pytest.mark.parametrize("scope", SCOPES)
@@ -72,7 +68,7 @@ def test_remember_this_and_forget_refuse_an_approval_and_leave_it_unchanged(
     assert "approval" in replaced["content"][0]["text"]
     forgot = plugin.call_tool("forget", {"key": "deploy", "scope": scope}, identity=WHO)
     assert code_of(forgot) == PROTECTED
-    assert plugin.store.get(_storage_key(plugin, "deploy", scope)) == before
+    assert plugin.store.get(stored_key(plugin, "deploy", scope)) == before
     entry = plugin.accessor(WHO).get_entry("deploy", scope=scope)
     assert entry is not None and entry.brand == "approval" and entry.value == "yes"
     # The host's own accessor is not restricted.
@@ -106,7 +102,7 @@ def test_an_unreadable_entry_is_left_unchanged(make_plugin: Factory) -> None:
     other = make_plugin(tools={"enabled": True}, encryption={"secrets": ["another-0123456789ab"]})
     other.accessor(WHO).set("k", "sealed elsewhere", brand="approval")
     plugin = make_plugin(tools={"enabled": True})
-    skey = _storage_key(plugin, "k", "session")
+    skey = stored_key(plugin, "k")
     before = plugin.store.get(skey)
     for name, args in (("remember_this", {"key": "k", "value": 1}), ("forget", {"key": "k"})):
         result = plugin.call_tool(name, args, identity=WHO)
@@ -122,15 +118,15 @@ class _HostBetween:
     check-then-write would lose: the write must not replace what the host wrote.
     """
 
-    def __init__(self, store: Store, host: Callable[[], None], key: str) -> None:
+    def __init__(self, store: Store, host: Callable[[], None], suffix: str) -> None:
         self._store = store
         self._host = host
-        self._key = key
+        self._suffix = suffix
         self.fired = False
 
     def get(self, key: str) -> str | None:
         value = self._store.get(key)
-        if key == self._key and not self.fired:
+        if key.endswith(self._suffix) and not self.fired:
             self.fired = True
             self._host()
         return value
@@ -170,8 +166,8 @@ def test_an_approval_written_between_check_and_write_is_never_overwritten(
     host = host_plugin.accessor(WHO)
     if before == "preference":
         host.set("k", "old", brand="preference")
-    skey = host_plugin._core.namespace(WHO, "session")[1] + "k"
-    racing = _HostBetween(store, lambda: host.set("k", "approved", brand="approval"), skey)
+    # The tool's read of the entry: the one key of this test named "k" (SPEC section 4).
+    racing = _HostBetween(store, lambda: host.set("k", "approved", brand="approval"), ":k")
     plugin = make_plugin(store=racing, tools={"enabled": True})
     args: dict[str, Any] = {"key": "k", "value": "model"} if tool == "remember_this" else {
         "key": "k"}

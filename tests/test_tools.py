@@ -11,13 +11,16 @@ import jsonschema
 import pytest
 
 from remember_sync import Identity, RememberPlugin, identity
-from remember_sync.errors import RememberInputError, RememberStoreError
+from remember_sync.errors import (
+    RememberConfigurationError,
+    RememberInputError,
+    RememberStoreError,
+)
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.tools import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
     MAX_NESTING,
-    MemoryTools,
     error_parts,
     error_result,
     validate_arguments,
@@ -549,9 +552,11 @@ def test_validator_keywords(schema: dict[str, Any], good: Any, bad: Any, expecte
         validate_arguments(schema, bad)
 
 
-def test_memory_tools_refuse_unknown_allowed_scopes(tools_plugin: RememberPlugin) -> None:
-    """MemoryTools checks its own allowed_scopes too (it can be built without a plugin)."""
-    with pytest.raises(RememberInputError, match="allowed_scopes"):
-        MemoryTools(tools_plugin._core, allowed_scopes=["forever"])
-    with pytest.raises(RememberInputError, match="allowed_scopes"):
-        MemoryTools(tools_plugin._core, allowed_scopes=[])
+@pytest.mark.parametrize("scopes", [["forever"], [], ["session", "forever"]])
+def test_memory_tools_refuse_unknown_allowed_scopes(scopes: list[str]) -> None:
+    """tools.allowed_scopes with an unknown scope, or none, is refused at init()."""
+    with pytest.raises(RememberConfigurationError, match="allowed_scopes"):
+        RememberPlugin.init(
+            store=MemoryStore(), tools={"enabled": True, "allowed_scopes": scopes},
+            encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True,
+        )

@@ -646,7 +646,9 @@ def rows_entries(env: Environment, sizes: Sizes) -> list[Row]:
                         baseline="entries() floor, envelope",
                         ratio_kind="time",
                         target=1.3,
-                        note="index read (ZSCAN+MGET pipelined) + decoding vs SCAN+MGET + decoding",
+                        note=(
+                            "index read (ZRANGE+MGET pipelined) + decoding vs SCAN+MGET + decoding"
+                        ),
                     )
                 finally:
                     bare.flushdb()

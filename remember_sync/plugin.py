@@ -316,6 +316,18 @@ class RememberPlugin:
         return self._core.prefix
 
     @property
+    def listing(self) -> str:
+        """How ``list``, ``entries`` and ``forget_many`` find a namespace's keys: the mode in effect.
+
+        ``"index"`` (the per-namespace listing index) or ``"scan"`` (a walk of the
+        store): the ``listing`` option of :meth:`init`, or its default -- ``"scan"``
+        with ``frontmcp_compatible`` or ``read_doubled_prefix`` (a 1.8.0 writer keeps
+        no index) and on a store that keeps none.  In index mode, listing still scans
+        until the fleet's one-time reindex has finished (``docs/redis.rst``).
+        """
+        return self._core.listing
+
+    @property
     def keyring(self) -> Keyring | None:
         """The master secrets (``None`` with encryption disabled)."""
         return self._core.codec.keyring

@@ -159,7 +159,7 @@ def test_index_keeps_step_with_a_dict_model(
 ) -> None:
     """set/forget/update/increment/forget_many/expiry vs a dict: list and entries agree."""
     plugin = make_plugin()
-    assert plugin._core.listing == "index" and plugin._core.index_usable()
+    assert plugin.listing == "index" and plugin._core.index_usable()
     run_state_machine_as_test(_machine(plugin, store, clock), settings=MODEL)
 
 
@@ -170,12 +170,12 @@ def test_frontmcp_compatible_and_read_doubled_prefix_default_to_scanning(
     make_plugin: Callable[..., RememberPlugin],
 ) -> None:
     """A 1.8.0 writer keeps no index: beside one, listing scans (and can be forced either way)."""
-    assert make_plugin()._core.listing == "index"
+    assert make_plugin().listing == "index"
     compatible = make_plugin(encryption={"frontmcp_compatible": True, "secrets": [TEST_SECRET]})
-    assert compatible._core.listing == "scan"
-    assert make_plugin(read_doubled_prefix=True)._core.listing == "scan"
-    assert make_plugin(read_doubled_prefix=True, listing="index")._core.listing == "index"
-    assert make_plugin(listing="scan")._core.listing == "scan"
+    assert compatible.listing == "scan"
+    assert make_plugin(read_doubled_prefix=True).listing == "scan"
+    assert make_plugin(read_doubled_prefix=True, listing="index").listing == "index"
+    assert make_plugin(listing="scan").listing == "scan"
     with pytest.raises(RememberConfigurationError, match="listing"):
         make_plugin(listing="btree")
 

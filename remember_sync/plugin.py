@@ -317,7 +317,7 @@ class RememberPlugin:
 
     @property
     def listing(self) -> str:
-        """How ``list``, ``entries`` and ``forget_many`` find a namespace's keys: the mode in effect.
+        """How ``list``, ``entries`` and ``forget_many`` find keys: the listing mode in effect.
 
         ``"index"`` (the per-namespace listing index) or ``"scan"`` (a walk of the
         store): the ``listing`` option of :meth:`init`, or its default -- ``"scan"``
@@ -357,44 +357,21 @@ class RememberPlugin:
 
     @property
     def legacy_purge(self) -> LegacyPurge | None:
-        """The background legacy purge (``docs/purge.rst``), or ``None`` when it is not armed.
+        """The background legacy purge, or ``None`` (``skip_legacy_purge=True``, empty prefix).
 
-        ``None`` with ``skip_legacy_purge=True`` or an empty ``key_prefix``.  What
-        it offers (the rest of the object is internal):
-
-        * ``state`` -- ``"pending"`` (a step is due now or running), ``"armed"``
-          (waiting for the window to pass), ``"swept"`` (done), ``"stood-down"``
-          (the layout marker could not be trusted, the store failed, or the
-          ``key_prefix`` lies inside another deployment's layout: nothing was or
-          will be deleted), ``"duplicate"`` (another plugin on the same store
-          object runs the purge in this process), ``"stopped"`` (closed);
-        * ``wait(timeout=None) -> bool`` -- block until no step is due or running
-          (after construction: until the first step read the marker and armed,
-          swept or stood down); ``False`` on timeout;
-        * ``last_result`` -- the sweep's counts (``found``, ``deleted``, ``kept``,
-          ``failed_batches``, ``failed_listings``, ``stopped``, ``ok``), ``None``
-          until it swept;
-        * ``marker`` (with ``first_seen_at``), ``due_at_ms`` and ``next_wake_ms``
-          -- the fleet clock the latest step read, when the window passes, and
-          the wait currently armed (``None`` when none is);
-        * ``key_status`` -- what its first step's key id check found (``matches``
-          is false for a secret that is not the fleet's), ``None`` before it,
-          with encryption disabled, or when the store failed.
+        Its ``state`` (``pending``, ``armed``, ``swept``, ``stood-down``,
+        ``duplicate``, ``stopped``), ``wait(timeout)``, ``last_result``, ``marker``,
+        ``due_at_ms``, ``next_wake_ms`` and ``key_status`` are described in
+        ``docs/purge.rst`` ("Watching it from the application"); the rest is internal.
         """
         return self._purge
 
     @property
     def key_id_check(self) -> KeyIdCheck | None:
-        """The read-only, one-shot background key id check, or ``None`` when none runs.
+        """The read-only, one-shot key id check a plugin runs when its purge does not, or ``None``.
 
-        A plugin whose legacy purge does not run its own steps -- with
-        ``skip_legacy_purge=True``, or a purge in state ``"duplicate"`` or
-        ``"stood-down"`` for a nested prefix -- compares its secrets with the key
-        id the store records this way (``docs/purge.rst``); where the purge runs,
-        its first step does it (:attr:`legacy_purge` ``.key_status``).  ``None``
-        with encryption disabled or an empty ``key_prefix``.  What it offers:
-        ``wait(timeout=None) -> bool`` (until the check has run) and ``status``
-        (``matches``, ``recorded``; ``None`` until it ran, or when the store failed).
+        ``wait(timeout)`` and ``status`` (``matches``, ``recorded``); see
+        ``docs/purge.rst`` ("Watching it from the application").
         """
         if self._key_check is not None:
             return self._key_check

@@ -756,13 +756,8 @@ class RedisStore:
     def _index_pages(
         self, index: bytes, pattern: bytes, count: int
     ) -> Iterator[list[tuple[str, str]]]:
-        # An index of at most `count` members is read whole: one ZRANGE (a consistent
-        # snapshot, no scores to parse) with an MGET of the members that matched last
-        # time in the same round trip (no script: the cheapest read); members new since
-        # then take a second MGET.  A bigger index is walked by ZSCAN pages instead (and
-        # so is any index a decoding client cannot read whole).  Members without a value
-        # (expired, or deleted behind the index's back) are dropped by a script that
-        # re-checks them.
+        # See index_pages; no script (the cheapest read), and members new since the last
+        # read take a second MGET.
         where = (index, pattern, count)
         guess = self._guesses.get(where)
         with _translate("index read", self._no_client_cert):

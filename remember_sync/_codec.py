@@ -256,7 +256,7 @@ class EntryCodec:
         if keyring is None:
             return text.decode("utf-8")
         if self.bind_key:
-            aad = storage_key[len(self.prefix) :].encode("utf-8")
+            aad = storage_key[len(self.prefix) :].encode("utf-8", TEXT_ERRORS)
             return seal(text, keyring.key(ns), kid=keyring.primary_kid, aad=aad)
         return seal(text, keyring.key(ns))
 

@@ -440,6 +440,18 @@ def test_envelope_edge_spellings_read_as_the_spec_reads_them(stored: str) -> Non
         assert ours[0] == "RememberDecryptionError"
 
 
+def test_a_key_that_is_not_utf8_seals_and_opens_bound_to_its_bytes() -> None:
+    """A storage key read back from a store with bytes that are not UTF-8 (U+DC80..U+DCFF)
+    binds the same bytes when sealed (rotate re-seals what it read) as when opened."""
+    codec = EntryCodec(Keyring(["s"], source="t"), prefix="remember:")
+    key = "remember:v2:session:s-1:k\udcff"
+    entry = RememberEntry({"a": 1}, None, 1, 2, None, None)
+    stored = codec.encode(entry, NS, key)
+    assert codec.decode(stored, NS, key) == entry
+    with pytest.raises(RememberDecryptionError):
+        codec.decode(stored, NS, "remember:v2:session:s-1:k\u00ff")
+
+
 def test_open_tries_every_secret() -> None:
     """An envelope of an older secret, or with its kid rewritten, opens; no secret of it fails."""
     old = Keyring(["older-secret"], source="test")

@@ -23,13 +23,16 @@ from .errors import (
     RememberStoreError,
     RememberUnavailableError,
 )
+from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
 from .identity import current_identity, identity
 from .plugin import RememberPlugin
 from .types import BRANDS, SCOPES, Identity, RememberEntry
 
 __all__ = [
     "BRANDS",
+    "EncryptionOptions",
     "Identity",
+    "RedisConfig",
     "RememberAccessor",
     "RememberConfigurationError",
     "RememberConflictError",
@@ -44,6 +47,8 @@ __all__ = [
     "RememberStoreError",
     "RememberUnavailableError",
     "SCOPES",
+    "StoreType",
+    "ToolsOptions",
     "current_identity",
     "generate_secret",
     "identity",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, NoReturn
 
 from ._clock import Clock
 from ._codec import EntryCodec
@@ -19,6 +19,7 @@ from ._config import scope_list, store_settings
 from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
 from ._keys import storage_namespace
+from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
 from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
 from ._secrets import resolve_keyring
 from .accessor import RememberAccessor
@@ -33,67 +34,9 @@ __all__ = ["STORE_TYPES", "RememberPlugin"]
 
 STORE_TYPES = ("memory", "redis", "redis-client", "vercel-kv", "global-store")
 
-_OPTIONS = frozenset(
-    {
-        "type",
-        "config",
-        "client",
-        "url",
-        "token",
-        "store",
-        "key_prefix",
-        "default_ttl",
-        "encryption",
-        "tools",
-        "legacy_purge_delay_ms",
-        "skip_legacy_purge",
-        # Beyond the reference:
-        "max_value_bytes",
-        "max_entries",
-        "max_bytes",
-        "on_decrypt_error",
-        "read_doubled_prefix",
-        "listing",
-        "background_reindex",
-        "clock",
-        "environ",
-    }
-)
-_ENCRYPTION_OPTIONS = frozenset(
-    {
-        "enabled",
-        "custom_key",
-        "secrets",
-        "frontmcp_compatible",
-        "secret_file",
-        "accept_unbound",
-        "require_secret",
-    }
-)
-_TOOLS_OPTIONS = frozenset({"enabled", "allowed_scopes", "prefix"})
-_REDIS_CONFIG = frozenset(
-    {
-        "host",
-        "port",
-        "password",
-        "db",
-        "url",
-        "ssl",
-        "username",
-        "socket_timeout",
-        "socket_connect_timeout",
-        "retries",
-        "ssl_ca_certs",
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_check_hostname",
-        "sentinels",
-        "service_name",
-        "sentinel_kwargs",
-        "wait_replicas",
-        "wait_timeout_ms",
-    }
-)
+_ENCRYPTION_OPTIONS = EncryptionOptions.__optional_keys__
+_TOOLS_OPTIONS = ToolsOptions.__optional_keys__
+_REDIS_CONFIG = RedisConfig.__optional_keys__
 #: Redis config keys a ``url`` replaces (the URL says where and whether TLS).
 _REDIS_URL_CLASH = frozenset({"host", "port", "ssl", "sentinels", "service_name"})
 
@@ -163,17 +106,104 @@ class RememberPlugin:
     # -- construction -------------------------------------------------------------------
 
     @classmethod
-    def init(cls, **options: Any) -> RememberPlugin:
+    def init(  # noqa: PLR0913 - the configuration is keyword arguments (STYLE.md rule 15)
+        cls,
+        *,
+        type: StoreType | None = None,  # noqa: A002 - the reference's option name
+        config: RedisConfig | None = None,
+        client: Any = None,
+        url: str | None = None,
+        token: str | None = None,
+        store: Store | None = None,
+        key_prefix: str = "remember:",
+        default_ttl: int = 0,
+        encryption: EncryptionOptions | None = None,
+        tools: ToolsOptions | None = None,
+        legacy_purge_delay_ms: int = 86_400_000,
+        skip_legacy_purge: bool = False,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        max_entries: int | None = None,
+        max_bytes: int | None = None,
+        on_decrypt_error: Literal["warn", "raise"] = "warn",
+        read_doubled_prefix: bool = False,
+        listing: Literal["index", "scan"] | None = None,
+        background_reindex: bool = True,
+        clock: Clock | None = None,
+        environ: Mapping[str, str] | None = None,
+        **unknown: NoReturn,
+    ) -> RememberPlugin:
         """Build a plugin from snake_case mirrors of the reference options.
 
-        See the README for every option.  Raises
-        :class:`RememberConfigurationError` naming the first bad option.
+        :param type: the store: ``"memory"`` (default), ``"redis"`` (with
+            *config*), ``"redis-client"`` (with *client*), ``"vercel-kv"``
+            (*url*/*token* or ``KV_REST_API_URL``/``KV_REST_API_TOKEN``) or
+            ``"global-store"`` (the host's store).
+        :param config: ``type="redis"``: a :class:`~remember_sync.RedisConfig`.
+        :param client: ``type="redis-client"``: a :class:`redis.Redis` or
+            :class:`redis.cluster.RedisCluster`, never closed by the plugin.
+        :param url: ``type="vercel-kv"``: the REST endpoint (with *token*).
+        :param token: ``type="vercel-kv"``: the REST token (with *url*).
+        :param store: any :class:`~remember_sync.stores.base.Store` (instead of *type*).
+        :param key_prefix: ``P``, prepended to every storage key.
+        :param default_ttl: seconds for ``set`` without ``ttl`` (``0``: none).
+        :param encryption: an :class:`~remember_sync.EncryptionOptions`.
+        :param tools: a :class:`~remember_sync.ToolsOptions`.
+        :param legacy_purge_delay_ms: how long the fleet keeps legacy keys (``docs/purge.rst``).
+        :param skip_legacy_purge: never purge legacy keys.
+        :param max_value_bytes: the largest serialised entry accepted.
+        :param max_entries: the memory store's bound on entries.
+        :param max_bytes: the memory store's bound on stored bytes.
+        :param on_decrypt_error: ``"warn"`` (an unreadable entry reads as absent,
+            logged and counted) or ``"raise"``.
+        :param read_doubled_prefix: also read the keys 1.8.0's Redis and Vercel
+            KV stores wrote (``P + P + ...``).
+        :param listing: ``"index"`` or ``"scan"`` (see :attr:`listing`).
+        :param background_reindex: bring older entries into the listing index
+            in the background.
+        :param clock: epoch-millisecond clock (tests).
+        :param environ: the environment to read (default :data:`os.environ`).
+
+        Any other keyword, or a bad value, raises
+        :class:`RememberConfigurationError` naming the option; ``mypy --strict``
+        flags a misspelled keyword in the caller's code.
         """
-        unknown = sorted(set(options) - _OPTIONS)
         if unknown:
             raise RememberConfigurationError(
-                f"RememberPlugin.init got unknown option(s) {', '.join(map(repr, unknown))}"
+                "RememberPlugin.init got unknown option(s) "
+                + ", ".join(map(repr, sorted(unknown)))
             )
+        options: dict[str, Any] = {
+            "config": config,
+            "client": client,
+            "url": url,
+            "token": token,
+            "key_prefix": key_prefix,
+            "default_ttl": default_ttl,
+            "encryption": encryption,
+            "tools": tools,
+            "legacy_purge_delay_ms": legacy_purge_delay_ms,
+            "skip_legacy_purge": skip_legacy_purge,
+            "max_value_bytes": max_value_bytes,
+            "on_decrypt_error": on_decrypt_error,
+            "read_doubled_prefix": read_doubled_prefix,
+            "background_reindex": background_reindex,
+        }
+        # Options whose absence means something of its own (None: not given).
+        absent = {
+            "type": type,
+            "store": store,
+            "max_entries": max_entries,
+            "max_bytes": max_bytes,
+            "listing": listing,
+            "clock": clock,
+            "environ": environ,
+        }
+        options.update((name, value) for name, value in absent.items() if value is not None)
+        return cls._from_options(options)
+
+    @classmethod
+    def _from_options(cls, options: Mapping[str, Any]) -> RememberPlugin:
+        """:meth:`init` after the keywords: every value checked, then everything built."""
         environ: Mapping[str, str] = options.get("environ") or os.environ
         store_type = options.get("type", "memory" if options.get("store") is None else "custom")
         if options.get("store") is not None:

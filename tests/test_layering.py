@@ -40,11 +40,15 @@ ALLOWED: dict[str, set[str]] = {
     "_core": CORE | {"stores", "_fork"},
     "accessor": {"_core", "errors", "types", "identity"},
     "tools": CORE | {"stores", "_core", "accessor"},
-    "plugin": CORE | {"stores", "_core", "accessor", "_purge", "tools", "_config"},
+    "plugin": CORE | {"stores", "_core", "accessor", "_purge", "tools", "_config", "_options"},
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
+    "_options": {"types"},
     "_ops": CORE
-    | {"stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config"},
+    | {
+        "stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config",
+        "_options",
+    },
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",
        "_config"},
@@ -54,7 +58,7 @@ ALLOWED: dict[str, set[str]] = {
         "_config", "cli",
     },
     "__main__": {"cli"},
-    "__init__": CORE | {"stores", "accessor", "plugin"},
+    "__init__": CORE | {"stores", "accessor", "plugin", "_options"},
     "integrations": CORE
     | {"stores", "accessor", "plugin", "tools", "mcp", "integrations", "_fork", "_config"},
     "testing": {"errors", "stores", "testing", "_clock", "_bounded"},

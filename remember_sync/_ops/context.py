@@ -22,11 +22,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .._clock import system_clock
 from .._config import KV_TOKEN_ENV, StoreKind, previous_secrets
+from .._options import EncryptionOptions
 from .._secrets import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
@@ -175,7 +176,7 @@ def build_plugin(
     prefix: str,
     secrets: SecretChoice,
     environ: Mapping[str, str] | None = None,
-    on_decrypt_error: str = "warn",
+    on_decrypt_error: Literal["warn", "raise"] = "warn",
     read_doubled_prefix: bool = False,
 ) -> Opened:
     """A plugin over *store* with the operator's secrets, never arming the purge.
@@ -191,7 +192,7 @@ def build_plugin(
     :raises RememberConfigurationError: no usable secret.
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
-    encryption: dict[str, object] = {
+    encryption: EncryptionOptions = {
         "enabled": secrets.encryption,
         "frontmcp_compatible": secrets.frontmcp_compatible,
         # Never the library's fallbacks (development file, production in-memory secret).

@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TextIO, TypeVar
 
 from .._config import check_redis_url
 from ..errors import RememberConfigurationError
@@ -57,7 +57,10 @@ _redis_url = _flag(check_redis_url)
 
 @contextlib.contextmanager
 def _opened(
-    args: argparse.Namespace, *, on_decrypt_error: str = "warn", writes: bool = False
+    args: argparse.Namespace,
+    *,
+    on_decrypt_error: Literal["warn", "raise"] = "warn",
+    writes: bool = False,
 ) -> Iterator[Opened]:
     """Open the chosen store and build a plugin over it; close the store afterwards."""
     from .._ops.context import SecretChoice, build_plugin, open_store

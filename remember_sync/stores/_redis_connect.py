@@ -349,10 +349,10 @@ def sentinel_master(
         for_sentinels["socket_timeout"] = min(for_sentinels["socket_timeout"], PROBE_TIMEOUT)
     for_sentinels["retry"] = connection_retry(0)
     for_sentinels.update(sentinel_kwargs or {})
-    manager = _Sentinel(  # type: ignore[no-untyped-call]
-        sentinels, sentinel_kwargs=for_sentinels, **connection_kwargs
-    )
-    primary: redis.Redis = manager.master_for(service_name)  # type: ignore[no-untyped-call]
+    # Typed as Any: redis-py's annotations of Sentinel differ between its releases.
+    sentinel_class: Any = _Sentinel
+    manager = sentinel_class(sentinels, sentinel_kwargs=for_sentinels, **connection_kwargs)
+    primary: redis.Redis = manager.master_for(service_name)
     return primary, manager
 
 
@@ -383,9 +383,8 @@ class _Sentinel(redis.sentinel.Sentinel):
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
         try:
-            found: tuple[str, int] = super().discover_master(  # type: ignore[no-untyped-call]
-                service_name
-            )
+            parent: Any = super()  # redis-py's annotations differ between its releases
+            found: tuple[str, int] = parent.discover_master(service_name)
         except redis.sentinel.MasterNotFoundError as exc:
             # redis-py (8.1) lists the sentinels that failed after " : "; none: all answered.
             if " : " not in str(exc):

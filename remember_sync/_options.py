@@ -1,0 +1,79 @@
+"""The typed option groups of :meth:`RememberPlugin.init <remember_sync.RememberPlugin.init>`.
+
+Each group is a :class:`typing.TypedDict`, so a plain ``dict`` literal keeps
+working and ``mypy --strict`` (or an IDE) flags a misspelled or mistyped key in
+the caller's code.  At run time :meth:`~remember_sync.RememberPlugin.init`
+still checks every key and value and raises
+:class:`~remember_sync.errors.RememberConfigurationError` naming a bad one, for
+callers that build their options dynamically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
+
+from .types import Scope
+
+#: The ``type`` option: which store :meth:`~remember_sync.RememberPlugin.init` builds.
+StoreType = Literal["memory", "redis", "redis-client", "vercel-kv", "global-store"]
+
+
+class EncryptionOptions(TypedDict, total=False):
+    """``encryption=``: how entries are sealed (``docs/configuration.rst``).
+
+    :key enabled: encrypt entries (default ``True``).
+    :key custom_key: a text key used instead of the master secret.
+    :key secrets: master secrets, newest first: the first seals, all open.
+    :key frontmcp_compatible: write the reference's envelope (no key binding).
+    :key secret_file: the development secret file's path.
+    :key accept_unbound: open envelopes without the key binding (default ``True``).
+    :key require_secret: refuse to start without a configured secret.
+    """
+
+    enabled: bool
+    custom_key: str | None
+    secrets: Sequence[str] | None
+    frontmcp_compatible: bool
+    secret_file: str | os.PathLike[str] | None
+    accept_unbound: bool
+    require_secret: bool
+
+
+class ToolsOptions(TypedDict, total=False):
+    """``tools=``: the memory tools a model calls (``docs/mcp.rst``).
+
+    :key enabled: expose the tools (default ``False``).
+    :key allowed_scopes: the scopes a model may use (default session, user, tool).
+    :key prefix: prepended to every tool name.
+    """
+
+    enabled: bool
+    allowed_scopes: Sequence[Scope] | None
+    prefix: str
+
+
+class RedisConfig(TypedDict, total=False):
+    """``config=`` of ``type="redis"``: redis-py's names, passed to
+    :class:`~remember_sync.stores.redis.RedisStore` (see its parameters)."""
+
+    host: str
+    port: int
+    password: str | None
+    db: int
+    url: str
+    ssl: bool
+    username: str | None
+    socket_timeout: float | None
+    socket_connect_timeout: float | None
+    retries: int
+    ssl_ca_certs: str | None
+    ssl_certfile: str | None
+    ssl_keyfile: str | None
+    ssl_check_hostname: bool | None
+    sentinels: Sequence[tuple[str, int]] | None
+    service_name: str | None
+    sentinel_kwargs: Mapping[str, Any] | None
+    wait_replicas: int
+    wait_timeout_ms: int | None

@@ -28,6 +28,7 @@ from remember_sync.errors import RememberConfigurationError, RememberIdentityErr
 from remember_sync.stores.redis import RedisStore
 from remember_sync.types import Identity
 from tests.conftest import TEST_SECRET
+from tests.mcp_wire import INIT
 
 MIDDLEWARE = "remember_sync.integrations.django.RememberMiddleware"
 BASE_REMEMBER = {"encryption": {"secrets": [TEST_SECRET]}, "skip_legacy_purge": True}
@@ -303,16 +304,7 @@ def test_users_and_tokens_reach_the_mcp_view(use_redis: Callable[..., Any]) -> N
     resolver = "remember_sync.integrations.django.remote_user_resolver"
     with use_redis(principal_resolver=resolver, token_verifier=TOKENS.get, tools={"enabled": True}):
         client = Client()
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
+        init = INIT
         callers: list[tuple[dict[str, Any], dict[str, str]]] = [
             ({"REMOTE_USER": "carol"}, {}),
             ({}, {"Authorization": "Bearer token-alice-0123456789"}),

@@ -27,18 +27,10 @@ import pytest
 from remember_sync import RememberPlugin
 from remember_sync.mcp import McpServer
 from tests.conftest import TEST_SECRET
+from tests.mcp_wire import initialize
 from tests.test_mcp_server import REPO
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-03-26",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
+INIT = initialize("2025-03-26", client="raw")
 
 
 def _app() -> McpServer:

@@ -55,6 +55,7 @@ from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
 from remember_sync.testing.redis_server import RedisServer, find_redis_server, free_port
 from tests.conftest import require_component
+from tests.mcp_wire import initialize
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -411,16 +412,7 @@ def test_no_secret_appears_anywhere_in_a_full_run(
     thread.start()
     try:
         auth = {"Authorization": f"Bearer {canaries.mcp_token}", "Accept": "application/json"}
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "leak", "version": "1"},
-            },
-        }
+        init = initialize(client="leak")
         answer = _http(httpd.server_port, "POST", init, auth)
         cap.add("http initialize", answer)
         session = next(

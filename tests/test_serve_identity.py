@@ -33,18 +33,9 @@ from remember_sync.mcp.auth import (
 )
 from tests.conftest import TEST_SECRET
 from tests.mcp_client import error_code, run, structured
+from tests.mcp_wire import INIT
 from tests.test_mcp_server import MODERN, REPO, START_TIMEOUT, Served, connect
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
 ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 

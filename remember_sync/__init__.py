@@ -9,6 +9,7 @@ Quick start::
         plugin.remember.set("theme", "dark", scope="user")
 """
 
+from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
 from ._secrets import generate_secret
 from .accessor import RememberAccessor
 from .errors import (
@@ -23,7 +24,6 @@ from .errors import (
     RememberStoreError,
     RememberUnavailableError,
 )
-from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
 from .identity import current_identity, identity
 from .plugin import RememberPlugin
 from .types import BRANDS, SCOPES, Identity, RememberEntry

@@ -111,6 +111,9 @@ _PERMISSION = (
     "listing='scan')",
 )
 
+#: Exception classes of recent redis-py releases (a connection or cluster outage).
+_NEWER_ERRORS = ("MaxClientsReachedError", "RedisClusterUnreachableError")
+
 #: Every exception class of redis-py on its own row (a new one fails a test until it has one):
 #: the remember error it becomes, and that error's message.
 EXCEPTION_MAP: dict[type[BaseException], tuple[type[RememberError], str]] = {
@@ -127,7 +130,9 @@ EXCEPTION_MAP: dict[type[BaseException], tuple[type[RememberError], str]] = {
          redis.sentinel.ReplicaNotFoundError,
          # Never raised by the store's commands (no pub/sub, WATCH, locks or transactions).
          rx.PubSubError, rx.WatchError, rx.LockError, rx.LockNotOwnedError,
-         rx.CrossSlotTransactionError, rx.InvalidPipelineStack),
+         rx.CrossSlotTransactionError, rx.InvalidPipelineStack,
+         # Newer redis-py releases only (8.x): mapped where they exist.
+         *(getattr(rx, name) for name in _NEWER_ERRORS if hasattr(rx, name))),
         _STORE,
     ),
     rx.AuthenticationError: _CREDENTIALS,

@@ -159,7 +159,9 @@ class AccessorCore:
         self.read_doubled_prefix = read_doubled_prefix
         self.sleep = sleep or time.sleep
         self._stats = _Stats()
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler's call may count while its thread, interrupted,
+        # holds it (a plain lock would wait for ever).
+        self._lock = threading.RLock()
         self._new_caches()
         self.listing = listing
         #: Whether reads may trust the index: every older entry is in it.
@@ -206,7 +208,7 @@ class AccessorCore:
         # Another thread of the parent may have held a lock at the fork (see _fork).
         # They guard counters and caches: at worst the child counts one event the
         # parent's thread was counting, or reports an unreadable key once more.
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._new_caches()
 
     def namespace(self, ident: Identity | None, scope: object) -> tuple[Namespace, str]:

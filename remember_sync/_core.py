@@ -219,6 +219,7 @@ class AccessorCore:
         :raises ValueError: for an unknown scope.
         :raises RememberIdentityError: when the scope needs an identity *ident* lacks.
         """
+        given = ident is not None
         if ident is None:
             ident = current_identity()
         # Keyed by plain strings, not the Identity: their hashes are cached C-level
@@ -227,10 +228,10 @@ class AccessorCore:
         try:
             found = self._namespaces.get(cache_key)
         except TypeError:  # identity parts that are not even hashable: no caching
-            ns = resolve_namespace(ident, check_scope(scope))
+            ns = resolve_namespace(ident, check_scope(scope), given=given)
             return ns, scope_prefix(self.prefix, ns)
         if found is None:
-            ns = resolve_namespace(ident, check_scope(scope))
+            ns = resolve_namespace(ident, check_scope(scope), given=given)
             found = (ns, scope_prefix(self.prefix, ns))
             self._namespaces.put(cache_key, found)  # only valid scopes and identities
         return found

@@ -65,7 +65,7 @@ __all__ = [
 #: ``token -> principal`` (``None``: not a valid token).
 TokenVerifier = Callable[[str], "str | None"]
 #: ``WSGI environ -> principal`` (``None``: the host does not know the caller).
-PrincipalResolver = Callable[[Mapping[str, Any]], "str | None"]
+PrincipalResolver = Callable[[Mapping[str, Any]], "str | int | None"]
 
 _MIN_TOKEN_CHARS = 16
 

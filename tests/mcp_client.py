@@ -8,18 +8,6 @@ from typing import Any
 import anyio
 from mcp import Client
 
-#: A raw JSON-RPC ``initialize`` request (protocol ``2025-11-25``), for tests that post it.
-INITIALIZE: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-
 
 def run(main: Callable[[], Awaitable[Any]]) -> Any:
     """Run an async test body to completion."""

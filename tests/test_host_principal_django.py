@@ -30,14 +30,23 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import TEST_SECRET
-from tests.mcp_client import INITIALIZE, error_code, run, structured
+from tests.mcp_client import error_code, run, structured
 
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 30.0
 CAROL = {"Authorization": "Bearer token-carol-0123456789"}
 DAVE = {"Authorization": "Bearer token-dave-0123456789ab"}
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = INITIALIZE
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
 def start_site(mode: str, redis_url: str, tmp_path: Path) -> tuple[subprocess.Popen[str], str]:

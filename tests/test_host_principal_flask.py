@@ -32,10 +32,19 @@ from remember_sync.integrations.flask import RememberSync, get_plugin, remember
 from remember_sync.mcp import McpServer
 from remember_sync.mcp.auth import host_auth
 from tests.conftest import TEST_SECRET
-from tests.mcp_client import INITIALIZE, error_code, run, structured
+from tests.mcp_client import error_code, run, structured
 
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = INITIALIZE
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 TOKENS = {"token-carol-0123456789": "carol"}
 
 

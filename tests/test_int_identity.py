@@ -19,9 +19,7 @@ from remember_sync.errors import RememberIdentityError, RememberInputError
 from remember_sync.integrations.flask import RememberSync, get_plugin, remember
 from remember_sync.mcp import McpServer
 from tests.conftest import TEST_SECRET
-from tests.mcp_client import INITIALIZE
-
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+from tests.mcp_wire import ACCEPT, INIT
 
 
 @pytest.fixture
@@ -102,7 +100,7 @@ def test_a_flask_user_loader_returning_an_int_id_works_over_mcp() -> None:
     app = _login_app()
     client = app.test_client()
     assert client.post("/login", data={"id": "42"}).status_code == 200
-    init = _rpc(client, INITIALIZE)
+    init = _rpc(client, INIT)
     assert init.status_code == 200, init.get_data(as_text=True)
     session_id = init.headers["Mcp-Session-Id"]
     call = _rpc(

@@ -28,7 +28,7 @@ from remember_sync.errors import RememberConfigurationError, RememberIdentityErr
 from remember_sync.stores.redis import RedisStore
 from remember_sync.types import Identity
 from tests.conftest import TEST_SECRET
-from tests.mcp_client import INITIALIZE
+from tests.mcp_wire import INIT
 
 MIDDLEWARE = "remember_sync.integrations.django.RememberMiddleware"
 BASE_REMEMBER = {"encryption": {"secrets": [TEST_SECRET]}, "skip_legacy_purge": True}
@@ -304,7 +304,16 @@ def test_users_and_tokens_reach_the_mcp_view(use_redis: Callable[..., Any]) -> N
     resolver = "remember_sync.integrations.django.remote_user_resolver"
     with use_redis(principal_resolver=resolver, token_verifier=TOKENS.get, tools={"enabled": True}):
         client = Client()
-        init = INITIALIZE
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
         callers: list[tuple[dict[str, Any], dict[str, str]]] = [
             ({"REMOTE_USER": "carol"}, {}),
             ({}, {"Authorization": "Bearer token-alice-0123456789"}),
@@ -362,8 +371,7 @@ def test_a_principal_resolver_returning_an_int_pk_works(
         assert r.status_code == 200, r.content
         assert body(client.get("/whoami", headers=user))["user_id"] == "42"
         assert redis_client.exists("remember:v2:user:42:color")
-        init = INITIALIZE
-        reply = _rpc(client, init, **user)
+        reply = _rpc(client, INIT, **user)
         assert reply.status_code == 200, reply.content
         call = {
             "jsonrpc": "2.0",

@@ -36,7 +36,6 @@ from remember_sync.integrations.wsgi import (
 )
 from remember_sync.types import Identity
 from tests.conftest import TEST_SECRET
-from tests.mcp_client import INITIALIZE
 
 App = Callable[[dict[str, Any], Any], Iterable[bytes]]
 
@@ -199,7 +198,18 @@ def test_mcp_server_sessions_verify_in_the_middleware(plugin: RememberPlugin) ->
     from remember_sync.mcp import McpServer
 
     server = McpServer(plugin)
-    payload = json.dumps(INITIALIZE).encode()
+    payload = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+    ).encode()
     status, headers, _ = drive(
         server,
         REQUEST_METHOD="POST",

@@ -34,11 +34,10 @@ from remember_sync.integrations.flask import RememberSync, get_plugin
 from remember_sync.mcp import McpServer, create_app
 from remember_sync.mcp.auth import load_or_create_local_token
 from tests.conftest import TEST_SECRET
-from tests.mcp_client import INITIALIZE
+from tests.mcp_wire import ACCEPT, INIT
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "remember_sync"
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 def _help(*args: str) -> str:
@@ -135,7 +134,7 @@ def _call(client: Any, session: str, name: str, arguments: dict[str, Any]) -> di
 def test_a_flask_mount_gives_a_caller_without_user_or_token_an_anonymous_session() -> None:
     """As documented: a session of its own, session scope only; never user scope."""
     client = _mounted_app().test_client()
-    init = client.post("/mcp", data=json.dumps(INITIALIZE), headers=ACCEPT)
+    init = client.post("/mcp", data=json.dumps(INIT), headers=ACCEPT)
     assert init.status_code == 200
     session = init.headers["Mcp-Session-Id"]
     stored = _call(client, session, "remember_this", {"key": "k", "value": 1, "scope": "session"})
@@ -144,7 +143,7 @@ def test_a_flask_mount_gives_a_caller_without_user_or_token_an_anonymous_session
     assert recalled["structuredContent"]["value"] == 1
     refused = _call(client, session, "remember_this", {"key": "k", "value": 1, "scope": "user"})
     assert refused["isError"] is True and "REMEMBER_IDENTITY_REQUIRED" in json.dumps(refused)
-    other = client.post("/mcp", data=json.dumps(INITIALIZE), headers=ACCEPT)
+    other = client.post("/mcp", data=json.dumps(INIT), headers=ACCEPT)
     theirs = other.headers["Mcp-Session-Id"]
     assert _call(client, theirs, "recall", {"key": "k", "scope": "session"})[
         "structuredContent"
@@ -155,7 +154,7 @@ def test_a_flask_mount_with_a_token_verifier_answers_401() -> None:
     """With REMEMBER_TOKEN_VERIFIER, no user and no token: 401 and a Bearer challenge."""
     verifier = {"token-carol-0123456789": "carol"}.get
     client = _mounted_app(REMEMBER_TOKEN_VERIFIER=verifier).test_client()
-    reply = client.post("/mcp", data=json.dumps(INITIALIZE), headers=ACCEPT)
+    reply = client.post("/mcp", data=json.dumps(INIT), headers=ACCEPT)
     assert reply.status_code == 401
     assert reply.headers["WWW-Authenticate"].startswith("Bearer")
     assert "Mcp-Session-Id" not in reply.headers

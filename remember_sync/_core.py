@@ -159,7 +159,9 @@ class AccessorCore:
         self.read_doubled_prefix = read_doubled_prefix
         self.sleep = sleep or time.sleep
         self._stats = _Stats()
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler's call may count while its thread, interrupted,
+        # holds it (a plain lock would wait for ever).
+        self._lock = threading.RLock()
         self._new_caches()
         self.listing = listing
         #: Whether reads may trust the index: every older entry is in it.
@@ -206,7 +208,7 @@ class AccessorCore:
         # Another thread of the parent may have held a lock at the fork (see _fork).
         # They guard counters and caches: at worst the child counts one event the
         # parent's thread was counting, or reports an unreadable key once more.
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._new_caches()
 
     def namespace(self, ident: Identity | None, scope: object) -> tuple[Namespace, str]:
@@ -217,6 +219,7 @@ class AccessorCore:
         :raises ValueError: for an unknown scope.
         :raises RememberIdentityError: when the scope needs an identity *ident* lacks.
         """
+        given = ident is not None
         if ident is None:
             ident = current_identity()
         # Keyed by plain strings, not the Identity: their hashes are cached C-level
@@ -225,10 +228,10 @@ class AccessorCore:
         try:
             found = self._namespaces.get(cache_key)
         except TypeError:  # identity parts that are not even hashable: no caching
-            ns = resolve_namespace(ident, check_scope(scope))
+            ns = resolve_namespace(ident, check_scope(scope), given=given)
             return ns, scope_prefix(self.prefix, ns)
         if found is None:
-            ns = resolve_namespace(ident, check_scope(scope))
+            ns = resolve_namespace(ident, check_scope(scope), given=given)
             found = (ns, scope_prefix(self.prefix, ns))
             self._namespaces.put(cache_key, found)  # only valid scopes and identities
         return found

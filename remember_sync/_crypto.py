@@ -328,7 +328,9 @@ class Keyring:
         self._cache_size = cache_size
         self._cache: BoundedCache[tuple[int, str, str | None, str | None, str | None], AESGCM]
         self._cache = BoundedCache(cache_size)
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler's call may count while its thread, interrupted,
+        # holds it (a plain lock would wait for ever).
+        self._lock = threading.RLock()
         #: How many HKDF derivations ran (a test pins "one per namespace").
         self.derivations = 0
         after_fork_in_child(self._after_fork_in_child)
@@ -355,7 +357,7 @@ class Keyring:
     def _after_fork_in_child(self) -> None:
         # Another thread of the parent may have held a lock at the fork (see _fork);
         # the cache is only a cache, so the child starts with an empty one.
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._cache = BoundedCache(self._cache_size)
 
     def open(

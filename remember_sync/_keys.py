@@ -49,6 +49,7 @@ __all__ = [
     "layout_marker_key",
     "legacy_patterns",
     "match_user_pattern",
+    "parse_doubled_key",
     "parse_storage_key",
     "scope_prefix",
     "scope_glob",
@@ -314,6 +315,20 @@ def parse_storage_key(prefix: str, full_key: str) -> ParsedKey | None:
     return None
 
 
+def parse_doubled_key(prefix: str, full_key: str) -> ParsedKey | None:
+    """*full_key* as a key of 1.8.0's doubled-prefix layout (``P + P + "v2:..."``), or ``None``.
+
+    1.8.0's Redis and Vercel KV stores prefixed keys the accessor had already
+    prefixed; the plugin reads them only with ``read_doubled_prefix=True``.
+    """
+    if not prefix or not full_key.startswith(prefix + prefix):
+        return None
+    try:
+        return parse_storage_key(prefix, full_key[len(prefix) :])
+    except UnicodeDecodeError:
+        return None  # percent-encoding that is not UTF-8: not written by 1.8.0
+
+
 def describe_key(prefix: str, full_key: str) -> str:
     """How logs and error messages name a storage key: never with its identity in clear.
 
@@ -323,9 +338,7 @@ def describe_key(prefix: str, full_key: str) -> str:
     recover an id) and the bare key, which the caller chose.  A key that is
     not one of ours is named by its hash alone.
     """
-    parsed = parse_storage_key(prefix, full_key)
-    if parsed is None and full_key.startswith(prefix + prefix):
-        parsed = parse_storage_key(prefix, full_key[len(prefix) :])  # 1.8.0's doubled prefix
+    parsed = parse_storage_key(prefix, full_key) or parse_doubled_key(prefix, full_key)
     if parsed is None:
         return f"key #{hashlib.sha256(full_key.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
     head = full_key[: len(full_key) - len(parsed.key)]

@@ -67,6 +67,7 @@ from ._keys import (
     index_record_key,
     layout_marker_key,
     legacy_patterns,
+    parse_doubled_key,
 )
 from .errors import (
     LayoutMarkerError,
@@ -79,6 +80,7 @@ from .stores.base import NamespaceIndex, Store
 
 __all__ = [
     "DEFAULT_DELAY_MS",
+    "DoubledPrefixCheck",
     "INDEXING_LEASE_MS",
     "INDEXING_RETRY_S",
     "IndexBackfill",
@@ -95,6 +97,8 @@ __all__ = [
     "PurgeResult",
     "ReindexResult",
     "check_key_id",
+    "count_doubled_keys",
+    "doubled_prefix_message",
     "ensure_marker",
     "is_legacy_value",
     "key_id_key",
@@ -1192,9 +1196,125 @@ def reindex_store(
 
 #: (store, prefix) pairs that already have a backfill worker in this process (see _claim).
 _backfills: dict[tuple[int, str], Callable[[], object | None]] = {}
+#: (store, prefix) pairs already checked for doubled-prefix keys in this process.
+_doubled_checks: dict[tuple[int, str], Callable[[], object | None]] = {}
 
 
-class IndexBackfill:
+def _claim_pass(
+    table: dict[tuple[int, str], Callable[[], object | None]], store: Store, prefix: str
+) -> bool:
+    """Claim (*store*, *prefix*) in *table* for this process; ``False`` when already held.
+
+    Two prefixes on one store are two claims; a collected store frees its claim.
+    """
+    key = (id(store), prefix)
+    with _claims_lock:
+        held = table.get(key)
+        if held is not None and held() is store:
+            return False
+        try:
+            table[key] = weakref.ref(store)
+        except TypeError:
+            table[key] = lambda: store
+        return True
+
+
+def count_doubled_keys(
+    store: Store, prefix: str, *, should_stop: Callable[[], bool] | None = None
+) -> int:
+    """How many keys of 1.8.0's doubled-prefix layout (``P + P + "v2:..."``) *store* holds.
+
+    One ``SCAN`` of ``P + P + "*"`` (:func:`~remember_sync._keys.parse_doubled_key`
+    decides); 0 for an empty prefix.
+    """
+    if not prefix:
+        return 0
+    found = 0
+    for key in store.scan(glob_escape(prefix + prefix) + "*"):
+        if should_stop is not None and should_stop():
+            break
+        found += parse_doubled_key(prefix, key) is not None
+    return found
+
+
+def doubled_prefix_message(count: int) -> str:
+    """The WARNING for *count* doubled-prefix keys a plugin does not read."""
+    entries = "entry" if count == 1 else "entries"
+    return (
+        f"remember: the store holds {count} {entries} in 1.8.0's doubled-prefix layout "
+        "(P+P+'v2:...') that this plugin does not read: they are invisible to every read, "
+        "list and reindex. If they are this application's, set read_doubled_prefix=True "
+        "(the CLI: --read-doubled-prefix), and run `remember-sync rotate "
+        "--read-doubled-prefix` to move them into the current layout"
+    )
+
+
+class _OneThread:
+    """Background work on one daemon thread: a stop flag, and :meth:`wait` for the thread."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _spawn(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the worker thread ended (or none was started); ``False`` on timeout."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+class DoubledPrefixCheck(_OneThread):
+    """A one-shot background count of 1.8.0's doubled-prefix keys, for a plugin that skips them.
+
+    Started by a plugin without ``read_doubled_prefix`` on a store that may hold
+    1.8.0's data; runs once per store and prefix per process, on a daemon
+    thread (construction never waits, no request pays for it), and logs one
+    WARNING (:func:`doubled_prefix_message`) when it finds any.  A store error
+    stands down with a DEBUG log.  :attr:`count` holds the number found
+    (``None`` until it ran, or when it could not).
+    """
+
+    def __init__(self, store: Store, prefix: str, *, logger: logging.Logger | None = None) -> None:
+        super().__init__()
+        self.store = store
+        self.prefix = prefix
+        self._log = logger or log
+        self.count: int | None = None
+
+    def start(self) -> DoubledPrefixCheck:
+        """Start the daemon thread, unless this store and prefix were checked in this process."""
+        if self.prefix and _claim_pass(_doubled_checks, self.store, self.prefix):
+            self._spawn("remember-doubled-prefix-check")
+        return self
+
+    def _run(self) -> None:
+        try:
+            count = count_doubled_keys(self.store, self.prefix, should_stop=self._stop.is_set)
+        except Exception as exc:  # noqa: BLE001 - a background thread must never die silently
+            self._log.debug("remember: doubled-prefix check stood down (%s)", exc)
+            return
+        if self._stop.is_set():
+            return
+        self.count = count
+        if count:
+            self._log.warning(doubled_prefix_message(count))
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop a running count and wait for it."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+
+class IndexBackfill(_OneThread):
     """The one-time, fleet-wide background reindex a plugin in index mode starts.
 
     Like :class:`LegacyPurge` it runs on a daemon thread, once per store object
@@ -1225,13 +1345,12 @@ class IndexBackfill:
         on_done: Callable[[], None] | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
+        super().__init__()
         self.store = store
         self.prefix = prefix
         self._clock = clock
         self._on_done = on_done
         self._log = logger or log
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._retry: threading.Timer | None = None
         self._failures = 0
         self.state = "idle"
@@ -1248,21 +1367,11 @@ class IndexBackfill:
         if not self.prefix or nested_prefix(self.prefix) is not None:
             self.state = "stood-down"
             return self
-        key = (id(self.store), self.prefix)  # two prefixes on one store: two passes
-        with _claims_lock:
-            held = _backfills.get(key)
-            if held is not None and held() is self.store:
-                self.state = "duplicate"
-                return self
-            try:
-                _backfills[key] = weakref.ref(self.store)
-            except TypeError:
-                _backfills[key] = lambda: self.store
+        if not _claim_pass(_backfills, self.store, self.prefix):
+            self.state = "duplicate"
+            return self
         self.state = "running"
-        self._thread = threading.Thread(
-            target=self._run, name="remember-index-backfill", daemon=True
-        )
-        self._thread.start()
+        self._spawn("remember-index-backfill")
         return self
 
     def _run(self) -> None:
@@ -1317,13 +1426,6 @@ class IndexBackfill:
             held = _backfills.get((id(self.store), self.prefix))
             if held is not None and held() is self.store:
                 del _backfills[(id(self.store), self.prefix)]
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the worker thread ended; return ``False`` on timeout."""
-        if self._thread is None:
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def stop(self, timeout: float | None = 5.0) -> None:
         """Ask a running pass to stop after its batch, and wait for it."""

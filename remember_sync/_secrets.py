@@ -67,8 +67,16 @@ _production_secret: str | None = None
 
 
 def generate_secret() -> str:
-    """A new master secret: base64url of 32 random bytes (43 characters)."""
-    return b64url_encode(_random.token_bytes(32))
+    """A new master secret (or token): base64url of 32 random bytes (43 characters).
+
+    It never starts with ``-`` or ``_``: a leading ``-`` makes ``--token $T`` or
+    ``cmd $SECRET`` read it as an option.  (Redrawing the 2 in 64 such draws
+    leaves the other 42 characters uniformly random.)
+    """
+    while True:
+        text = b64url_encode(_random.token_bytes(32))
+        if text[0].isalnum():
+            return text
 
 
 def is_production(environ: Mapping[str, str]) -> bool:

@@ -38,16 +38,17 @@ _current: ContextVar[Identity | None] = ContextVar("remember_sync.identity", def
 
 @contextmanager
 def identity(
-    session_id: str | None = None,
-    user_id: str | None = None,
-    tool_name: str | None = None,
+    session_id: str | int | None = None,
+    user_id: str | int | None = None,
+    tool_name: str | int | None = None,
     *,
     bound: Identity | None = None,
 ) -> Iterator[Identity]:
     """Bind an identity for the ``with`` block (hosts call this per request).
 
-    ``session_id`` must be a session the host verified.  Pass ``bound`` to
-    bind a ready-made :class:`Identity` instead of its parts.
+    ``session_id`` must be a session the host verified.  An ``int`` part is its
+    decimal string (see :class:`Identity`).  Pass ``bound`` to bind a
+    ready-made :class:`Identity` instead of its parts.
     """
     value = bound if bound is not None else Identity(session_id, user_id, tool_name)
     token = _current.set(value)
@@ -82,17 +83,34 @@ def session_identity(ident: Identity) -> str | None:
     return None
 
 
-def _hint() -> str:
-    if _is_bound():
-        return ""
-    return (
-        " (No identity is bound in this context: wrap the call in "
-        "`with remember_sync.identity(...)` or use plugin.accessor(Identity(...)).)"
-    )
+def _user_part(user_id: str | None) -> str:
+    if user_id is None:
+        return "no user_id"
+    if not user_id:
+        return "an empty user_id"
+    return "an anonymous user_id (one that starts with 'anon:')"
 
 
-def resolve_namespace(ident: Identity, scope: Scope) -> Namespace:
-    """Apply the scope rules; raise :class:`RememberIdentityError` before any I/O."""
+def _hint(ident: Identity, scope: Scope, given: bool) -> str:
+    """What to do: bind one, when nothing is; else what the identity in use lacks."""
+    if not given and not _is_bound():
+        return (
+            " (No identity is bound in this context: wrap the call in "
+            "`with remember_sync.identity(...)` or use plugin.accessor(Identity(...)).)"
+        )
+    if scope == "user":
+        lacks = _user_part(ident.user_id)
+    else:
+        lacks = f"no verified session_id and {_user_part(ident.user_id)}"
+    return f" (The identity in use has {lacks}.)"
+
+
+def resolve_namespace(ident: Identity, scope: Scope, *, given: bool = False) -> Namespace:
+    """Apply the scope rules; raise :class:`RememberIdentityError` before any I/O.
+
+    :param given: *ident* was passed explicitly (``plugin.accessor(...)``), not
+        read from the context: the message then says what it lacks.
+    """
     if scope == "global":
         return Namespace("global")
     if scope == "user":
@@ -100,7 +118,7 @@ def resolve_namespace(ident: Identity, scope: Scope) -> Namespace:
             raise RememberIdentityError(
                 "Remember cannot use user scope without an authenticated user: all "
                 "unauthenticated callers would share one namespace. Authenticate the request "
-                "or use scope='global' if the data really is shared." + _hint()
+                "or use scope='global' if the data really is shared." + _hint(ident, scope, given)
             )
         return Namespace("user", user=ident.user_id)
     session = session_identity(ident)
@@ -109,7 +127,7 @@ def resolve_namespace(ident: Identity, scope: Scope) -> Namespace:
             f"Remember cannot use {scope} scope without a verified session or an "
             "authenticated user: every such request would share one namespace with all other "
             "clients. Authenticate the request, use a stateful transport, or use "
-            "scope='global' if the data really is shared." + _hint()
+            "scope='global' if the data really is shared." + _hint(ident, scope, given)
         )
     if scope == "session":
         return Namespace("session", session=session)

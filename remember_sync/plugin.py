@@ -20,7 +20,7 @@ from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
 from ._keys import storage_namespace
 from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
-from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
+from ._purge import DoubledPrefixCheck, IndexBackfill, KeyIdCheck, LegacyPurge
 from ._secrets import resolve_keyring
 from .accessor import RememberAccessor
 from .errors import RememberConfigurationError
@@ -100,8 +100,10 @@ class RememberPlugin:
         self._purge: LegacyPurge | None = None
         self._key_check: KeyIdCheck | None = None
         self._backfill: Any = None
+        self._doubled_check: DoubledPrefixCheck | None = None
         self._start_purge()
         self._start_backfill()
+        self._start_doubled_check()
 
     # -- construction -------------------------------------------------------------------
 
@@ -432,11 +434,24 @@ class RememberPlugin:
         self._backfill = IndexBackfill(core.store, core.prefix, clock=core.clock, on_done=done)
         self._backfill.start()
 
+    def _start_doubled_check(self) -> None:
+        """Warn once, in the background, about 1.8.0 doubled-prefix keys this plugin skips.
+
+        Implemented by :class:`remember_sync._purge.DoubledPrefixCheck`; not on the
+        in-process memory store, which never holds another process's data.
+        """
+        core = self._core
+        if core.read_doubled_prefix or not core.prefix or isinstance(core.store, MemoryStore):
+            return
+        self._doubled_check = DoubledPrefixCheck(core.store, core.prefix).start()
+
     def close(self) -> None:
         """Stop background work and close the store if this plugin created it."""
         if self._closed:
             return
         self._closed = True
+        if self._doubled_check is not None:
+            self._doubled_check.stop()
         if self._backfill is not None:
             self._backfill.stop()
         if self._purge is not None:

@@ -18,6 +18,7 @@ __all__ = [
     "Scope",
     "check_brand",
     "check_scope",
+    "identity_part",
 ]
 
 Scope = Literal["session", "user", "tool", "global"]
@@ -51,17 +52,44 @@ def check_brand(brand: object) -> Brand:
     raise RememberInputError(f"brand must be one of {', '.join(BRANDS)}; got {brand!r}")
 
 
-@dataclass(frozen=True)
+def identity_part(value: object, name: str) -> str | None:
+    """*value* as an identity part: a ``str`` or ``None`` as it is, an ``int`` as its decimal
+    string (``42`` and ``"42"`` are one user: database ids are ints).
+
+    :param name: the parameter that gave *value*, for the message.
+    :raises RememberInputError: any other type (``bool`` included), naming *name*.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(int(value))  # int(): an int subclass's own __str__ must not change the id
+    raise RememberInputError(f"{name} must be a str, an int or None; got {type(value).__name__}")
+
+
+@dataclass(frozen=True, init=False)
 class Identity:
     """Who is calling: bound by the host for one request.
 
     ``session_id`` must be a session the host *verified* (issued itself); an
-    unverified client header is never bound here.
+    unverified client header is never bound here.  An ``int`` part is kept as
+    its decimal string (``Identity(user_id=42).user_id == "42"``); any type
+    other than ``str``, ``int`` or ``None`` raises
+    :class:`~remember_sync.errors.RememberInputError` naming the parameter.
     """
 
     session_id: str | None = None
     user_id: str | None = None
     tool_name: str | None = None
+
+    def __init__(
+        self,
+        session_id: str | int | None = None,
+        user_id: str | int | None = None,
+        tool_name: str | int | None = None,
+    ) -> None:
+        object.__setattr__(self, "session_id", identity_part(session_id, "session_id"))
+        object.__setattr__(self, "user_id", identity_part(user_id, "user_id"))
+        object.__setattr__(self, "tool_name", identity_part(tool_name, "tool_name"))
 
     def with_tool(self, tool_name: str | None) -> Identity:
         """Return a copy with ``tool_name`` replaced."""

@@ -389,8 +389,8 @@ def test_stats_export_doctor_walk_the_doubled_prefix_layout(
     blind_doctor = _cli("doctor", *url, "--json", cwd=tmp_path, **env)
     assert blind_doctor.returncode == 1
     checks = {c["name"]: c for c in json.loads(blind_doctor.stdout)["checks"]}
-    assert checks["entries"]["status"] == "attention"
-    assert checks["entries"]["doubled_unread"] == total
+    assert checks["doubled"]["status"] == "attention"
+    assert checks["doubled"]["doubled_unread"] == total
 
 
 # -- CLI exit codes ---------------------------------------------------------------------------

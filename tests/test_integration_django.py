@@ -345,6 +345,35 @@ def test_users_and_tokens_reach_the_mcp_view(use_redis: Callable[..., Any]) -> N
         assert _rpc(client, init).status_code == 401
 
 
+def int_user_pk(request: HttpRequest) -> int | None:
+    """A resolver as most Django apps write one: the signed-in user's primary key, an int."""
+    pk = request.headers.get("X-User-Pk")
+    return None if pk is None else int(pk)
+
+
+def test_a_principal_resolver_returning_an_int_pk_works(
+    use_redis: Callable[..., Any], redis_client: redis.Redis
+) -> None:
+    """user 42 (an int) is user "42": views and the MCP view work, keyed by the decimal string."""
+    with use_redis(principal_resolver=int_user_pk, tools={"enabled": True}):
+        client = Client()
+        user = {"X-User-Pk": "42"}
+        r = client.put("/mem/user/color", {"value": "red"}, "application/json", headers=user)
+        assert r.status_code == 200, r.content
+        assert body(client.get("/whoami", headers=user))["user_id"] == "42"
+        assert redis_client.exists("remember:v2:user:42:color")
+        reply = _rpc(client, INIT, **user)
+        assert reply.status_code == 200, reply.content
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "recall", "arguments": {"key": "color", "scope": "user"}},
+        }
+        answer = _rpc(client, call, **{"Mcp-Session-Id": reply["Mcp-Session-Id"], **user})
+        assert answer.json()["result"]["structuredContent"]["value"] == "red", answer.content
+
+
 def test_context_is_unbound_after_the_response(remote_user: None) -> None:
     """Nothing is bound after a response, between streamed chunks, or after closing the stream."""
     client = Client()

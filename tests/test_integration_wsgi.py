@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from remember_sync import RememberPlugin, current_identity, identity
-from remember_sync.errors import RememberIdentityError, RememberStoreError
+from remember_sync.errors import RememberIdentityError, RememberInputError, RememberStoreError
 from remember_sync.integrations.wsgi import (
     ENVIRON_IDENTITY,
     ENVIRON_SESSION_REJECTED,
@@ -243,10 +243,12 @@ def test_bearer_token_resolver(plugin: RememberPlugin, caplog: pytest.LogCapture
     assert app.events[0] == ("call", Identity(user_id="alice"))
 
 
-def test_resolver_returning_a_non_string_is_a_type_error(plugin: RememberPlugin) -> None:
-    """A resolver must return str or None; anything else fails loudly."""
-    mw = RememberMiddleware(Recorder(), plugin, principal_resolver=lambda env: 42)  # type: ignore[arg-type,return-value]
-    with pytest.raises(TypeError, match="returned int"):
+def test_resolver_returning_an_int_or_another_type(plugin: RememberPlugin) -> None:
+    """An int principal is its decimal string; any other non-str type fails loudly, named."""
+    mw = RememberMiddleware(Recorder(), plugin, principal_resolver=lambda env: 42)
+    assert mw.resolve(_env())[0].user_id == "42"
+    mw = RememberMiddleware(Recorder(), plugin, principal_resolver=lambda env: 4.2)  # type: ignore[arg-type,return-value]
+    with pytest.raises(RememberInputError, match="principal resolver's result must be"):
         mw.resolve(_env())
 
 

@@ -33,7 +33,8 @@ ALLOWED: dict[str, set[str]] = {
     "_codec": {"errors", "types", "_crypto", "_text"},
     "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded", "_config"},
     "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},
-    "stores": {"errors", "stores", "_glob", "_fork", "_clock", "_bounded", "_text"},
+    # _config: the environment variables' names (named constructors read them).
+    "stores": {"errors", "stores", "_glob", "_fork", "_clock", "_bounded", "_text", "_config"},
     "_purge": {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },

@@ -374,15 +374,6 @@ def _entries_check(stats: StoreStats, decoded: bool) -> Check:
             f"secret missing from REMEMBER_PREVIOUS_SECRETS?); e.g. {first}",
             detail,
         )
-    if stats.doubled_unread:
-        return Check(
-            "entries",
-            "attention",
-            f"{stats.doubled_unread} keys in 1.8.0's doubled-prefix layout were not checked: "
-            "if the application reads them (read_doubled_prefix=True), run again with "
-            "--read-doubled-prefix; if it does not, nothing reads them",
-            detail,
-        )
     if stats.stale:
         return Check(
             "entries",
@@ -392,6 +383,30 @@ def _entries_check(stats: StoreStats, decoded: bool) -> Check:
             detail,
         )
     return Check("entries", "ok", f"{stats.entries} entries, all readable", detail)
+
+
+def _doubled_check(stats: StoreStats) -> Check:
+    """Keys in 1.8.0's doubled-prefix layout: invisible unless the application reads them."""
+    detail = {"doubled": stats.doubled, "doubled_unread": stats.doubled_unread}
+    if stats.doubled_unread:
+        return Check(
+            "doubled",
+            "attention",
+            f"{stats.doubled_unread} keys in 1.8.0's doubled-prefix layout (P+P+'v2:...') are "
+            "invisible to an application without read_doubled_prefix=True (and were not "
+            "checked here): if they are its data, set read_doubled_prefix=True and run "
+            "`remember-sync rotate --read-doubled-prefix` to move them into the current "
+            "layout; run this again with --read-doubled-prefix to check them",
+            detail,
+        )
+    return Check(
+        "doubled",
+        "note",
+        f"{stats.doubled} keys in 1.8.0's doubled-prefix layout, read because of "
+        "read_doubled_prefix=True: `remember-sync rotate --read-doubled-prefix` moves them "
+        "into the current layout, after which the option can go",
+        detail,
+    )
 
 
 def _unbound_check(stats: StoreStats) -> Check:
@@ -420,7 +435,8 @@ def run_doctor(
     progress_stream: TextIO | None = None,
     read_doubled_prefix: bool = False,
 ) -> list[Check]:
-    """Every check, in order: secret, store, marker, key id, legacy keys, entries, unbound.
+    """Every check, in order: secret, store, marker, key id, legacy keys, entries, doubled
+    (only when 1.8.0 doubled-prefix keys exist), unbound.
 
     *secret* is the caller's verdict on the secret source (it loaded them);
     ``codec`` is ``None`` when no secret could be loaded.  When the store
@@ -456,6 +472,8 @@ def run_doctor(
         return checks
     checks.append(legacy_check)
     checks.append(_entries_check(stats, codec is not None))
+    if stats.doubled:
+        checks.append(_doubled_check(stats))
     if codec is not None and codec.keyring is not None:
         checks.append(_unbound_check(stats))
     return checks

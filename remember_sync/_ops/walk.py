@@ -21,7 +21,7 @@ from typing import Any, Literal, TextIO
 from .._codec import EntryCodec
 from .._core import AccessorCore
 from .._crypto import UNBOUND_REFUSED
-from .._keys import ParsedKey, glob_escape, layout_marker_key, parse_storage_key
+from .._keys import ParsedKey, glob_escape, layout_marker_key, parse_doubled_key, parse_storage_key
 from .._progress import Progress
 from .._purge import LEGACY_SCOPES
 from ..errors import RememberDecryptionError
@@ -76,13 +76,9 @@ def classify(prefix: str, key: str) -> tuple[KeyKind, ParsedKey | None]:
         parsed = None  # percent-encoding that is not UTF-8: not written by us
     if parsed is not None:
         return "entry", parsed
-    if prefix and key.startswith(prefix + prefix):
-        try:
-            parsed = parse_storage_key(prefix, key[len(prefix) :])
-        except UnicodeDecodeError:
-            parsed = None
-        if parsed is not None:
-            return "doubled", parsed
+    parsed = parse_doubled_key(prefix, key)
+    if parsed is not None:
+        return "doubled", parsed
     rest = key[len(prefix) :]
     if prefix and any(rest.startswith(f"{scope}:") for scope in LEGACY_SCOPES):
         return "legacy", None

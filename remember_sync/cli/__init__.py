@@ -104,6 +104,8 @@ def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Sto
         found = store_settings(os.environ, redis_url=redis_url, vercel_kv=vercel_kv)
     except RememberConfigurationError as exc:
         sub.error(exc.message)
+    if found.kind == "redis":
+        _check_redis_url(found.redis_url, found.source, sub)
     if found.kind != "memory":
         choice = StoreChoice(found.kind, found.redis_url)
         if found.source in (PLATFORM_REDIS_URL_ENV, KV_URL_ENV) and _changes_store(args):
@@ -114,6 +116,20 @@ def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Sto
     if args.needs_store:
         sub.error(_NEEDS_STORE.format(env=REDIS_URL_ENV))
     return StoreChoice("memory")
+
+
+def _check_redis_url(url: str | None, source: str, sub: argparse.ArgumentParser) -> None:
+    """A usage error for a Redis URL the store would refuse (a query option, a bad port):
+    building a store sends nothing, so this needs no server."""
+    from ..errors import RememberConfigurationError
+    from ..stores.redis import RedisStore
+
+    assert url is not None
+    try:
+        RedisStore.from_url(url).close()
+    except RememberConfigurationError as exc:
+        name = "argument --redis-url" if source == "argument" else f"environment variable {source}"
+        sub.error(f"{name}: {exc.message}")
 
 
 # -- entry point ---------------------------------------------------------------------------

@@ -31,10 +31,14 @@ _NEEDS_STORE = (
 _STORE_EPILOG = (
     "Store: --redis-url URL (or the environment variable {env}, then REDIS_URL, which keep a "
     "password off the command line) or --vercel-kv (KV_REST_API_URL and KV_REST_API_TOKEN; "
-    "also chosen by REMEMBER_VERCEL_KV=1 or by those two alone). Secrets come from "
-    "REMEMBER_SECRET (or MCP_MEMORY_SECRET / MCP_SESSION_SECRET) plus REMEMBER_PREVIOUS_SECRETS "
-    "(comma-separated, older secrets that still decrypt), else --secret-file, else "
-    ".frontmcp/remember-secret.json in the working directory. The CLI never creates a secret."
+    "also chosen by REMEMBER_VERCEL_KV=1 or by those two alone)."
+)
+#: Added to the store epilog of the commands that read or write values.
+_SECRETS_EPILOG = (
+    " Secrets come from REMEMBER_SECRET (or MCP_MEMORY_SECRET / MCP_SESSION_SECRET) plus "
+    "REMEMBER_PREVIOUS_SECRETS (comma-separated, older secrets that still decrypt), else "
+    "--secret-file, else .frontmcp/remember-secret.json in the working directory. The CLI "
+    "never creates a secret."
 )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from .._config import REDIS_URL_ENV
 from .._keys import check_key, check_pattern
 from ..types import SCOPES
-from ._common import _STORE_EPILOG, PROG, Handler, _redis_url
+from ._common import _SECRETS_EPILOG, _STORE_EPILOG, PROG, Handler, _redis_url
 
 # -- argument types (each error names its argument through argparse) ------------------------
 
@@ -210,11 +210,18 @@ class Commands:
             help=("* " if needs_store else "") + help_text,
             description=(description or help_text)
             + ("\n\nNeeds a real store (--redis-url or --vercel-kv)." if needs_store else ""),
-            epilog=self.epilog if self.store in parents else None,
+            epilog=self._epilog(parents),
             formatter_class=_Formatter,
         )
         sub.set_defaults(handler=handler, needs_store=needs_store, subparser=sub)
         return sub
+
+    def _epilog(self, parents: list[argparse.ArgumentParser]) -> str | None:
+        """Where the store comes from; and the secrets, for commands that take them."""
+        if self.store not in parents:
+            return None
+        secrets = self.reads in parents or self.writes in parents
+        return self.epilog + (_SECRETS_EPILOG if secrets else "")
 
 
 def top_level() -> tuple[argparse.ArgumentParser, Commands]:

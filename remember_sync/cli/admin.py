@@ -77,7 +77,8 @@ def add_maintenance_commands(c: Commands) -> None:
         "indexed: plugins then list each namespace without scanning the database. Idempotent "
         "and safe beside running applications. Needs no secret: values are not read.")
 
-    p = add("purge-legacy", _cmd_purge_legacy, "delete pre-v2 keys now (the SPEC section 7 sweep)",
+    p = add("purge-legacy", _cmd_purge_legacy,
+            "delete pre-v2 keys now, without waiting for the purge window",
             [store, as_json], needs_store=True,
             description="Delete the pre-v2 entries (P+'session:*', P+'tool:*', P+'user:*') now, "
             "ignoring the purge window. Only keys whose value is a legacy entry of this plugin "

@@ -98,7 +98,7 @@ from ..errors import (
 from ..identity import identity
 from ..mcp.auth import register_host_auth
 from ..plugin import RememberPlugin
-from ..types import Identity
+from ..types import Identity, identity_part
 from .wsgi import (
     ENVIRON_IDENTITY,
     SESSION_NOT_FOUND,
@@ -124,7 +124,7 @@ __all__ = [
 log = logging.getLogger("remember_sync")
 
 #: ``request -> principal | None``.
-RequestPrincipalResolver = Callable[[HttpRequest], "str | None"]
+RequestPrincipalResolver = Callable[[HttpRequest], "str | int | None"]
 
 _INTEGRATION_KEYS = frozenset(
     {
@@ -165,7 +165,7 @@ def user_or_token_resolver(
     """
 
     def resolve(request: HttpRequest) -> str | None:
-        principal = user(request)
+        principal = identity_part(user(request), "the principal resolver's result")
         if principal:
             return principal
         return principal_from_authorization(verify, request.headers.get("Authorization"))
@@ -371,11 +371,7 @@ class RememberMiddleware:
             principal = runtime.resolver(request)
         except RememberUnavailableError as exc:  # e.g. an OAuth issuer that is down: 503
             return _json_error(exc)
-        if principal is not None and not isinstance(principal, str):
-            raise TypeError(
-                f"principal resolver returned {type(principal).__name__}; expected a str or None"
-            )
-        principal = principal or None
+        principal = identity_part(principal, "the principal resolver's result") or None
         presented = request.headers.get(runtime.session_header)
         session = verified_session(runtime.signer, presented, principal)
         if presented and session is None and runtime.reject_unverified_session:

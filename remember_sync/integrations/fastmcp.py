@@ -56,7 +56,7 @@ from ..types import Identity
 __all__ = ["PrincipalResolver", "register_memory_tools"]
 
 #: ``ctx -> principal | None``: who is calling, from the SDK's ``ServerRequestContext``.
-PrincipalResolver = Callable[[Any], "str | None"]
+PrincipalResolver = Callable[[Any], "str | int | None"]
 
 _MODERN_VERSIONS = ("2026-07-28",)
 _CONNECTION_SESSION_KEY = "remember_sync.session_id"

@@ -84,7 +84,7 @@ from ..accessor import RememberAccessor
 from ..errors import RememberConfigurationError, RememberError
 from ..mcp.auth import TokenVerifier, register_host_auth
 from ..plugin import RememberPlugin
-from ..types import Identity
+from ..types import Identity, identity_part
 from .wsgi import (
     ENVIRON_IDENTITY,
     PrincipalResolver,
@@ -227,11 +227,11 @@ def _user_resolver(app: Flask, config: Mapping[str, Any]) -> PrincipalResolver:
 def _in_request_context(app: Flask, loader: Any) -> PrincipalResolver:
     def resolve(environ: Mapping[str, Any]) -> str | None:
         if has_request_context() and request.environ is environ:
-            return cast("str | None", loader())
+            return identity_part(loader(), "REMEMBER_USER_LOADER's result")
         # The middleware runs before Flask pushes the request context (and a mounted MCP
         # server never gets one): push one, on a copy so the app's own Request is untouched.
         with app.request_context(dict(environ)):
-            return cast("str | None", loader())
+            return identity_part(loader(), "REMEMBER_USER_LOADER's result")
 
     return resolve
 

@@ -75,7 +75,7 @@ from ..errors import (
 )
 from ..identity import identity
 from ..plugin import RememberPlugin
-from ..types import Identity
+from ..types import Identity, identity_part
 
 if TYPE_CHECKING:
     from _typeshed import OptExcInfo
@@ -108,7 +108,7 @@ ENVIRON_IDENTITY = "remember_sync.identity"
 ENVIRON_SESSION_REJECTED = "remember_sync.session_rejected"
 
 #: ``environ -> principal | None`` (``None``: an anonymous caller).
-PrincipalResolver = Callable[[Mapping[str, Any]], "str | None"]
+PrincipalResolver = Callable[[Mapping[str, Any]], "str | int | None"]
 #: ``token -> principal | None`` (``None``: not a valid token).
 TokenVerifier = Callable[[str], "str | None"]
 
@@ -162,8 +162,8 @@ def user_or_token_resolver(user: PrincipalResolver, verify: TokenVerifier) -> Pr
     bearer = bearer_token_resolver(verify)
 
     def resolve(environ: Mapping[str, Any]) -> str | None:
-        principal = _principal(user(environ), user)
-        return principal if principal is not None else bearer(environ)
+        principal = _principal(user(environ))
+        return principal if principal is not None else _principal(bearer(environ))
 
     return resolve
 
@@ -182,7 +182,7 @@ def mounted_principal_resolver(fallback: PrincipalResolver | None) -> PrincipalR
         bound = environ.get(ENVIRON_IDENTITY)
         if isinstance(bound, Identity):
             return bound.user_id
-        return None if fallback is None else _principal(fallback(environ), fallback)
+        return None if fallback is None else _principal(fallback(environ))
 
     return resolve
 
@@ -206,18 +206,16 @@ def principal_from_authorization(verify: TokenVerifier, header: str | None) -> s
     except Exception:  # noqa: BLE001 - a failing verifier refuses, it never lets in
         log.warning("remember: the bearer token verifier raised", exc_info=True)
         return None
-    return principal if isinstance(principal, str) and principal else None
-
-
-def _principal(value: object, resolver: object) -> str | None:
-    if value is None or value == "":
+    try:
+        return identity_part(principal, "the token verifier's result") or None
+    except RememberInputError:
+        log.warning("remember: the bearer token verifier returned %s", type(principal).__name__)
         return None
-    if not isinstance(value, str):
-        raise TypeError(
-            f"principal resolver {resolver!r} returned {type(value).__name__}; "
-            "expected a str or None"
-        )
-    return value
+
+
+def _principal(value: object) -> str | None:
+    """A resolver's principal: a str, an int's decimal string, or ``None`` for ``""``."""
+    return identity_part(value, "the principal resolver's result") or None
 
 
 def host_plugin(
@@ -400,7 +398,7 @@ class RememberMiddleware:
 
     def resolve(self, environ: Mapping[str, Any]) -> tuple[Identity, bool]:
         """The identity for a request and whether its session header was rejected."""
-        principal = _principal(self.principal_resolver(environ), self.principal_resolver)
+        principal = _principal(self.principal_resolver(environ))
         presented = environ.get(self._environ_key)
         session = verified_session(self.signer, presented, principal)
         return Identity(session_id=session, user_id=principal), bool(presented) and session is None

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from ..errors import RememberInputError, RememberUnavailableError
 from ..identity import is_anonymous
+from ..types import identity_part
 from .auth import PrincipalResolver, TokenVerifier
 from .oauth import ProtectedResource, metadata_url, request_resource, well_known_resource
 from .protocol import INTERNAL_ERROR, INVALID_REQUEST, error_body
@@ -246,10 +247,11 @@ class WsgiEndpoint:
     def _authenticate(self, environ: Mapping[str, Any]) -> str | None | _Response:
         if self.principal_resolver is not None:
             try:
-                resolved = self.principal_resolver(environ)
+                given = self.principal_resolver(environ)
             except Exception:  # noqa: BLE001 - a failing resolver refuses, it never lets in
                 log.warning("remember-sync MCP: the principal resolver raised", exc_info=True)
                 return _Response.unavailable("the caller could not be identified")
+            resolved = identity_part(given, "the principal_resolver's result")
             if resolved is not None:
                 if (
                     not isinstance(resolved, str)
@@ -283,6 +285,8 @@ class WsgiEndpoint:
         except Exception:  # noqa: BLE001 - a failing verifier refuses, it never lets in
             log.warning("remember-sync MCP: the token verifier raised", exc_info=True)
             principal = None
+        if isinstance(principal, int) and not isinstance(principal, bool):
+            principal = identity_part(principal, "the token verifier's result")
         if not isinstance(principal, str) or not principal:
             return self._unauthorized(environ, "the bearer token is not valid", invalid=True)
         return principal

@@ -36,7 +36,6 @@ import hmac
 import json
 import os
 import re
-import secrets
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -44,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._secrets import check_private_mode, read_or_create_private_file
+from .._secrets import check_private_mode, generate_secret, read_or_create_private_file
 from ..errors import RememberConfigurationError
 from ..identity import is_anonymous
 
@@ -65,7 +64,7 @@ __all__ = [
 #: ``token -> principal`` (``None``: not a valid token).
 TokenVerifier = Callable[[str], "str | None"]
 #: ``WSGI environ -> principal`` (``None``: the host does not know the caller).
-PrincipalResolver = Callable[[Mapping[str, Any]], "str | None"]
+PrincipalResolver = Callable[[Mapping[str, Any]], "str | int | None"]
 
 _MIN_TOKEN_CHARS = 16
 
@@ -277,7 +276,7 @@ def default_token_file(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def load_or_create_local_token(path: str | os.PathLike[str]) -> tuple[str, bool]:
-    """The local token in *path*, created (``secrets.token_urlsafe(32)``) when missing.
+    """The local token in *path*, created (:func:`~remember_sync.generate_secret`) when missing.
 
     A new file is mode 0600 in a 0700 directory, written complete or not at
     all and never through a symlink; an existing one is reused as it is (see
@@ -292,7 +291,7 @@ def load_or_create_local_token(path: str | os.PathLike[str]) -> tuple[str, bool]
     file = Path(os.path.abspath(path))
     text, created = read_or_create_private_file(
         file,
-        lambda: (secrets.token_urlsafe(32) + "\n").encode("ascii"),
+        lambda: (generate_secret() + "\n").encode("ascii"),
         what=_TOKEN_FILE_WHAT,
         instead=_TOKEN_FILE_INSTEAD,
     )

@@ -21,10 +21,11 @@ sentinels once more, briefly, to name the cause (:class:`NoPrimaryFound`).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote
 
 import redis
 import redis.sentinel
@@ -303,22 +304,138 @@ def parse_sentinel_url(url: str) -> SentinelURL:
 
 
 def redacted_url(url: str) -> str:
-    """*url* without its password, for error messages (sentinel URLs too)."""
+    """*url* without its password, for messages, whatever its shape.
+
+    The user-info part (everything before the last ``@``) is hidden but for a
+    user name that is clearly one; a URL without ``://`` (a mistyped scheme) is
+    hidden up to its last ``@``; a ``password=`` query value is hidden too.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        # Where the user-info starts is a guess in a URL of no known shape: hide it all.
+        _, at, after = url.rpartition("@")
+        return _redacted_query(f"***@{after}" if at else url)
+    # The last "@" of the whole rest, not of the part before the first "/": a
+    # password with an unencoded "/", "?" or "#" is hidden whole too.
+    userinfo, at, after = rest.rpartition("@")
+    if not at:
+        return _redacted_query(url)
+    user, colon, _ = userinfo.partition(":")
+    if not colon or any(c in user for c in _USERINFO_BREAKERS):
+        user = ""  # "secret@host" may be a password alone
+    return _redacted_query(f"{scheme}://{user}:***@{after}")
+
+
+def _redacted_query(url: str) -> str:
+    """*url* with the value of every query item whose name holds ``password`` hidden."""
+    base, question, query = url.partition("?")
+    if not question:
+        return url
+    items = []
+    for item in query.split("&"):
+        name, equals, _ = item.partition("=")
+        items.append(f"{name}=***" if equals and "password" in name.lower() else item)
+    return f"{base}?{'&'.join(items)}"
+
+
+#: The options a ``redis://``, ``rediss://`` or ``unix://`` URL's query may hold, each
+#: checked like the keyword argument of the same name; ``ssl_cert_reqs`` (``none``,
+#: ``optional``, ``required``) only in a ``rediss://`` URL.
+URL_OPTIONS = (
+    "db",
+    "retries",
+    "socket_connect_timeout",
+    "socket_timeout",
+    "ssl_ca_certs",
+    "ssl_cert_reqs",
+    "ssl_certfile",
+    "ssl_check_hostname",
+    "ssl_keyfile",
+    "wait_replicas",
+    "wait_timeout_ms",
+)
+_WHOLE_URL_OPTIONS = frozenset({"db", "retries", "wait_replicas", "wait_timeout_ms"})
+_CERT_REQS = ("none", "optional", "required")
+_BOOLEAN_TEXT = {"true": True, "1": True, "yes": True, "on": True}
+_BOOLEAN_TEXT |= {"false": False, "0": False, "no": False, "off": False}
+
+
+def _url_value(name: str, text: str) -> object:
+    """The typed value of query option *name* (the text itself when it does not convert:
+    the keyword check then names what is wrong with it)."""
     try:
-        scheme, sep, rest = url.partition("://")
-        if not sep:
-            return url if urlsplit(url).password is None else "<unparseable URL>"
-        # The last "@" of the whole rest, not of the part before the first "/": a
-        # password with an unencoded "/", "?" or "#" is hidden whole too.
-        userinfo, at, after = rest.rpartition("@")
-        if not at or ":" not in userinfo:
-            return url
-        user = userinfo.partition(":")[0]
-        if any(c in user for c in _USERINFO_BREAKERS):
-            user = ""
-        return f"{scheme}://{user}:***@{after}"
+        if name in _WHOLE_URL_OPTIONS:
+            return int(text, 10)
+        if name in ("socket_timeout", "socket_connect_timeout"):
+            return float(text)
     except ValueError:
-        return "<unparseable URL>"
+        return text
+    if name == "ssl_check_hostname":
+        return _BOOLEAN_TEXT.get(text.lower(), text)
+    return text
+
+
+def split_url_options(url: str, *, tls: bool) -> tuple[str, dict[str, Any]]:
+    """*url* without its query, and the query's options, typed and checked.
+
+    Only :data:`URL_OPTIONS` are accepted, each checked as the keyword argument
+    of the same name would be, so no option reaches a redis-py connection that
+    would refuse it later (a ``TypeError`` on every call).
+
+    :raises RedisOptionError: (``option="url"``) an unknown or repeated name, or
+        a bad value; the message names the query option, never the password.
+    """
+    base, _, query = url.partition("#")[0].partition("?")
+    options: dict[str, Any] = {}
+    for name, text in parse_qsl(query, keep_blank_values=True):
+        if name not in URL_OPTIONS:
+            raise _url_option_error(name, "is not accepted")
+        if name in options:
+            raise _url_option_error(name, "is given twice")
+        options[name] = _url_value(name, text)
+    if "ssl_cert_reqs" in options:
+        reqs = str(options["ssl_cert_reqs"]).lower()
+        if not tls:
+            raise _url_option_error("ssl_cert_reqs", "needs a rediss:// URL")
+        if reqs not in _CERT_REQS:
+            raise _url_option_error("ssl_cert_reqs", f"must be {', '.join(_CERT_REQS)}")
+        options["ssl_cert_reqs"] = reqs
+    for name, value in options.items():
+        try:
+            if name == "wait_timeout_ms":
+                _whole(name, value, 1)
+            elif name != "ssl_cert_reqs":
+                check_options({name: value}, tls=tls)
+        except RedisOptionError as exc:
+            raise _url_option_error(name, exc.detail) from None
+    return base, options
+
+
+def _url_option_error(name: str, detail: str) -> RedisOptionError:
+    return RedisOptionError(
+        "url", f"query option {name!r} {detail} (a Redis URL accepts {', '.join(URL_OPTIONS)})"
+    )
+
+
+def check_connection_options(pool: redis.ConnectionPool) -> None:
+    """Refuse a keyword a pool's connections would not take (redis-py raises it only
+    later, as a ``TypeError`` on every call that opens a connection)."""
+    accepted: set[str] = set()
+    for cls in pool.connection_class.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        accepted |= {p.name for p in parameters if p.kind in _NAMED}
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            break
+    unknown = sorted(set(pool.connection_kwargs) - accepted)
+    if unknown:
+        name = pool.connection_class.__name__
+        raise RedisOptionError(unknown[0], f"is not an option of redis-py's {name}")
+
+
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 # -- Sentinel ------------------------------------------------------------------------------

@@ -30,6 +30,18 @@ next sweep) happen after it.  Because readers may run at any moment, nothing
 iterates the dict directly: iteration goes over a snapshot taken by one C call
 (``list(d.items())``).
 
+Signal handlers.  A Python signal handler runs in the main thread between two
+bytecodes, possibly while that thread holds the lock half-way through an
+update.  Waiting for the lock there would hang for ever, and entering would let
+the handler see and change a half-made update.  So a call made while its own
+thread already holds the lock (:meth:`_StoreLock.held_here`) never waits: a
+plain ``set`` or ``delete`` is queued and applied by the holder before it lets
+go (reads, from the handler or any thread, see queued writes at once); reads
+use the data as it stands without touching it; a conditional write
+(``only_if_absent``, ``compare_and_set``), whose answer depends on the
+interrupted update, raises :class:`~remember_sync.errors.RememberConflictError`
+with nothing written.
+
 Listing index.  After :meth:`MemoryStore.use_index` the store also groups its
 keys by index name (one ``dict`` per namespace, kept under the lock by every
 write, delete, expiry and eviction), so :meth:`MemoryStore.index_pages` reads a
@@ -47,7 +59,7 @@ from collections.abc import Callable, Iterator, Sequence
 from .._clock import Clock, system_clock
 from .._fork import after_fork_in_child
 from .._glob import glob_matcher
-from ..errors import RememberConfigurationError, RememberInputError
+from ..errors import RememberConfigurationError, RememberConflictError, RememberInputError
 from .base import IndexOf, check_key, check_keys, check_scan, check_write, merged_index_of
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
@@ -69,6 +81,44 @@ ENTRY_OVERHEAD_BYTES = 512
 def _utf8_len(text: str) -> int:
     # isascii() is O(1) on CPython (a flag of the string), and every encrypted entry is ASCII.
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+#: A key with no queued write (see :class:`_StoreLock`).
+_NOT_QUEUED = object()
+#: A queued write: (value, ttl_ms, clock reading when it was made); ``None``: a delete.
+_Queued = tuple[str, int | None, int] | None
+
+
+class _StoreLock:
+    """The store's lock; a call by the thread already holding it is queued, never waited for.
+
+    See "Signal handlers" in the module docs.  Leaving the lock applies the
+    queue first (the holder's own handler may queue more meanwhile: it is
+    drained until empty, after letting go too).
+    """
+
+    def __init__(self, apply_queued: Callable[[], None]) -> None:
+        self._lock = threading.RLock()
+        self._apply_queued = apply_queued
+        #: Keys written while the lock was held by their own thread, in order.
+        self.queue: deque[str] = deque()
+
+    def held_here(self) -> bool:
+        """Whether the calling thread holds the lock (one C call: exact at any bytecode)."""
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        while True:
+            try:
+                self._apply_queued()
+            finally:
+                self._lock.release()
+            if not self.queue:
+                return
+            self._lock.acquire()  # a handler queued between the last apply and the release
 
 
 class _Space:
@@ -127,7 +177,9 @@ class MemoryStore:
         self._bytes = 0
         self._by_size: list[tuple[int, str]] = []
         self._clock = clock or system_clock
-        self._lock = threading.Lock()
+        self._lock = _StoreLock(self._apply_queued)
+        # key -> its latest queued write (see _StoreLock); read before the data.
+        self._queued: dict[str, _Queued] = {}
         # key -> (value, deadline_ms or None); order = least recently used first.
         self._data: OrderedDict[str, tuple[str, int | None]] = OrderedDict()
         self._heap: list[tuple[int, str]] = []
@@ -152,8 +204,11 @@ class MemoryStore:
         # still a whole (value, deadline) pair, but the size accounting of a bounded store
         # may be off by that one write, and a lost heap entry only delays the sweep of an
         # expired key (reads check the deadline themselves).  The store is per process
-        # anyway: the child works on a copy the parent never sees.
-        self._lock = threading.Lock()
+        # anyway: the child works on a copy the parent never sees.  Writes a signal
+        # handler queued are kept: the child's next write applies them.
+        queue = self._lock.queue
+        self._lock = _StoreLock(self._apply_queued)
+        self._lock.queue = queue
 
     # -- internals (call with the lock held) ---------------------------------
 
@@ -166,6 +221,59 @@ class MemoryStore:
             self._remove(key)
             return None
         return item
+
+    def _view(self, key: str, now: int) -> str | None:
+        """The live value of *key* as a reader sees it now, queued writes first; changes nothing."""
+        queued: object = self._queued.get(key, _NOT_QUEUED) if self._queued else _NOT_QUEUED
+        if queued is not _NOT_QUEUED:
+            if not isinstance(queued, tuple):
+                return None  # a queued delete
+            value, ttl_ms, then = queued
+            return str(value) if ttl_ms is None or now < then + ttl_ms else None
+        item = self._data.get(key)
+        if item is None or (item[1] is not None and now >= item[1]):
+            return None
+        return item[0]
+
+    def _queue(self, key: str, write: _Queued) -> None:
+        """Queue a write made while this thread holds the lock (see _StoreLock)."""
+        if write is not None and self._max_bytes is not None:
+            self._check_charge(key, write[0])  # refused now, not when applied
+        self._queued[key] = write
+        self._lock.queue.append(key)
+
+    def _apply_queued(self) -> None:
+        """Apply the queued writes, oldest first (lock held, by the thread that queued them)."""
+        queue = self._lock.queue
+        while queue:
+            key = queue.popleft()
+            write: object = self._queued.get(key, _NOT_QUEUED)
+            if write is _NOT_QUEUED:
+                continue  # queued twice: applied with the first
+            if isinstance(write, tuple):
+                value, ttl_ms, then = write
+                self._put(key, value, ttl_ms, then)
+            elif key in self._data:
+                self._remove(key)
+            if self._queued.get(key, _NOT_QUEUED) is write:
+                del self._queued[key]
+
+    def _busy(self) -> RememberConflictError:
+        return RememberConflictError(
+            "the memory store is in the middle of a write that this call (a signal handler) "
+            "interrupted, and a conditional write cannot be decided before it ends; "
+            "nothing was written"
+        )
+
+    def _check_charge(self, key: str, value: str) -> int:
+        charge = _utf8_len(key) + _utf8_len(value) + ENTRY_OVERHEAD_BYTES
+        max_bytes = self._max_bytes
+        if max_bytes is not None and charge > max_bytes:
+            raise RememberInputError(
+                f"entry of {charge} bytes (key, value and {ENTRY_OVERHEAD_BYTES} bytes "
+                f"overhead) is larger than the memory store's max_bytes ({max_bytes})"
+            )
+        return charge
 
     def _remove(self, key: str) -> None:
         del self._data[key]
@@ -264,13 +372,8 @@ class MemoryStore:
                 heapq.heappush(self._heap, (deadline, key))
             return
         name = "" if self._namespace_of is None else self._namespace_of(key)
-        charge = _utf8_len(key) + _utf8_len(value) + ENTRY_OVERHEAD_BYTES
+        charge = self._check_charge(key, value)
         max_bytes = self._max_bytes
-        if max_bytes is not None and charge > max_bytes:
-            raise RememberInputError(
-                f"entry of {charge} bytes (key, value and {ENTRY_OVERHEAD_BYTES} bytes "
-                f"overhead) is larger than the memory store's max_bytes ({max_bytes})"
-            )
         if key in self._data:
             self._remove(key)  # an overwrite: its old bytes no longer count
         max_entries = self._max_entries
@@ -307,14 +410,17 @@ class MemoryStore:
 
     def get(self, key: str) -> str | None:
         check_key(key)
+        if self._queued:  # writes a signal handler queued (see _StoreLock)
+            return self._view(key, self._clock())
         # No lock (see the module docs): one atomic read, then one atomic LRU move.
         item = self._data.get(key)
         if item is None:
             return None
         deadline = item[1]
         if deadline is not None and (now := self._clock()) >= deadline:  # no deadline: no clock
-            with self._lock:
-                self._live(key, now)  # re-read under the lock: removes it if still expired
+            if not self._lock.held_here():  # else a handler: the holder's next sweep drops it
+                with self._lock:
+                    self._live(key, now)  # re-read under the lock: removes it if still expired
             return None
         try:
             self._data.move_to_end(key)
@@ -327,6 +433,9 @@ class MemoryStore:
 
     def get_many(self, keys: Sequence[str]) -> list[str | None]:
         check_keys(keys)
+        if self._lock.held_here():
+            now = self._clock()
+            return [self._view(key, now) for key in keys]
         with self._lock:
             now = self._clock()
             out: list[str | None] = []
@@ -340,6 +449,11 @@ class MemoryStore:
     ) -> bool:
         check_write(key, value, ttl_ms)
         now = self._clock()
+        if self._lock.held_here():
+            if only_if_absent:
+                raise self._busy()
+            self._queue(key, (value, ttl_ms, now))
+            return True
         if self._bounded:
             # Bounded: eviction needs the heap exact, so everything under the lock.
             with self._lock:
@@ -385,6 +499,8 @@ class MemoryStore:
         self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
     ) -> bool:
         check_write(key, value, ttl_ms, expected)
+        if self._lock.held_here():
+            raise self._busy()
         with self._lock:
             now = self._clock()
             item = self._live(key, now)
@@ -395,6 +511,13 @@ class MemoryStore:
 
     def delete(self, *keys: str) -> int:
         check_keys(keys)
+        if self._lock.held_here():
+            now = self._clock()
+            removed = 0
+            for key in keys:
+                removed += self._view(key, now) is not None
+                self._queue(key, None)
+            return removed
         with self._lock:
             now = self._clock()
             removed = 0
@@ -407,6 +530,10 @@ class MemoryStore:
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
         check_scan(pattern, count)
         matches = glob_matcher(pattern)  # linear time, whatever the pattern
+        if self._lock.held_here() or self._queued:
+            now = self._clock()
+            every = dict.fromkeys([*list(self._data), *list(self._queued)])
+            return iter([k for k in every if matches(k) and self._view(k, now) is not None])
         with self._lock:
             now = self._clock()
             self._sweep(now)
@@ -432,6 +559,8 @@ class MemoryStore:
 
         Returns ``True``: an in-process store's index is complete at once.
         """
+        if self._lock.held_here():
+            raise self._busy()
         with self._lock:
             self._index_of = merged_index_of(self._index_of, index_of)
             self._groups.clear()
@@ -451,6 +580,13 @@ class MemoryStore:
         check_scan(pattern, count)
         check_key(index)
         matches = glob_matcher(pattern)
+        if self._lock.held_here() or self._queued:
+            # No grouping of queued keys yet: the namespace's keys from the whole view.
+            keys = [k for k in self.scan(pattern, count=count) if self._index_name(k) == index]
+            now = self._clock()
+            view = [(k, self._view(k, now)) for k in keys]
+            found = [(k, v) for k, v in view if v is not None]
+            return iter([found] if found else [])
         with self._lock:
             now = self._clock()
             group = self._groups.get(index)
@@ -464,6 +600,9 @@ class MemoryStore:
                     self._touch(key)
         return iter([page] if page else [])
 
+    def _index_name(self, key: str) -> str | None:
+        return None if self._index_of is None else self._index_of(key)
+
     def _touch(self, key: str) -> None:
         self._data.move_to_end(key)
         if self._bounded:
@@ -472,11 +611,17 @@ class MemoryStore:
     def add_to_index(self, keys: Sequence[str]) -> int:
         """Nothing to bring in: every key is grouped as it is written.  Returns how many are."""
         check_keys(keys)
+        if self._lock.held_here():
+            return sum(1 for k in keys if k in self._group_of or k in self._queued)
         with self._lock:
             return sum(1 for k in keys if k in self._group_of)
 
     def close(self) -> None:
+        if self._lock.held_here():
+            raise self._busy()
         with self._lock:
+            self._queued.clear()
+            self._lock.queue.clear()
             self._data.clear()
             self._heap.clear()
             self._pending.clear()
@@ -503,6 +648,8 @@ class MemoryStore:
         return self._bytes
 
     def __len__(self) -> int:
+        if self._lock.held_here() or self._queued:
+            return sum(1 for _ in self.scan("*"))
         with self._lock:
             now = self._clock()
             self._sweep(now)

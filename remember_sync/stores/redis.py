@@ -51,6 +51,7 @@ from ._redis_connect import (
     SENTINEL_SCHEMES,
     TLS_FILES,
     NoPrimaryFound,
+    check_connection_options,
     check_options,
     check_sentinels,
     check_url_userinfo,
@@ -58,6 +59,7 @@ from ._redis_connect import (
     parse_sentinel_url,
     redacted_url,
     sentinel_master,
+    split_url_options,
     worst_case_seconds,
 )
 from ._redis_tls import sends_no_client_cert, tls_cause
@@ -417,7 +419,11 @@ class RedisStore:
         ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]``
         (``rediss+sentinel://`` for TLS) names Sentinels and a service, here.
         Extra keyword arguments go to redis-py (values in the URL win over them;
-        with a Sentinel URL only the RedisStore options are accepted).  The
+        with a Sentinel URL only the RedisStore options are accepted).  A URL's
+        query may hold only the options in ``URL_OPTIONS`` of
+        ``_redis_connect`` (``?socket_timeout=2``, ``?ssl_cert_reqs=none`` in a
+        ``rediss://`` URL, ...), each checked like the keyword argument; any
+        other name is a :class:`RedisOptionError` naming it.  The
         store owns the client.  For Redis Cluster build a
         :class:`redis.cluster.RedisCluster` yourself and pass it as ``client=``.
         """
@@ -444,16 +450,20 @@ class RedisStore:
         if "sentinel_kwargs" in client_options:
             raise RedisOptionError("sentinel_kwargs", "only applies with a redis+sentinel:// URL")
         tls = scheme == "rediss" or client_options.get("ssl") is True
-        check_options({**client_options, **timeouts}, tls=tls)
-        options: dict[str, Any] = {
-            "socket_timeout": socket_timeout,
-            "socket_connect_timeout": socket_connect_timeout,
-            "retry": connection_retry(retries),
-        }
-        options.update(client_options)
-        options["decode_responses"] = False
+        # The query's options are checked here and passed as keywords, never left in
+        # the URL for redis-py to hand, unchecked, to every connection it opens.
+        bare_url, in_url = split_url_options(url, tls=tls)
+        path = bare_url.partition("://")[2].rpartition("@")[2].partition("/")[2]
+        if "db" in in_url and scheme != "unix" and path.strip("/"):
+            raise RedisOptionError("url", "names the database twice (in the path and ?db=)")
+        settings = {**client_options, **timeouts, **in_url}  # the URL wins, as in redis-py
+        check_options(settings, tls=tls)
+        wait = (settings.pop("wait_replicas"), settings.pop("wait_timeout_ms", None))
+        settings["retry"] = connection_retry(settings.pop("retries"))
+        settings["decode_responses"] = False
         try:
-            client = redis.Redis.from_url(url, **options)
+            client = redis.Redis.from_url(bare_url, **settings)
+            check_connection_options(client.connection_pool)
         except (ValueError, TypeError) as exc:
             raise RememberConfigurationError(
                 f"invalid Redis url {redacted_url(url)!r}: {exc}"
@@ -467,7 +477,7 @@ class RedisStore:
                 "memory); prefer ssl_ca_certs"
             )
         store = cls.__new__(cls)
-        store._init(client, True, wait=(wait_replicas, wait_timeout_ms))
+        store._init(client, True, wait=wait)
         return store
 
     @classmethod

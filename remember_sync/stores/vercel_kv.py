@@ -47,6 +47,7 @@ import requests.exceptions as rx
 import urllib3.exceptions
 from urllib3.exceptions import NewConnectionError
 
+from .._config import KV_TOKEN_ENV, KV_URL_ENV
 from ..errors import (
     RememberConfigurationError,
     RememberError,
@@ -60,10 +61,6 @@ from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, merged_index_o
 __all__ = ["VercelKVStore"]
 
 log = logging.getLogger("remember_sync")
-
-URL_VARIABLE = "KV_REST_API_URL"
-TOKEN_VARIABLE = "KV_REST_API_TOKEN"  # noqa: S105 - the variable's name, not a secret
-
 
 _MAX_BACKOFF = 2.0
 
@@ -274,35 +271,35 @@ class VercelKVStore:
         pool_size: int = 16,
     ) -> None:
         env = os.environ if environ is None else environ
-        url = url or env.get(URL_VARIABLE) or None
-        token = token or env.get(TOKEN_VARIABLE) or None
+        url = url or env.get(KV_URL_ENV) or None
+        token = token or env.get(KV_TOKEN_ENV) or None
         if url is None and token is None:
             raise RememberConfigurationError(
-                f"Vercel KV needs its REST URL and token: set {URL_VARIABLE} and "
-                f"{TOKEN_VARIABLE} (Vercel dashboard > Storage > your KV database > .env.local), "
+                f"Vercel KV needs its REST URL and token: set {KV_URL_ENV} and "
+                f"{KV_TOKEN_ENV} (Vercel dashboard > Storage > your KV database > .env.local), "
                 "or pass url= and token="
             )
         if token is None:
             raise RememberConfigurationError(
-                f"Vercel KV: {TOKEN_VARIABLE} is not set but {URL_VARIABLE} is; set both or neither"
+                f"Vercel KV: {KV_TOKEN_ENV} is not set but {KV_URL_ENV} is; set both or neither"
             )
         if url is None:
             raise RememberConfigurationError(
-                f"Vercel KV: {URL_VARIABLE} is not set but {TOKEN_VARIABLE} is; set both or neither"
+                f"Vercel KV: {KV_URL_ENV} is not set but {KV_TOKEN_ENV} is; set both or neither"
             )
         if not isinstance(url, str) or not isinstance(token, str):
             raise RememberConfigurationError("Vercel KV: url and token must be strings")
         parts = urlsplit(url.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RememberConfigurationError(
-                f"Vercel KV: {URL_VARIABLE} must be an http(s) URL such as "
+                f"Vercel KV: {KV_URL_ENV} must be an http(s) URL such as "
                 "https://<your-db>.upstash.io"
             )
         # requests would reject (and echo!) a header value with whitespace or
         # control characters; refuse it here without showing the token.
         if not all(33 <= ord(c) <= 126 for c in token):
             raise RememberConfigurationError(
-                f"Vercel KV: {TOKEN_VARIABLE} contains whitespace or non-printable characters; "
+                f"Vercel KV: {KV_TOKEN_ENV} contains whitespace or non-printable characters; "
                 "copy the token again from the Vercel dashboard"
             )
         _check_number("timeout", timeout, minimum=0.0, inclusive=False)
@@ -712,7 +709,7 @@ class VercelKVStore:
                 raise RememberConfigurationError(
                     self._scrub(
                         f"Vercel KV {name} at {self._host}: {type(exc).__name__}: {exc}; "
-                        f"check {URL_VARIABLE} and the proxy settings"
+                        f"check {KV_URL_ENV} and the proxy settings"
                     )
                 ) from exc
             never_sent = _never_sent(exc)
@@ -726,12 +723,12 @@ class VercelKVStore:
         if status in (401, 403):
             raise RememberConfigurationError(
                 f"Vercel KV at {self._host} rejected the token (HTTP {status}): check "
-                f"{TOKEN_VARIABLE} (a read-only token cannot write)"
+                f"{KV_TOKEN_ENV} (a read-only token cannot write)"
             )
         if 300 <= status < 400:
             raise RememberStoreError(
                 f"Vercel KV at {self._host} answered HTTP {status} (a redirect): set "
-                f"{URL_VARIABLE} to the database's REST URL itself"
+                f"{KV_URL_ENV} to the database's REST URL itself"
             )
         try:
             payload = _parse_reply(response.content)
@@ -743,7 +740,7 @@ class VercelKVStore:
                 raise self._failed(message, retryable=idempotent) from exc
             # Any other status without JSON is not the REST API talking (wrong URL?).
             raise RememberStoreError(
-                self._scrub(f"Vercel KV {name} at {self._host}: {message}; check {URL_VARIABLE}")
+                self._scrub(f"Vercel KV {name} at {self._host}: {message}; check {KV_URL_ENV}")
             ) from None
         error = payload.get("error") if isinstance(payload, dict) else None
         if error is not None and not isinstance(error, str):

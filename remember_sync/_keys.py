@@ -36,6 +36,7 @@ __all__ = [
     "MAX_PATTERN_LENGTH",
     "MAX_PATTERN_WILDCARDS",
     "ParsedKey",
+    "cas_marker_key",
     "check_key",
     "check_pattern",
     "describe_key",
@@ -190,6 +191,24 @@ def namespace_index_key(prefix: str, head: str) -> str:
     (rotate, export, stats and doctor skip it).
     """
     return prefix + INDEX_HEAD + head[len(prefix) :]
+
+
+#: What follows ``P`` in the key of an entry's compare-and-set marker.
+CAS_HEAD = "__cas__:"
+
+
+def cas_marker_key(prefix: str, full_key: str, tag: str = "") -> str | None:
+    """``P + "__cas__:" + [{tag}] + <full_key after P>``: *full_key*'s compare-and-set marker.
+
+    The marker remembers the writes that recently landed (see ``docs/redis.rst``,
+    "A lost reply"); *tag* is a hash tag that puts it in the entry's Redis
+    Cluster slot.  Like the index keys it is no entry: no scope lists or forgets
+    it, the purge leaves it, :func:`parse_storage_key` returns ``None`` for it.
+    ``None`` for a key outside *prefix*.
+    """
+    if not full_key.startswith(prefix):
+        return None
+    return prefix + CAS_HEAD + (f"{{{tag}}}" if tag else "") + full_key[len(prefix) :]
 
 
 def index_key_of(prefix: str, full_key: str) -> str | None:

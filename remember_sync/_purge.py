@@ -137,7 +137,8 @@ NESTED_SEGMENTS = ("v2", "global", *LEGACY_SCOPES)
 _BOOKKEEPING = ("__layout__", "__keyid__", "__indexed__", "__indexing__")
 #: Substrings of a key that only a (possibly nested) current deployment writes.
 _NESTED_MARKERS = (
-    "v2:session:", "v2:user:", "v2:tool:", "global:", *_BOOKKEEPING, "__revoked__:", "__index__:"
+    "v2:session:", "v2:user:", "v2:tool:", "global:", *_BOOKKEEPING, "__revoked__:", "__index__:",
+    "__cas__:",
 )
 
 

@@ -91,8 +91,31 @@ extend_ttl(KEYS[2], score, 1000)
 return 1
 """
 
-#: KEYS = entry, index; ARGV = expected, new value, PX ms or "".  As CAS_LUA_SCRIPT.
-CAS_INDEXED = _HELPERS + """\
+#: How long a compare-and-set marker remembers a write that landed: a resend of
+#: it (after a lost reply) must arrive within this time to be recognised.
+CAS_TOKEN_MS = 60_000
+
+# A compare-and-set with a marker (KEYS: the entry's marker, a sorted set of the
+# tokens of the writes that landed, scored by when): a resend of a write that
+# landed answers 1 again instead of comparing (the entry may have changed since,
+# by this write or another's); the marker forgets tokens after the window.
+_TOKENS = """\
+local function cas_landed(marker, token)
+  return marker ~= nil and redis.call('ZSCORE', marker, token) ~= false
+end
+local function cas_record(marker, token, window)
+  if marker == nil then return end
+  local now = now_ms()
+  redis.call('ZREMRANGEBYSCORE', marker, '-inf', now - window)
+  redis.call('ZADD', marker, now, token)
+  redis.call('PEXPIRE', marker, window)
+end
+"""
+
+#: KEYS = entry, index[, marker]; ARGV = expected, new value, PX ms or ""[, token,
+#: window ms].  As CAS_LUA_SCRIPT; with a marker, a resent write that landed returns 1.
+CAS_INDEXED = _HELPERS + _TOKENS + """\
+if cas_landed(KEYS[3], ARGV[4]) then return 1 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local score, args = 9000000000000000, {'SET', KEYS[1], ARGV[2]}
 if ARGV[3] ~= '' then
@@ -102,6 +125,21 @@ end
 redis.call('ZADD', KEYS[2], score, KEYS[1])
 redis.call(unpack(args))
 extend_ttl(KEYS[2], score, 1000)
+cas_record(KEYS[3], ARGV[4], tonumber(ARGV[5]))
+return 1
+"""
+
+#: KEYS = entry, marker; ARGV = expected, new value, PX ms or "", token, window ms.
+#: CAS_LUA_SCRIPT with a marker (an entry without index, or a cluster's second step).
+CAS_MARKED = _HELPERS + _TOKENS + """\
+if cas_landed(KEYS[2], ARGV[4]) then return 1 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+cas_record(KEYS[2], ARGV[4], tonumber(ARGV[5]))
 return 1
 """
 

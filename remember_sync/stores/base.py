@@ -24,8 +24,10 @@ __all__ = [
     "CAS_LUA_SCRIPT",
     "SCAN_ITEMS_LUA_SCRIPT",
     "TEXT_ERRORS",
+    "CasMarkers",
     "IndexOf",
     "ItemScanner",
+    "MarkerOf",
     "NamespaceIndex",
     "Store",
     "check_key",
@@ -39,6 +41,8 @@ __all__ = [
 
 #: Maps a full key to the name of its listing index, or ``None`` for a key no index holds.
 IndexOf = Callable[[str], str | None]
+#: ``marker_of(key, hash_tag)``: the compare-and-set marker key of an entry (``None``: none).
+MarkerOf = Callable[[str, str], str | None]
 
 
 # -- the contract's argument checks: every store calls them first, before any I/O -------------
@@ -290,4 +294,18 @@ class NamespaceIndex(Protocol):
 
     def add_to_index(self, keys: Sequence[str]) -> int:
         """Put existing *keys* into their indexes (missing ones are skipped); return how many."""
+        ...
+
+
+@runtime_checkable
+class CasMarkers(Protocol):
+    """An optional capability: a resent compare-and-set is recognised, never applied twice.
+
+    A store whose driver may send a write again after losing its reply keeps,
+    beside each entry, a marker of the compare-and-sets that landed there
+    (see ``docs/redis.rst``, "A lost reply").
+    """
+
+    def use_cas_markers(self, marker_of: MarkerOf) -> None:
+        """Keep the markers *marker_of* names from now on."""
         ...

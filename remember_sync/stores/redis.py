@@ -43,6 +43,7 @@ from ..errors import (
     RememberStoreError,
 )
 from . import _index_lua as index_lua
+from ._redis_cas import key_slot, new_token, slot_tag
 from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
@@ -65,6 +66,7 @@ from .base import (
     CAS_LUA_SCRIPT,
     TEXT_ERRORS,
     IndexOf,
+    MarkerOf,
     check_key,
     check_keys,
     check_scan,
@@ -379,7 +381,10 @@ class RedisStore:
         self._wait = (replicas, timeout_ms or DEFAULT_WAIT_TIMEOUT_MS) if replicas else None
         #: The listing index (use_index): key -> index name, or None while it is off.
         self._index_of: IndexOf | None = None
-        names = ("SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_ADD", "INDEX_PRUNE")
+        #: The compare-and-set markers (use_cas_markers), or None.
+        self._marker_of: MarkerOf | None = None
+        names = ["SET_INDEXED", "CAS_INDEXED", "CAS_MARKED", "DELETE_INDEXED", "INDEX_ADD"]
+        names += ["INDEX_PRUNE"]
         sources = {name: getattr(index_lua, name) for name in (*names, "PRUNE_MISSING", "REINDEX")}
         sources["CAS"] = CAS_LUA_SCRIPT
         self._scripts = {name: client.register_script(text) for name, text in sources.items()}
@@ -601,14 +606,54 @@ class RedisStore:
     def compare_and_set(
         self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
     ) -> bool:
+        """The compare-and-set script; with markers (:meth:`use_cas_markers`) a resend is safe.
+
+        redis-py sends a command again when the connection fails after sending
+        it; the call's token, recorded in the entry's marker by the write that
+        landed, makes the resend answer "written" instead of comparing again.  A
+        call whose outcome stays unknown (a timeout, or every retry failed)
+        raises :class:`RememberStoreError` saying so.
+        """
         check_write(key, value, ttl_ms, expected)
         args = [_b(expected), _b(value), b"" if ttl_ms is None else str(ttl_ms).encode()]
+        marker = self._cas_marker(key)
+        if marker is not None:
+            args += [new_token(), str(index_lua.CAS_TOKEN_MS).encode()]
         index = None if self._index_of is None else self._index_of(key)
-        if index is not None:
-            if not self._cluster:
-                return self._eval("CAS_INDEXED", [_b(key), _b(index)], args, "compare-and-set")
-            self._index_add(index, [(key, ttl_ms)])  # cluster: the index first (superset)
-        return self._eval("CAS", [_b(key)], args, "EVALSHA (compare-and-set)")
+        try:
+            if index is not None:
+                if not self._cluster:
+                    keys = [_b(key), _b(index)] if marker is None else [_b(key), _b(index), marker]
+                    return self._eval("CAS_INDEXED", keys, args, "compare-and-set")
+                self._index_add(index, [(key, ttl_ms)])  # cluster: the index first (superset)
+            if marker is not None:
+                return self._eval("CAS_MARKED", [_b(key), marker], args, "compare-and-set")
+            return self._eval("CAS", [_b(key)], args, "EVALSHA (compare-and-set)")
+        except RememberStoreError as exc:
+            if isinstance(exc.__cause__, (rx.ConnectionError, rx.TimeoutError)):
+                raise RememberStoreError(
+                    f"{exc.message} -- its outcome is unknown: the write may have been applied"
+                ) from exc.__cause__
+            raise
+
+    def use_cas_markers(self, marker_of: MarkerOf) -> None:
+        """Keep a compare-and-set marker beside each entry *marker_of* names (see above)."""
+        if not callable(marker_of):
+            raise RememberConfigurationError("marker_of must be a callable")
+        self._marker_of = marker_of
+
+    def _cas_marker(self, key: str) -> bytes | None:
+        """*key*'s marker (in its hash slot on a cluster), or ``None`` when it has none."""
+        if self._marker_of is None:
+            return None
+        if not self._cluster:
+            name = self._marker_of(key, "")
+            return None if name is None else _b(name)
+        slot = key_slot(_b(key))
+        name = self._marker_of(key, slot_tag(slot))
+        if name is None or key_slot(_b(name)) != slot:
+            return None  # a prefix whose own braces move the marker's slot
+        return _b(name)
 
     def delete(self, *keys: str) -> int:
         check_keys(keys)

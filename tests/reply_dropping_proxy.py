@@ -9,9 +9,11 @@ just after the server answered.  Every other byte goes through unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 class ReplyDroppingProxy:
@@ -115,3 +117,24 @@ def _close(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+
+
+@contextlib.contextmanager
+def proxied_cluster(
+    startup_nodes: list[tuple[str, int]], make_client: Callable[..., Any]
+) -> Iterator[tuple[Any, list[ReplyDroppingProxy]]]:
+    """A cluster client whose every node is reached through its own proxy, and the proxies.
+
+    *make_client* is :meth:`remember_sync.testing.redis_server.RedisCluster.client`;
+    redis-py's ``address_remap`` sends each node's traffic to its proxy.
+    """
+    proxies = {port: ReplyDroppingProxy(host, port) for host, port in startup_nodes}
+
+    def remap(address: tuple[str, int]) -> tuple[str, int]:
+        return ("127.0.0.1", proxies[address[1]].port)
+
+    try:
+        yield make_client(address_remap=remap), list(proxies.values())
+    finally:
+        for proxy in proxies.values():
+            proxy.close()

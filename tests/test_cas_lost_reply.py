@@ -24,7 +24,7 @@ from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisCluster
 from tests.conftest import TEST_SECRET, stored_key
 from tests.fixtures_redis import SentinelSet
-from tests.reply_dropping_proxy import ReplyDroppingProxy
+from tests.reply_dropping_proxy import ReplyDroppingProxy, proxied_cluster
 
 WHO = Identity(session_id="s-lost", user_id="u-lost")
 
@@ -114,22 +114,14 @@ def test_cluster_lost_reply_counts_once(
     encrypted: bool,
     listing: str,
 ) -> None:
-    proxies = {port: ReplyDroppingProxy(host, port) for host, port in redis_cluster.startup_nodes}
-    try:
-
-        def remap(address: tuple[str, int]) -> tuple[str, int]:
-            return ("127.0.0.1", proxies[address[1]].port)
-
+    with proxied_cluster(redis_cluster.startup_nodes, redis_cluster.client) as (client, proxies):
         _check_counted_once(
-            lambda: RedisStore(client=redis_cluster.client(address_remap=remap)),
+            lambda: RedisStore(client=client),
             lambda: RedisStore(client=redis_cluster.client()),
-            list(proxies.values()),
+            proxies,
             encrypted=encrypted,
             listing=listing,
         )
-    finally:
-        for proxy in proxies.values():
-            proxy.close()
 
 
 @pytest.mark.parametrize(("encrypted", "listing"), CASES[::3])

@@ -22,9 +22,10 @@ driver's exception as ``__cause__``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import ssl
-from collections.abc import Iterator, Mapping, MutableSet, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableSet, Sequence
 from typing import Any
 
 import redis
@@ -555,15 +556,17 @@ class RedisStore:
                 px = b"" if ttl_ms is None else str(ttl_ms).encode()
                 script_args = [_b(value), px, b"1" if only_if_absent else b""]
                 return self._eval("SET_INDEXED", [_b(key), _b(index)], script_args, "SET")
-            self._index_add(index, [(key, ttl_ms)])  # cluster: the index first (superset)
         # execute_command, not client.set(): the same SET without redis-py's keyword
         # parsing, which costs more than the rest of this method.
+        args: list[Any] = ["SET", _b(key), _b(value)]
+        if ttl_ms is not None:
+            args += ["PX", ttl_ms]
+        if only_if_absent:
+            args.append("NX")
+        if index is not None:  # a cluster: the index step and the SET in one round trip
+            redo = functools.partial(self._client.execute_command, *args)
+            return bool(self._with_index_add(index, [(key, ttl_ms)], (args, _b(key)), redo, "SET"))
         try:
-            args: list[Any] = ["SET", _b(key), _b(value)]
-            if ttl_ms is not None:
-                args += ["PX", ttl_ms]
-            if only_if_absent:
-                args.append("NX")
             if self._wait is None:
                 done = self._client.execute_command(*args)
             else:
@@ -625,10 +628,15 @@ class RedisStore:
                 if not self._cluster:
                     keys = [_b(key), _b(index)] if marker is None else [_b(key), _b(index), marker]
                     return self._eval("CAS_INDEXED", keys, args, "compare-and-set")
-                self._index_add(index, [(key, ttl_ms)])  # cluster: the index first (superset)
-            if marker is not None:
-                return self._eval("CAS_MARKED", [_b(key), marker], args, "compare-and-set")
-            return self._eval("CAS", [_b(key)], args, "EVALSHA (compare-and-set)")
+            name, keys = ("CAS", [_b(key)]) if marker is None else ("CAS_MARKED", [_b(key), marker])
+            redo = functools.partial(self._eval, name, keys, args, "compare-and-set")
+            if index is None:
+                return redo()
+            # A cluster: the index step and the script in one round trip.
+            command = ["EVALSHA", self._scripts[name].sha, len(keys), *keys, *args]
+            pair = (command, _b(key))
+            done = self._with_index_add(index, [(key, ttl_ms)], pair, redo, "compare-and-set")
+            return int(done) == 1
         except RememberStoreError as exc:
             if isinstance(exc.__cause__, (rx.ConnectionError, rx.TimeoutError)):
                 raise RememberStoreError(
@@ -724,11 +732,99 @@ class RedisStore:
 
     def _index_add(self, index: str, members: Sequence[tuple[str, int | None]]) -> None:
         """Cluster, step one of a write: add *members* (key, PX ms or None) to *index*."""
+        args = self._index_add_args(members)
+        with _translate("index add", self._no_client_cert):
+            self._scripts["INDEX_ADD"](keys=[_b(index)], args=args, client=self._client)
+
+    def _with_index_add(
+        self,
+        index: str,
+        members: Sequence[tuple[str, int | None]],
+        command: tuple[list[Any], bytes],
+        redo: Callable[[], Any],
+        operation: str,
+    ) -> Any:
+        """Cluster: :meth:`_index_add` and the entry's ``(command, key)``, in one round trip.
+
+        Returns the command's reply.  Both are written before either reply is
+        read, the index node's first: a client that dies between the two sends
+        leaves only the member, which reads verify away.  The two nodes may run
+        them in either order; the superset argument (``docs/redis.rst``) only
+        needs the add to have happened when the write returns, which holds: a
+        step that did not answer cleanly (a redirect, a lost connection,
+        ``NOSCRIPT``) is done again on its own through the client's usual path,
+        the index step first (:meth:`_index_add`), then the entry's (*redo*,
+        whose reply is returned).  A timeout is not repeated (see
+        ``_redis_connect``).
+        """
+        add = ["EVALSHA", self._scripts["INDEX_ADD"].sha, 1, _b(index)]
+        add += self._index_add_args(members)
+        added, reply = self._send_pair((add, _b(index)), command)
+        for failed in (added, reply):
+            if isinstance(failed, rx.TimeoutError):
+                raise _mapped(operation, failed, no_client_cert=self._no_client_cert) from failed
+        if isinstance(added, Exception):
+            try:
+                self._index_add(index, members)
+            except RememberStoreError as exc:
+                if isinstance(reply, Exception):
+                    raise
+                raise RememberStoreError(
+                    f"{exc.message} -- the entry was written, but is not listed until it is "
+                    "written again or `remember-sync reindex` runs"
+                ) from exc.__cause__
+        if not isinstance(reply, Exception):
+            return reply
+        try:
+            return redo()
+        except _DRIVER_ERRORS as exc:
+            raise _mapped(operation, exc, no_client_cert=self._no_client_cert) from exc
+
+    def _send_pair(self, *commands: tuple[list[Any], bytes]) -> list[Any]:
+        """Cluster: each ``(command, key)`` sent to its key's primary, then each reply read.
+
+        Every reply, or the exception that took its place (a command that could
+        not be sent gets a :class:`redis.exceptions.ConnectionError`).  Commands
+        for one node share one connection, in order.
+        """
+        replies: list[Any] = [rx.ConnectionError("not sent")] * len(commands)
+        held: dict[str, tuple[Any, Any, list[list[Any]]]] = {}  # node -> pool, connection, sent
+        order: list[Any] = []  # each command's connection
+        try:
+            try:
+                for command, key in commands:
+                    node = self._client.get_node_from_key(key)
+                    if node.name not in held:
+                        pool = self._client.get_redis_connection(node).connection_pool
+                        held[node.name] = (pool, pool.get_connection(), [])
+                    held[node.name][2].append(command)
+                    order.append(held[node.name][1])
+                for _, connection, batch in held.values():  # in the order of first use
+                    connection.send_packed_command(connection.pack_commands(batch))
+            except _DRIVER_ERRORS:
+                for _, connection, _ in held.values():
+                    connection.disconnect()  # a reply may be unread
+                order = []  # not all sent: each is done again on its own
+            for n, connection in enumerate(order):
+                try:
+                    replies[n] = connection.read_response()
+                except (rx.ResponseError, rx.ConnectionError, rx.TimeoutError) as exc:
+                    replies[n] = exc  # an error reply, or a connection redis-py closed
+        except BaseException:
+            for _, connection, _ in held.values():
+                connection.disconnect()  # replies may be unread: never reused as they are
+            raise
+        finally:
+            for pool, connection, _ in held.values():
+                pool.release(connection)
+        return replies
+
+    def _index_add_args(self, members: Sequence[tuple[str, int | None]]) -> list[bytes]:
+        """INDEX_ADD's arguments: the grace, then each member and its PX ms ("" for none)."""
         args = [str(index_lua.CLUSTER_SLACK_MS).encode()]
         for key, ttl_ms in members:
             args += [_b(key), b"" if ttl_ms is None else str(ttl_ms).encode()]
-        with _translate("index add", self._no_client_cert):
-            self._scripts["INDEX_ADD"](keys=[_b(index)], args=args, client=self._client)
+        return args
 
     def _index_remove(self, index: str, keys: Sequence[str]) -> None:
         """Cluster, step two of a delete: drop *keys* from *index* unless added recently.

@@ -462,7 +462,7 @@ def test_cluster_write_whose_index_step_fails_says_the_entry_was_written(
     store.use_index(lambda k: index_key_of(P, k))
     redis_cluster_client.set(namespace_index_key(P, HEAD), "not a sorted set")
     with pytest.raises(RememberStoreError, match="WRONGTYPE.*the entry was written, but is not "
-                       "listed until it is written again or `remember-sync reindex` runs"):
+                       "listed until it is written again or a reindex runs"):
         store.set(HEAD + "k", "v")
     assert redis_cluster_client.get(HEAD + "k") == b"v"
 

@@ -11,8 +11,9 @@ Standalone servers and Vercel KV run the write and its index upkeep in one
 script (:data:`SET_INDEXED`, :data:`CAS_INDEXED`, :data:`DELETE_INDEXED`):
 atomic, scored by the same clock that expires the entry.  Redis Cluster keeps
 entry and index in different hash slots and uses the single-key scripts
-:data:`INDEX_ADD` (before the write) and :data:`INDEX_PRUNE` (after a delete,
-and for members a read found without an entry): see ``docs/redis.rst``.
+:data:`INDEX_ADD` (sent with the write) and :data:`INDEX_PRUNE` (after a delete,
+and for members a read or the periodic prune pass found without an entry), and
+:data:`INDEX_EXPIRE` (the prune pass's expiry): see ``docs/redis.rst``.
 
 Scripts that read entries named in their arguments rather than in ``KEYS``
 (:data:`INDEX_PAGE`, :data:`REINDEX`) are for standalone servers and Vercel
@@ -216,7 +217,7 @@ if n > 0 then fix_ttl(KEYS[1], 1000) end
 return n
 """
 
-#: Cluster write, step one (before the entry is written).  KEYS = index; ARGV =
+#: Cluster write, step one (sent with the entry's write, see RedisStore.set).  KEYS = index; ARGV =
 #: grace ms, then pairs of member and PX ms ("" for no deadline).  On a cluster
 #: the score is the member's **last add time** (the index node's clock, strictly
 #: rising per member), not its deadline: a member may only be dropped once its
@@ -261,6 +262,27 @@ for i = 2, #ARGV, 2 do
   end
 end
 return n
+"""
+
+#: Cluster, the prune pass's last step: the index's expiry from its live entries.
+#: KEYS = index; ARGV = grace ms, the highest score (last add) the pass saw, and
+#: the longest remaining life in ms of the entries it found live ("-1": one has
+#: no expiry, "": none).  Only when that score is still the highest and older
+#: than the grace -- no writer added since the pass looked, none can be between
+#: its two steps -- is the expiry set: ``PEXPIREAT`` now + longest + grace, or
+#: ``PERSIST``.  Returns 1 if it was set.
+INDEX_EXPIRE = _HELPERS + """\
+local idx, grace = KEYS[1], tonumber(ARGV[1])
+local top = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
+if #top == 0 or ARGV[3] == '' then return 0 end
+local now = now_ms()
+if tonumber(top[2]) ~= tonumber(ARGV[2]) or tonumber(top[2]) >= now - grace then return 0 end
+if ARGV[3] == '-1' then
+  redis.call('PERSIST', idx)
+else
+  redis.call('PEXPIREAT', idx, now + tonumber(ARGV[3]) + grace)
+end
+return 1
 """
 
 #: Bring existing entries into their indexes (standalone, Vercel KV).  KEYS =

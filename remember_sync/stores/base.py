@@ -29,6 +29,7 @@ __all__ = [
     "ItemScanner",
     "MarkerOf",
     "NamespaceIndex",
+    "PrunesIndexes",
     "Store",
     "check_key",
     "check_keys",
@@ -308,4 +309,19 @@ class CasMarkers(Protocol):
 
     def use_cas_markers(self, marker_of: MarkerOf) -> None:
         """Keep the markers *marker_of* names from now on."""
+        ...
+
+
+@runtime_checkable
+class PrunesIndexes(Protocol):
+    """An optional capability: a pass that settles listing indexes no write or read settles.
+
+    A store whose index upkeep cannot be atomic (Redis Cluster) keeps members
+    of deleted entries for a grace period, and never expires an index that
+    once held an entry without a deadline; this pass drops what is gone and
+    re-derives each index's expiry, without reading any entry's value.
+    """
+
+    def prune_indexes(self, pattern: str, *, count: int = 1000) -> int:
+        """Settle every index key matching glob *pattern*; return how many members were dropped."""
         ...

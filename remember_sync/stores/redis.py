@@ -385,7 +385,7 @@ class RedisStore:
         #: The compare-and-set markers (use_cas_markers), or None.
         self._marker_of: MarkerOf | None = None
         names = ["SET_INDEXED", "CAS_INDEXED", "CAS_MARKED", "DELETE_INDEXED", "INDEX_ADD"]
-        names += ["INDEX_PRUNE"]
+        names += ["INDEX_PRUNE", "INDEX_EXPIRE"]
         sources = {name: getattr(index_lua, name) for name in (*names, "PRUNE_MISSING", "REINDEX")}
         sources["CAS"] = CAS_LUA_SCRIPT
         self._scripts = {name: client.register_script(text) for name, text in sources.items()}
@@ -771,7 +771,7 @@ class RedisStore:
                     raise
                 raise RememberStoreError(
                     f"{exc.message} -- the entry was written, but is not listed until it is "
-                    "written again or `remember-sync reindex` runs"
+                    "written again or a reindex runs"
                 ) from exc.__cause__
         if not isinstance(reply, Exception):
             return reply
@@ -1010,6 +1010,68 @@ class RedisStore:
                 yield _decoded(pairs)
             if int(cursor) == 0:
                 return
+
+    def prune_indexes(self, pattern: str, *, count: int = 1000) -> int:
+        """Cluster: settle every index key matching *pattern*, without reading any entry's value.
+
+        For each index (``SCAN`` of every primary): its members (``ZSCAN``),
+        their entries' ``PTTL`` (per hash slot, pipelined), then the members
+        whose entry is missing are dropped under the rule every drop follows
+        (:data:`~._index_lua.INDEX_PRUNE`: unchanged score, older than the
+        grace), and the index's expiry is set from its live entries
+        (:data:`~._index_lua.INDEX_EXPIRE`, only while no writer added since and
+        none may be in flight).  An index left empty is gone.  Returns how many
+        members were dropped.  A standalone server keeps its indexes exact
+        itself: nothing to do, 0.
+        """
+        check_scan(pattern, count)
+        if not self._cluster:
+            return 0
+        return sum(self._prune_index(index, count) for index in self._scan(_b(pattern), count))
+
+    def _prune_index(self, index: str, count: int) -> int:
+        name = _b(index)
+        grace = str(index_lua.CLUSTER_SLACK_MS).encode()
+        with _translate("index prune", self._no_client_cert):
+            try:
+                scored = list(self._client.zscan_iter(name, count=count))
+            except rx.ResponseError as exc:
+                if "WRONGTYPE" in str(exc):
+                    return 0  # not a sorted set: nobody's index, left as it is
+                raise
+            if not scored:
+                return 0
+            top = max(score for _, score in scored)
+            gone: list[Any] = []
+            longest: int | None = None  # the longest remaining life of a live entry
+            for start in range(0, len(scored), _CHUNK):
+                part = scored[start : start + _CHUNK]
+                for (member, score), ttl in zip(part, self._pttls(part), strict=True):
+                    if ttl == -2:
+                        gone.append((member, score))
+                    elif longest != -1:
+                        longest = -1 if ttl == -1 else max(longest or 0, ttl)
+            dropped = 0
+            for start in range(0, len(gone), _CHUNK):
+                args = [grace]
+                for member, score in gone[start : start + _CHUNK]:
+                    args += [member, str(int(score)).encode()]
+                dropped += int(
+                    self._scripts["INDEX_PRUNE"](keys=[name], args=args, client=self._client)
+                )
+            self._scripts["INDEX_EXPIRE"](
+                keys=[name],
+                args=[grace, str(int(top)).encode(), b"" if longest is None else str(longest)],
+                client=self._client,
+            )
+        return dropped
+
+    def _pttls(self, scored: list[tuple[Any, float]]) -> list[int]:
+        """The ``PTTL`` of each member's key (per hash slot, pipelined): -2 missing, -1 none."""
+        pipe = self._client.pipeline(transaction=False)
+        for member, _ in scored:
+            pipe.pttl(member)
+        return [int(ttl) for ttl in pipe.execute()]
 
     def add_to_index(self, keys: Sequence[str]) -> int:
         """Put existing *keys* into their indexes with their current deadlines.

@@ -204,9 +204,10 @@ def cas_marker_key(prefix: str, full_key: str, tag: str = "") -> str | None:
     "A lost reply"); *tag* is a hash tag that puts it in the entry's Redis
     Cluster slot.  Like the index keys it is no entry: no scope lists or forgets
     it, the purge leaves it, :func:`parse_storage_key` returns ``None`` for it.
-    ``None`` for a key outside *prefix*.
+    ``None`` for a key that is no entry (bookkeeping keys, 1.8.0's doubled-prefix
+    keys, foreign keys: see :func:`index_key_of`).
     """
-    if not full_key.startswith(prefix):
+    if index_key_of(prefix, full_key) is None:
         return None
     return prefix + CAS_HEAD + (f"{{{tag}}}" if tag else "") + full_key[len(prefix) :]
 

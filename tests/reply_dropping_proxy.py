@@ -26,20 +26,26 @@ class ReplyDroppingProxy:
         self._lock = threading.Lock()
         self._marker: bytes | None = None
         self._in_gap: Callable[[], None] | None = None
+        self._unless: tuple[bytes, ...] = ()
         #: Set once a reply was dropped (the server had answered the armed command).
         self.dropped = threading.Event()
         self._sockets: list[socket.socket] = []
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def arm(self, marker: bytes, in_gap: Callable[[], None] | None = None) -> None:
-        """Drop the reply of the next request containing *marker*.
+    def arm(
+        self,
+        marker: bytes,
+        in_gap: Callable[[], None] | None = None,
+        unless: tuple[bytes, ...] = (),
+    ) -> None:
+        """Drop the reply of the next request containing *marker* and none of *unless*.
 
         *in_gap* runs after the server answered and before the client's
         connection is closed (another writer acting while the reply is lost).
         """
         with self._lock:
-            self._marker, self._in_gap = marker, in_gap
+            self._marker, self._in_gap, self._unless = marker, in_gap, unless
             self.dropped.clear()
 
     def close(self) -> None:
@@ -77,7 +83,11 @@ class ReplyDroppingProxy:
                 _close(server)
                 return
             with self._lock:
-                if self._marker is not None and self._marker in data:
+                if (
+                    self._marker is not None
+                    and self._marker in data
+                    and not any(u in data for u in self._unless)
+                ):
                     self._marker = None
                     pending.set()
             try:

@@ -11,6 +11,7 @@ changes the entry between the lost reply and the resend.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,6 +21,8 @@ import redis
 import redis.cluster
 
 from remember_sync import Identity, RememberPlugin
+from remember_sync.accessor import RememberAccessor
+from remember_sync.stores._index_lua import INDEX_ADD
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisCluster
 from tests.conftest import TEST_SECRET, stored_key
@@ -36,30 +39,53 @@ def _plugin(store: RedisStore, *, encrypted: bool, listing: str) -> RememberPlug
     )
 
 
-def _check_counted_once(
+def _arm_cas(
+    mem: RememberAccessor, other: RememberPlugin, proxies: list[ReplyDroppingProxy], in_gap: Any
+) -> int:
+    """Counter at 2, the compare-and-set's reply to be lost; the count expected after."""
+    mem.set("n", 1)
+    assert mem.increment("n") == 2  # the script is cached: the armed call runs it
+    # The compare-and-set is the one request that carries the stored value.
+    raw = other.store.get(stored_key(other, "n"))
+    assert raw is not None
+    for proxy in proxies:
+        proxy.arm(raw.encode(), in_gap)
+    return 3 if in_gap is None else 4  # 2 + ours (+ the other writer's)
+
+
+def _arm_create(
+    mem: RememberAccessor, other: RememberPlugin, proxies: list[ReplyDroppingProxy], in_gap: Any
+) -> int:
+    """A missing counter, the create's reply to be lost; the count expected after."""
+    assert mem.increment("warm") == 1  # the create's script is cached on the server
+    key = stored_key(other, "warm")[: -len("warm")] + "n"
+    # The create is the one request naming the key that is neither its read (GET)
+    # nor, on a cluster, the index step (which names it as a member).
+    index_step = hashlib.sha1(INDEX_ADD.encode()).hexdigest().encode()
+    for proxy in proxies:
+        proxy.arm(key.encode(), in_gap, unless=(b"\r\nGET\r\n", index_step))
+    return 1 if in_gap is None else 2  # ours (+ the other writer's)
+
+
+def _one_lost_increment(
     make_store: Callable[[], RedisStore],
     direct_store: Callable[[], RedisStore],
     proxies: list[ReplyDroppingProxy],
     *,
+    arm: Callable[..., int],
     encrypted: bool,
     listing: str,
 ) -> None:
-    """Counter at 2, one increment whose reply is lost (another writer in the gap if encrypted)."""
+    """One ``increment("n")`` through the proxies, whose reply *arm* set them to drop;
+    encrypted, the other plugin (on the server directly) increments in the gap."""
     plugin = _plugin(make_store(), encrypted=encrypted, listing=listing)
     other = _plugin(direct_store(), encrypted=encrypted, listing=listing)
     try:
         mem = plugin.accessor(WHO)
-        mem.set("n", 1)
-        assert mem.increment("n") == 2  # the script is cached: the armed call runs it
         in_gap = (lambda: other.accessor(WHO).increment("n")) if encrypted else None
-        # The compare-and-set is the one request that carries the stored value.
-        raw = other.store.get(stored_key(other, "n"))
-        assert raw is not None
-        for proxy in proxies:
-            proxy.arm(raw.encode(), in_gap)
+        expected = arm(mem, other, proxies, in_gap)
         mem.increment("n")
         assert any(p.dropped.is_set() for p in proxies), "no reply was dropped"
-        expected = 4 if encrypted else 3  # 2 + ours (+ the other writer's)
         assert other.accessor(WHO).get("n") == expected
         assert mem.get("n") == expected
     finally:
@@ -94,31 +120,37 @@ def proxied_server(redis_url: str, redis_client: redis.Redis) -> Iterator[ReplyD
     proxy.close()
 
 
+@pytest.mark.parametrize("arm", [_arm_cas, _arm_create], ids=["cas", "create"])
 @pytest.mark.parametrize(("encrypted", "listing"), CASES)
 def test_standalone_lost_reply_counts_once(
-    proxied_server: ReplyDroppingProxy, redis_url: str, encrypted: bool, listing: str
+    proxied_server: ReplyDroppingProxy, redis_url: str, encrypted: bool, listing: str,
+    arm: Callable[..., int],
 ) -> None:
-    _check_counted_once(
+    _one_lost_increment(
         lambda: RedisStore.from_url(_via(redis_url, proxied_server.port)),
         lambda: RedisStore.from_url(redis_url),
         [proxied_server],
+        arm=arm,
         encrypted=encrypted,
         listing=listing,
     )
 
 
+@pytest.mark.parametrize("arm", [_arm_cas, _arm_create], ids=["cas", "create"])
 @pytest.mark.parametrize(("encrypted", "listing"), CASES)
 def test_cluster_lost_reply_counts_once(
     redis_cluster: RedisCluster,
     redis_cluster_client: redis.cluster.RedisCluster,
     encrypted: bool,
     listing: str,
+    arm: Callable[..., int],
 ) -> None:
     with proxied_cluster(redis_cluster.startup_nodes, redis_cluster.client) as (client, proxies):
-        _check_counted_once(
+        _one_lost_increment(
             lambda: RedisStore(client=client),
             lambda: RedisStore(client=redis_cluster.client()),
             proxies,
+            arm=arm,
             encrypted=encrypted,
             listing=listing,
         )
@@ -142,10 +174,11 @@ def test_sentinel_lost_reply_counts_once(
         return store
 
     try:
-        _check_counted_once(
+        _one_lost_increment(
             through_proxy,
             lambda: RedisStore(sentinels=sentinels.addresses, service_name="mymaster"),
             [proxy],
+            arm=_arm_cas,
             encrypted=encrypted,
             listing=listing,
         )

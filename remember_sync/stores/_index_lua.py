@@ -104,6 +104,12 @@ _TOKENS = """\
 local function cas_landed(marker, token)
   return marker ~= nil and redis.call('ZSCORE', marker, token) ~= false
 end
+-- Whether the entry holds what the write expects: ARGV[6] == '1' means "absent"
+-- (a create, as SET NX), else exactly ARGV[1].
+local function cas_expected(entry)
+  if ARGV[6] == '1' then return redis.call('EXISTS', entry) == 0 end
+  return redis.call('GET', entry) == ARGV[1]
+end
 local function cas_record(marker, token, window)
   if marker == nil then return end
   local now = now_ms()
@@ -114,10 +120,13 @@ end
 """
 
 #: KEYS = entry, index[, marker]; ARGV = expected, new value, PX ms or ""[, token,
-#: window ms].  As CAS_LUA_SCRIPT; with a marker, a resent write that landed returns 1.
+#: window ms, "1" to expect no entry].  As CAS_LUA_SCRIPT; with a marker, a resent
+#: write that landed returns 1.  A create checks the index (ZSCORE) first, as
+#: SET_INDEXED does.
 CAS_INDEXED = _HELPERS + _TOKENS + """\
 if cas_landed(KEYS[3], ARGV[4]) then return 1 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[6] == '1' then redis.call('ZSCORE', KEYS[2], KEYS[1]) end
+if not cas_expected(KEYS[1]) then return 0 end
 local score, args = 9000000000000000, {'SET', KEYS[1], ARGV[2]}
 if ARGV[3] ~= '' then
   args[4] = 'PX'; args[5] = ARGV[3]
@@ -130,11 +139,12 @@ cas_record(KEYS[3], ARGV[4], tonumber(ARGV[5]))
 return 1
 """
 
-#: KEYS = entry, marker; ARGV = expected, new value, PX ms or "", token, window ms.
-#: CAS_LUA_SCRIPT with a marker (an entry without index, or a cluster's second step).
+#: KEYS = entry, marker; ARGV = expected, new value, PX ms or "", token, window ms,
+#: "1" to expect no entry.  CAS_LUA_SCRIPT with a marker (an entry without index,
+#: or a cluster's second step).
 CAS_MARKED = _HELPERS + _TOKENS + """\
 if cas_landed(KEYS[2], ARGV[4]) then return 1 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if not cas_expected(KEYS[1]) then return 0 end
 if ARGV[3] == '' then
   redis.call('SET', KEYS[1], ARGV[2])
 else

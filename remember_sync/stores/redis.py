@@ -548,8 +548,17 @@ class RedisStore:
     def set(
         self, key: str, value: str, *, ttl_ms: int | None = None, only_if_absent: bool = False
     ) -> bool:
-        """``SET ... PX ... NX``; an indexed key, standalone: one script that keeps its index."""
+        """``SET ... PX ... NX``; an indexed key, standalone: one script that keeps its index.
+
+        With compare-and-set markers (:meth:`use_cas_markers`) an only-if-absent
+        write is the compare-and-set script expecting no entry, so that a resend
+        after a lost reply answers "written" as it does for a compare-and-set.
+        """
         check_write(key, value, ttl_ms)
+        if only_if_absent and self._marker_of is not None:
+            marker = self._cas_marker(key)
+            if marker is not None:  # a create that a resend cannot report as lost
+                return self._conditional_set(key, None, value, ttl_ms, marker)
         index = None if self._index_of is None else self._index_of(key)
         if index is not None:
             if not self._cluster:
@@ -618,10 +627,17 @@ class RedisStore:
         raises :class:`RememberStoreError` saying so.
         """
         check_write(key, value, ttl_ms, expected)
-        args = [_b(expected), _b(value), b"" if ttl_ms is None else str(ttl_ms).encode()]
-        marker = self._cas_marker(key)
+        return self._conditional_set(key, expected, value, ttl_ms, self._cas_marker(key))
+
+    def _conditional_set(
+        self, key: str, expected: str | None, value: str, ttl_ms: int | None, marker: bytes | None
+    ) -> bool:
+        """The compare-and-set (*expected* ``None``: a create, only with a *marker*)."""
+        args = [b"" if expected is None else _b(expected), _b(value)]
+        args.append(b"" if ttl_ms is None else str(ttl_ms).encode())
         if marker is not None:
             args += [new_token(), str(index_lua.CAS_TOKEN_MS).encode()]
+            args.append(b"1" if expected is None else b"")
         index = None if self._index_of is None else self._index_of(key)
         try:
             if index is not None:

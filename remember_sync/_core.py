@@ -25,6 +25,7 @@ from ._clock import Clock, system_clock
 from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
 from ._fork import after_fork_in_child
 from ._keys import (
+    cas_marker_key,
     check_key,
     check_pattern,
     describe_key,
@@ -43,7 +44,7 @@ from .errors import (
     RememberInputTypeError,
 )
 from .identity import current_identity, resolve_namespace
-from .stores.base import NamespaceIndex, Store
+from .stores.base import CasMarkers, NamespaceIndex, Store
 from .types import Identity, Namespace, RememberEntry, check_brand, check_scope
 
 __all__ = [
@@ -172,6 +173,8 @@ class AccessorCore:
         elif listing == "index":
             assert isinstance(store, NamespaceIndex)
             self.index_ready = store.use_index(functools.partial(index_key_of, prefix))
+        if isinstance(store, CasMarkers):
+            store.use_cas_markers(functools.partial(cas_marker_key, prefix))
         after_fork_in_child(self._after_fork_in_child)
 
     def index_usable(self) -> bool:

@@ -36,6 +36,7 @@ __all__ = [
     "MAX_PATTERN_LENGTH",
     "MAX_PATTERN_WILDCARDS",
     "ParsedKey",
+    "cas_marker_key",
     "check_key",
     "check_pattern",
     "describe_key",
@@ -191,6 +192,25 @@ def namespace_index_key(prefix: str, head: str) -> str:
     (rotate, export, stats and doctor skip it).
     """
     return prefix + INDEX_HEAD + head[len(prefix) :]
+
+
+#: What follows ``P`` in the key of an entry's compare-and-set marker.
+CAS_HEAD = "__cas__:"
+
+
+def cas_marker_key(prefix: str, full_key: str, tag: str = "") -> str | None:
+    """``P + "__cas__:" + [{tag}] + <full_key after P>``: *full_key*'s compare-and-set marker.
+
+    The marker remembers the writes that recently landed (see ``docs/redis.rst``,
+    "A lost reply"); *tag* is a hash tag that puts it in the entry's Redis
+    Cluster slot.  Like the index keys it is no entry: no scope lists or forgets
+    it, the purge leaves it, :func:`parse_storage_key` returns ``None`` for it.
+    ``None`` for a key that is no entry (bookkeeping keys, 1.8.0's doubled-prefix
+    keys, foreign keys: see :func:`index_key_of`).
+    """
+    if index_key_of(prefix, full_key) is None:
+        return None
+    return prefix + CAS_HEAD + (f"{{{tag}}}" if tag else "") + full_key[len(prefix) :]
 
 
 def index_key_of(prefix: str, full_key: str) -> str | None:

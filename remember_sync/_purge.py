@@ -62,6 +62,7 @@ from ._codec import entry_fields
 from ._crypto import envelope_form
 from ._fork import after_fork_in_child
 from ._keys import (
+    INDEX_HEAD,
     glob_escape,
     index_key_of,
     index_record_key,
@@ -76,7 +77,7 @@ from .errors import (
     RememberError,
     RememberStoreError,
 )
-from .stores.base import NamespaceIndex, Store
+from .stores.base import NamespaceIndex, PrunesIndexes, Store
 
 __all__ = [
     "DEFAULT_DELAY_MS",
@@ -138,10 +139,11 @@ SCAN_COUNT = 1000
 #: deployment's current session entries).
 NESTED_SEGMENTS = ("v2", "global", *LEGACY_SCOPES)
 #: Last segments of another deployment's bookkeeping keys (never legacy entries).
-_BOOKKEEPING = ("__layout__", "__keyid__", "__indexed__", "__indexing__")
+_BOOKKEEPING = ("__layout__", "__keyid__", "__indexed__", "__indexing__", "__pruning__")
 #: Substrings of a key that only a (possibly nested) current deployment writes.
 _NESTED_MARKERS = (
-    "v2:session:", "v2:user:", "v2:tool:", "global:", *_BOOKKEEPING, "__revoked__:", "__index__:"
+    "v2:session:", "v2:user:", "v2:tool:", "global:", *_BOOKKEEPING, "__revoked__:", "__index__:",
+    "__cas__:",
 )
 
 
@@ -1103,6 +1105,12 @@ INDEXING_LEASE_MS = 600_000
 INDEXING_RETRY_S = 60.0
 
 
+#: How often the fleet prunes its listing indexes (Redis Cluster; see prune_indexes):
+#: an index key is gone at most the grace plus this long after its namespace's last
+#: entry ended and its last write (docs/redis.rst, "The listing index").
+INDEX_PRUNE_PERIOD_S = 3600.0
+
+
 @dataclass(frozen=True)
 class ReindexResult:
     """What one :func:`reindex_store` pass did.
@@ -1113,6 +1121,7 @@ class ReindexResult:
         fewer than *entries* when some were deleted during the pass.
     :attr seconds: how long the pass took.
     :attr stopped: interrupted by ``should_stop`` (nothing recorded).
+    :attr pruned: index members whose entry was gone, dropped by :func:`prune_indexes`.
     """
 
     keys: int
@@ -1120,6 +1129,7 @@ class ReindexResult:
     indexed: int
     seconds: float
     stopped: bool = False
+    pruned: int = 0
 
     @property
     def rate(self) -> float:
@@ -1130,6 +1140,24 @@ class ReindexResult:
 def indexing_lease_key(prefix: str) -> str:
     """``P + "__indexing__"``: which instance is running the fleet's reindex (with a TTL)."""
     return f"{prefix}__indexing__"
+
+
+def pruning_lease_key(prefix: str) -> str:
+    """``P + "__pruning__"``: the fleet's prune pass of this period is taken (with a TTL)."""
+    return f"{prefix}__pruning__"
+
+
+def prune_indexes(store: Store, prefix: str) -> int:
+    """Settle every listing index under *prefix* (a store that needs it: Redis Cluster).
+
+    Members whose entry is gone are dropped and each index's expiry follows
+    its live entries, so an index key disappears within the bound of
+    ``docs/redis.rst`` without any read of its namespace.  Returns how many
+    members were dropped (0 on a store without the capability).
+    """
+    if not isinstance(store, PrunesIndexes):
+        return 0
+    return store.prune_indexes(glob_escape(prefix + INDEX_HEAD) + "*")
 
 
 def record_indexed(store: Store, prefix: str, now_ms: int) -> None:
@@ -1182,15 +1210,18 @@ def reindex_store(
         indexed += store.add_to_index(chunk)
         if on_batch is not None:
             on_batch(len(chunk))
+    pruned = 0
     if not stopped:
         now = (clock or system_clock)()
         record_indexed(store, prefix, now)
+        pruned = prune_indexes(store, prefix)
     return ReindexResult(
         keys=len(keys),
         entries=len(entries),
         indexed=indexed,
         seconds=time.perf_counter() - began,
         stopped=stopped,
+        pruned=pruned,
     )
 
 
@@ -1333,6 +1364,12 @@ class IndexBackfill(_OneThread):
     by us or before), ``"elsewhere"`` (another instance holds the lease),
     ``"duplicate"``, ``"stood-down"``, ``"stopped"``, ``"failed"``.
 
+    Once indexed, on a store that needs it (Redis Cluster) the worker runs
+    :func:`prune_indexes` every :data:`INDEX_PRUNE_PERIOD_S`, once per period
+    for the whole fleet (``P + "__pruning__"``, written only-if-absent with a
+    TTL just under the period); a failed pass is logged at DEBUG and the next
+    period tries again.
+
     :param on_done: called (on the worker thread) once the record is there.
     """
 
@@ -1356,6 +1393,9 @@ class IndexBackfill(_OneThread):
         self.state = "idle"
         self.result: ReindexResult | None = None
         """What the pass did, when this instance ran it."""
+        self.prune_passes = 0
+        """Prune passes this instance ran (it took the period's lease and finished)."""
+        self._pruner: threading.Timer | None = None
 
     def start(self) -> IndexBackfill:
         """Start the daemon thread (no I/O on the caller's thread).
@@ -1382,6 +1422,8 @@ class IndexBackfill(_OneThread):
             self.state = "failed"
         if self.state == "indexed" and self._on_done is not None:
             self._on_done()
+        if self.state == "indexed" and isinstance(self.store, PrunesIndexes):
+            self._schedule_prune()
         if self.state != "indexed":
             self._release()
             if not self._stop.is_set():  # elsewhere, failed, or lost the lease: later again
@@ -1421,6 +1463,29 @@ class IndexBackfill(_OneThread):
         )
         return "indexed"
 
+    def _schedule_prune(self) -> None:
+        if self._stop.is_set():
+            return
+        self._pruner = threading.Timer(INDEX_PRUNE_PERIOD_S, self._prune)
+        self._pruner.daemon = True
+        self._pruner.start()
+
+    def _prune(self) -> None:
+        """One period: take the fleet's lease, prune the indexes; schedule the next."""
+        if self._stop.is_set():
+            return
+        try:
+            period_ms = int(INDEX_PRUNE_PERIOD_S * 1000)
+            mine = json.dumps({"startedAt": self._clock(), "pid": os.getpid()})
+            lease = pruning_lease_key(self.prefix)
+            if self.store.set(lease, mine, ttl_ms=max(1, period_ms * 9 // 10), only_if_absent=True):
+                dropped = prune_indexes(self.store, self.prefix)
+                self.prune_passes += 1
+                self._log.debug("remember: index prune pass dropped %d gone members", dropped)
+        except Exception as exc:  # noqa: BLE001 - a background thread must never die silently
+            self._log.debug("remember: index prune pass failed (%s)", exc)
+        self._schedule_prune()
+
     def _release(self) -> None:
         with _claims_lock:
             held = _backfills.get((id(self.store), self.prefix))
@@ -1430,10 +1495,11 @@ class IndexBackfill(_OneThread):
     def stop(self, timeout: float | None = 5.0) -> None:
         """Ask a running pass to stop after its batch, and wait for it."""
         self._stop.set()
-        retry = self._retry
-        if retry is not None:
-            retry.cancel()
-        for thread in (self._thread, retry):
+        retry, pruner = self._retry, self._pruner
+        for timer in (retry, pruner):
+            if timer is not None:
+                timer.cancel()
+        for thread in (self._thread, retry, pruner):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout)
 

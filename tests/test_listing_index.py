@@ -12,6 +12,7 @@ through the background reindex and ``remember-sync reindex``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -39,12 +40,14 @@ from remember_sync._keys import (
 from remember_sync._ops.reindex import reindex
 from remember_sync._ops.walk import classify
 from remember_sync._purge import IndexBackfill, sweep_legacy
-from remember_sync.errors import RememberConfigurationError
+from remember_sync.errors import RememberConfigurationError, RememberStoreError
+from remember_sync.stores._index_lua import INDEX_ADD
 from remember_sync.stores.base import NamespaceIndex, Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
 from remember_sync.types import Namespace
 from tests.conftest import TEST_SECRET, FakeClock
+from tests.reply_dropping_proxy import proxied_cluster
 
 P = "remember:"
 KEYS = ["a", "b", "ab", "note-1", "note-2", "x:y"]
@@ -391,18 +394,18 @@ def test_cluster_writer_killed_between_steps_leaves_nothing_wrong_visible(
     plugin = make_plugin(store=store)
     mem = plugin.accessor(ME)
     mem.set("kept", 1)
-    # A set that dies after the index step: a member without an entry, hidden from readers.
-    original = store._client.execute_command
+    # A set that dies after sending the index step (the index node's send goes first):
+    # a member without an entry, hidden from readers.
+    send_pair = store._send_pair
 
-    def die_on_set(*args: Any, **kwargs: Any) -> Any:
-        if args and args[0] == "SET":
-            raise _Killed
-        return original(*args, **kwargs)
+    def die_after_the_index_step(*commands: Any) -> Any:
+        send_pair(commands[0])
+        raise _Killed
 
-    monkeypatch.setattr(store._client, "execute_command", die_on_set)
+    monkeypatch.setattr(store, "_send_pair", die_after_the_index_step)
     with pytest.raises(_Killed):
         mem.set("ghost", 2)
-    monkeypatch.setattr(store._client, "execute_command", original)
+    monkeypatch.undo()
     members = store._client.zrange(namespace_index_key(P, HEAD), 0, -1)
     assert HEAD + "ghost" in {m.decode() for m in members}
     assert mem.list() == ["kept"] and set(mem.entries()) == {"kept"}
@@ -422,6 +425,46 @@ def test_cluster_writer_killed_between_steps_leaves_nothing_wrong_visible(
     assert mem.list() == ["ghost"] and set(mem.entries()) == {"ghost"}
     assert mem.forget_many(pattern="*") == 1
     assert mem.list() == []
+
+
+# -- Redis Cluster: both steps of a write in one round trip ----------------------------------------
+
+
+@pytest.mark.parametrize("lost", ["index step", "entry step"])
+def test_cluster_write_whose_step_reply_is_lost_is_done_again_and_listed(
+    redis_cluster: Any, redis_cluster_client: redis.cluster.RedisCluster, lost: str
+) -> None:
+    """The index step and the SET go out together; the step whose reply a proxy drops is
+    done again on its own, so the write returns with its entry written and listed."""
+    with proxied_cluster(redis_cluster.startup_nodes, redis_cluster.client) as (client, proxies):
+        store = RedisStore(client=client)
+        store.use_index(lambda k: index_key_of(P, k))
+        assert store.set(HEAD + "warm", "0")  # the index script is in every node's cache
+        index_add = hashlib.sha1(INDEX_ADD.encode()).hexdigest().encode()
+        for proxy in proxies:
+            proxy.arm(index_add if lost == "index step" else b"value-whose-reply-is-lost")
+        assert store.set(HEAD + "k", "value-whose-reply-is-lost", ttl_ms=60_000)
+        assert sum(p.dropped.is_set() for p in proxies) == 1
+        index = namespace_index_key(P, HEAD)
+        assert redis_cluster_client.zscore(index, HEAD + "k") is not None
+        assert redis_cluster_client.get(HEAD + "k") == b"value-whose-reply-is-lost"
+        assert dict(p for page in store.index_pages(index, "*") for p in page) == {
+            HEAD + "warm": "0", HEAD + "k": "value-whose-reply-is-lost"
+        }
+
+
+def test_cluster_write_whose_index_step_fails_says_the_entry_was_written(
+    redis_cluster_store: RedisStore, redis_cluster_client: redis.cluster.RedisCluster
+) -> None:
+    """Both steps run at once, so an index that refuses the add (here: another type) no
+    longer stops the entry: the error says it was written and how it gets listed."""
+    store = redis_cluster_store
+    store.use_index(lambda k: index_key_of(P, k))
+    redis_cluster_client.set(namespace_index_key(P, HEAD), "not a sorted set")
+    with pytest.raises(RememberStoreError, match="WRONGTYPE.*the entry was written, but is not "
+                       "listed until it is written again or a reindex runs"):
+        store.set(HEAD + "k", "v")
+    assert redis_cluster_client.get(HEAD + "k") == b"v"
 
 
 # -- compatibility: older entries and the reindex ----------------------------------------------

@@ -11,8 +11,9 @@ Standalone servers and Vercel KV run the write and its index upkeep in one
 script (:data:`SET_INDEXED`, :data:`CAS_INDEXED`, :data:`DELETE_INDEXED`):
 atomic, scored by the same clock that expires the entry.  Redis Cluster keeps
 entry and index in different hash slots and uses the single-key scripts
-:data:`INDEX_ADD` (before the write) and :data:`INDEX_PRUNE` (after a delete,
-and for members a read found without an entry): see ``docs/redis.rst``.
+:data:`INDEX_ADD` (sent with the write) and :data:`INDEX_PRUNE` (after a delete,
+and for members a read or the periodic prune pass found without an entry), and
+:data:`INDEX_EXPIRE` (the prune pass's expiry): see ``docs/redis.rst``.
 
 Scripts that read entries named in their arguments rather than in ``KEYS``
 (:data:`INDEX_PAGE`, :data:`REINDEX`) are for standalone servers and Vercel
@@ -91,9 +92,41 @@ extend_ttl(KEYS[2], score, 1000)
 return 1
 """
 
-#: KEYS = entry, index; ARGV = expected, new value, PX ms or "".  As CAS_LUA_SCRIPT.
-CAS_INDEXED = _HELPERS + """\
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+#: How long a compare-and-set marker remembers a write that landed: a resend of
+#: it (after a lost reply) must arrive within this time to be recognised.
+CAS_TOKEN_MS = 60_000
+
+# A compare-and-set with a marker (KEYS: the entry's marker, a sorted set of the
+# tokens of the writes that landed, scored by when): a resend of a write that
+# landed answers 1 again instead of comparing (the entry may have changed since,
+# by this write or another's); the marker forgets tokens after the window.
+_TOKENS = """\
+local function cas_landed(marker, token)
+  return marker ~= nil and redis.call('ZSCORE', marker, token) ~= false
+end
+-- Whether the entry holds what the write expects: ARGV[6] == '1' means "absent"
+-- (a create, as SET NX), else exactly ARGV[1].
+local function cas_expected(entry)
+  if ARGV[6] == '1' then return redis.call('EXISTS', entry) == 0 end
+  return redis.call('GET', entry) == ARGV[1]
+end
+local function cas_record(marker, token, window)
+  if marker == nil then return end
+  local now = now_ms()
+  redis.call('ZREMRANGEBYSCORE', marker, '-inf', now - window)
+  redis.call('ZADD', marker, now, token)
+  redis.call('PEXPIRE', marker, window)
+end
+"""
+
+#: KEYS = entry, index[, marker]; ARGV = expected, new value, PX ms or ""[, token,
+#: window ms, "1" to expect no entry].  As CAS_LUA_SCRIPT; with a marker, a resent
+#: write that landed returns 1.  A create checks the index (ZSCORE) first, as
+#: SET_INDEXED does.
+CAS_INDEXED = _HELPERS + _TOKENS + """\
+if cas_landed(KEYS[3], ARGV[4]) then return 1 end
+if ARGV[6] == '1' then redis.call('ZSCORE', KEYS[2], KEYS[1]) end
+if not cas_expected(KEYS[1]) then return 0 end
 local score, args = 9000000000000000, {'SET', KEYS[1], ARGV[2]}
 if ARGV[3] ~= '' then
   args[4] = 'PX'; args[5] = ARGV[3]
@@ -102,6 +135,22 @@ end
 redis.call('ZADD', KEYS[2], score, KEYS[1])
 redis.call(unpack(args))
 extend_ttl(KEYS[2], score, 1000)
+cas_record(KEYS[3], ARGV[4], tonumber(ARGV[5]))
+return 1
+"""
+
+#: KEYS = entry, marker; ARGV = expected, new value, PX ms or "", token, window ms,
+#: "1" to expect no entry.  CAS_LUA_SCRIPT with a marker (an entry without index,
+#: or a cluster's second step).
+CAS_MARKED = _HELPERS + _TOKENS + """\
+if cas_landed(KEYS[2], ARGV[4]) then return 1 end
+if not cas_expected(KEYS[1]) then return 0 end
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+cas_record(KEYS[2], ARGV[4], tonumber(ARGV[5]))
 return 1
 """
 
@@ -178,7 +227,7 @@ if n > 0 then fix_ttl(KEYS[1], 1000) end
 return n
 """
 
-#: Cluster write, step one (before the entry is written).  KEYS = index; ARGV =
+#: Cluster write, step one (sent with the entry's write, see RedisStore.set).  KEYS = index; ARGV =
 #: grace ms, then pairs of member and PX ms ("" for no deadline).  On a cluster
 #: the score is the member's **last add time** (the index node's clock, strictly
 #: rising per member), not its deadline: a member may only be dropped once its
@@ -223,6 +272,27 @@ for i = 2, #ARGV, 2 do
   end
 end
 return n
+"""
+
+#: Cluster, the prune pass's last step: the index's expiry from its live entries.
+#: KEYS = index; ARGV = grace ms, the highest score (last add) the pass saw, and
+#: the longest remaining life in ms of the entries it found live ("-1": one has
+#: no expiry, "": none).  Only when that score is still the highest and older
+#: than the grace -- no writer added since the pass looked, none can be between
+#: its two steps -- is the expiry set: ``PEXPIREAT`` now + longest + grace, or
+#: ``PERSIST``.  Returns 1 if it was set.
+INDEX_EXPIRE = _HELPERS + """\
+local idx, grace = KEYS[1], tonumber(ARGV[1])
+local top = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
+if #top == 0 or ARGV[3] == '' then return 0 end
+local now = now_ms()
+if tonumber(top[2]) ~= tonumber(ARGV[2]) or tonumber(top[2]) >= now - grace then return 0 end
+if ARGV[3] == '-1' then
+  redis.call('PERSIST', idx)
+else
+  redis.call('PEXPIREAT', idx, now + tonumber(ARGV[3]) + grace)
+end
+return 1
 """
 
 #: Bring existing entries into their indexes (standalone, Vercel KV).  KEYS =

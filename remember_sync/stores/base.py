@@ -24,9 +24,12 @@ __all__ = [
     "CAS_LUA_SCRIPT",
     "SCAN_ITEMS_LUA_SCRIPT",
     "TEXT_ERRORS",
+    "CasMarkers",
     "IndexOf",
     "ItemScanner",
+    "MarkerOf",
     "NamespaceIndex",
+    "PrunesIndexes",
     "Store",
     "check_key",
     "check_keys",
@@ -39,6 +42,8 @@ __all__ = [
 
 #: Maps a full key to the name of its listing index, or ``None`` for a key no index holds.
 IndexOf = Callable[[str], str | None]
+#: ``marker_of(key, hash_tag)``: the compare-and-set marker key of an entry (``None``: none).
+MarkerOf = Callable[[str, str], str | None]
 
 
 # -- the contract's argument checks: every store calls them first, before any I/O -------------
@@ -290,4 +295,33 @@ class NamespaceIndex(Protocol):
 
     def add_to_index(self, keys: Sequence[str]) -> int:
         """Put existing *keys* into their indexes (missing ones are skipped); return how many."""
+        ...
+
+
+@runtime_checkable
+class CasMarkers(Protocol):
+    """An optional capability: a resent compare-and-set is recognised, never applied twice.
+
+    A store whose driver may send a write again after losing its reply keeps,
+    beside each entry, a marker of the compare-and-sets that landed there
+    (see ``docs/redis.rst``, "A lost reply").
+    """
+
+    def use_cas_markers(self, marker_of: MarkerOf) -> None:
+        """Keep the markers *marker_of* names from now on."""
+        ...
+
+
+@runtime_checkable
+class PrunesIndexes(Protocol):
+    """An optional capability: a pass that settles listing indexes no write or read settles.
+
+    A store whose index upkeep cannot be atomic (Redis Cluster) keeps members
+    of deleted entries for a grace period, and never expires an index that
+    once held an entry without a deadline; this pass drops what is gone and
+    re-derives each index's expiry, without reading any entry's value.
+    """
+
+    def prune_indexes(self, pattern: str, *, count: int = 1000) -> int:
+        """Settle every index key matching glob *pattern*; return how many members were dropped."""
         ...

@@ -22,9 +22,10 @@ driver's exception as ``__cause__``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import ssl
-from collections.abc import Iterator, Mapping, MutableSet, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableSet, Sequence
 from typing import Any
 
 import redis
@@ -43,6 +44,7 @@ from ..errors import (
     RememberStoreError,
 )
 from . import _index_lua as index_lua
+from ._redis_cas import key_slot, new_token, slot_tag
 from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
@@ -67,6 +69,7 @@ from .base import (
     CAS_LUA_SCRIPT,
     TEXT_ERRORS,
     IndexOf,
+    MarkerOf,
     check_key,
     check_keys,
     check_scan,
@@ -386,7 +389,10 @@ class RedisStore:
         self._wait = (replicas, timeout_ms or DEFAULT_WAIT_TIMEOUT_MS) if replicas else None
         #: The listing index (use_index): key -> index name, or None while it is off.
         self._index_of: IndexOf | None = None
-        names = ("SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_ADD", "INDEX_PRUNE")
+        #: The compare-and-set markers (use_cas_markers), or None.
+        self._marker_of: MarkerOf | None = None
+        names = ["SET_INDEXED", "CAS_INDEXED", "CAS_MARKED", "DELETE_INDEXED", "INDEX_ADD"]
+        names += ["INDEX_PRUNE", "INDEX_EXPIRE"]
         sources = {name: getattr(index_lua, name) for name in (*names, "PRUNE_MISSING", "REINDEX")}
         sources["CAS"] = CAS_LUA_SCRIPT
         self._scripts = {name: client.register_script(text) for name, text in sources.items()}
@@ -557,23 +563,34 @@ class RedisStore:
     def set(
         self, key: str, value: str, *, ttl_ms: int | None = None, only_if_absent: bool = False
     ) -> bool:
-        """``SET ... PX ... NX``; an indexed key, standalone: one script that keeps its index."""
+        """``SET ... PX ... NX``; an indexed key, standalone: one script that keeps its index.
+
+        With compare-and-set markers (:meth:`use_cas_markers`) an only-if-absent
+        write is the compare-and-set script expecting no entry, so that a resend
+        after a lost reply answers "written" as it does for a compare-and-set.
+        """
         check_write(key, value, ttl_ms)
+        if only_if_absent and self._marker_of is not None:
+            marker = self._cas_marker(key)
+            if marker is not None:  # a create that a resend cannot report as lost
+                return self._conditional_set(key, None, value, ttl_ms, marker)
         index = None if self._index_of is None else self._index_of(key)
         if index is not None:
             if not self._cluster:
                 px = b"" if ttl_ms is None else str(ttl_ms).encode()
                 script_args = [_b(value), px, b"1" if only_if_absent else b""]
                 return self._eval("SET_INDEXED", [_b(key), _b(index)], script_args, "SET")
-            self._index_add(index, [(key, ttl_ms)])  # cluster: the index first (superset)
         # execute_command, not client.set(): the same SET without redis-py's keyword
         # parsing, which costs more than the rest of this method.
+        args: list[Any] = ["SET", _b(key), _b(value)]
+        if ttl_ms is not None:
+            args += ["PX", ttl_ms]
+        if only_if_absent:
+            args.append("NX")
+        if index is not None:  # a cluster: the index step and the SET in one round trip
+            redo = functools.partial(self._client.execute_command, *args)
+            return bool(self._with_index_add(index, [(key, ttl_ms)], (args, _b(key)), redo, "SET"))
         try:
-            args: list[Any] = ["SET", _b(key), _b(value)]
-            if ttl_ms is not None:
-                args += ["PX", ttl_ms]
-            if only_if_absent:
-                args.append("NX")
             if self._wait is None:
                 done = self._client.execute_command(*args)
             else:
@@ -616,14 +633,66 @@ class RedisStore:
     def compare_and_set(
         self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
     ) -> bool:
+        """The compare-and-set script; with markers (:meth:`use_cas_markers`) a resend is safe.
+
+        redis-py sends a command again when the connection fails after sending
+        it; the call's token, recorded in the entry's marker by the write that
+        landed, makes the resend answer "written" instead of comparing again.  A
+        call whose outcome stays unknown (a timeout, or every retry failed)
+        raises :class:`RememberStoreError` saying so.
+        """
         check_write(key, value, ttl_ms, expected)
-        args = [_b(expected), _b(value), b"" if ttl_ms is None else str(ttl_ms).encode()]
+        return self._conditional_set(key, expected, value, ttl_ms, self._cas_marker(key))
+
+    def _conditional_set(
+        self, key: str, expected: str | None, value: str, ttl_ms: int | None, marker: bytes | None
+    ) -> bool:
+        """The compare-and-set (*expected* ``None``: a create, only with a *marker*)."""
+        args = [b"" if expected is None else _b(expected), _b(value)]
+        args.append(b"" if ttl_ms is None else str(ttl_ms).encode())
+        if marker is not None:
+            args += [new_token(), str(index_lua.CAS_TOKEN_MS).encode()]
+            args.append(b"1" if expected is None else b"")
         index = None if self._index_of is None else self._index_of(key)
-        if index is not None:
-            if not self._cluster:
-                return self._eval("CAS_INDEXED", [_b(key), _b(index)], args, "compare-and-set")
-            self._index_add(index, [(key, ttl_ms)])  # cluster: the index first (superset)
-        return self._eval("CAS", [_b(key)], args, "EVALSHA (compare-and-set)")
+        try:
+            if index is not None:
+                if not self._cluster:
+                    keys = [_b(key), _b(index)] if marker is None else [_b(key), _b(index), marker]
+                    return self._eval("CAS_INDEXED", keys, args, "compare-and-set")
+            name, keys = ("CAS", [_b(key)]) if marker is None else ("CAS_MARKED", [_b(key), marker])
+            redo = functools.partial(self._eval, name, keys, args, "compare-and-set")
+            if index is None:
+                return redo()
+            # A cluster: the index step and the script in one round trip.
+            command = ["EVALSHA", self._scripts[name].sha, len(keys), *keys, *args]
+            pair = (command, _b(key))
+            done = self._with_index_add(index, [(key, ttl_ms)], pair, redo, "compare-and-set")
+            return int(done) == 1
+        except RememberStoreError as exc:
+            if isinstance(exc.__cause__, (rx.ConnectionError, rx.TimeoutError)):
+                raise RememberStoreError(
+                    f"{exc.message} -- its outcome is unknown: the write may have been applied"
+                ) from exc.__cause__
+            raise
+
+    def use_cas_markers(self, marker_of: MarkerOf) -> None:
+        """Keep a compare-and-set marker beside each entry *marker_of* names (see above)."""
+        if not callable(marker_of):
+            raise RememberConfigurationError("marker_of must be a callable")
+        self._marker_of = marker_of
+
+    def _cas_marker(self, key: str) -> bytes | None:
+        """*key*'s marker (in its hash slot on a cluster), or ``None`` when it has none."""
+        if self._marker_of is None:
+            return None
+        if not self._cluster:
+            name = self._marker_of(key, "")
+            return None if name is None else _b(name)
+        slot = key_slot(_b(key))
+        name = self._marker_of(key, slot_tag(slot))
+        if name is None or key_slot(_b(name)) != slot:
+            return None  # a prefix whose own braces move the marker's slot
+        return _b(name)
 
     def delete(self, *keys: str) -> int:
         check_keys(keys)
@@ -694,11 +763,99 @@ class RedisStore:
 
     def _index_add(self, index: str, members: Sequence[tuple[str, int | None]]) -> None:
         """Cluster, step one of a write: add *members* (key, PX ms or None) to *index*."""
+        args = self._index_add_args(members)
+        with _translate("index add", self._no_client_cert):
+            self._scripts["INDEX_ADD"](keys=[_b(index)], args=args, client=self._client)
+
+    def _with_index_add(
+        self,
+        index: str,
+        members: Sequence[tuple[str, int | None]],
+        command: tuple[list[Any], bytes],
+        redo: Callable[[], Any],
+        operation: str,
+    ) -> Any:
+        """Cluster: :meth:`_index_add` and the entry's ``(command, key)``, in one round trip.
+
+        Returns the command's reply.  Both are written before either reply is
+        read, the index node's first: a client that dies between the two sends
+        leaves only the member, which reads verify away.  The two nodes may run
+        them in either order; the superset argument (``docs/redis.rst``) only
+        needs the add to have happened when the write returns, which holds: a
+        step that did not answer cleanly (a redirect, a lost connection,
+        ``NOSCRIPT``) is done again on its own through the client's usual path,
+        the index step first (:meth:`_index_add`), then the entry's (*redo*,
+        whose reply is returned).  A timeout is not repeated (see
+        ``_redis_connect``).
+        """
+        add = ["EVALSHA", self._scripts["INDEX_ADD"].sha, 1, _b(index)]
+        add += self._index_add_args(members)
+        added, reply = self._send_pair((add, _b(index)), command)
+        for failed in (added, reply):
+            if isinstance(failed, rx.TimeoutError):
+                raise _mapped(operation, failed, no_client_cert=self._no_client_cert) from failed
+        if isinstance(added, Exception):
+            try:
+                self._index_add(index, members)
+            except RememberStoreError as exc:
+                if isinstance(reply, Exception):
+                    raise
+                raise RememberStoreError(
+                    f"{exc.message} -- the entry was written, but is not listed until it is "
+                    "written again or a reindex runs"
+                ) from exc.__cause__
+        if not isinstance(reply, Exception):
+            return reply
+        try:
+            return redo()
+        except _DRIVER_ERRORS as exc:
+            raise _mapped(operation, exc, no_client_cert=self._no_client_cert) from exc
+
+    def _send_pair(self, *commands: tuple[list[Any], bytes]) -> list[Any]:
+        """Cluster: each ``(command, key)`` sent to its key's primary, then each reply read.
+
+        Every reply, or the exception that took its place (a command that could
+        not be sent gets a :class:`redis.exceptions.ConnectionError`).  Commands
+        for one node share one connection, in order.
+        """
+        replies: list[Any] = [rx.ConnectionError("not sent")] * len(commands)
+        held: dict[str, tuple[Any, Any, list[list[Any]]]] = {}  # node -> pool, connection, sent
+        order: list[Any] = []  # each command's connection
+        try:
+            try:
+                for command, key in commands:
+                    node = self._client.get_node_from_key(key)
+                    if node.name not in held:
+                        pool = self._client.get_redis_connection(node).connection_pool
+                        held[node.name] = (pool, pool.get_connection(), [])
+                    held[node.name][2].append(command)
+                    order.append(held[node.name][1])
+                for _, connection, batch in held.values():  # in the order of first use
+                    connection.send_packed_command(connection.pack_commands(batch))
+            except _DRIVER_ERRORS:
+                for _, connection, _ in held.values():
+                    connection.disconnect()  # a reply may be unread
+                order = []  # not all sent: each is done again on its own
+            for n, connection in enumerate(order):
+                try:
+                    replies[n] = connection.read_response()
+                except (rx.ResponseError, rx.ConnectionError, rx.TimeoutError) as exc:
+                    replies[n] = exc  # an error reply, or a connection redis-py closed
+        except BaseException:
+            for _, connection, _ in held.values():
+                connection.disconnect()  # replies may be unread: never reused as they are
+            raise
+        finally:
+            for pool, connection, _ in held.values():
+                pool.release(connection)
+        return replies
+
+    def _index_add_args(self, members: Sequence[tuple[str, int | None]]) -> list[bytes]:
+        """INDEX_ADD's arguments: the grace, then each member and its PX ms ("" for none)."""
         args = [str(index_lua.CLUSTER_SLACK_MS).encode()]
         for key, ttl_ms in members:
             args += [_b(key), b"" if ttl_ms is None else str(ttl_ms).encode()]
-        with _translate("index add", self._no_client_cert):
-            self._scripts["INDEX_ADD"](keys=[_b(index)], args=args, client=self._client)
+        return args
 
     def _index_remove(self, index: str, keys: Sequence[str]) -> None:
         """Cluster, step two of a delete: drop *keys* from *index* unless added recently.
@@ -884,6 +1041,68 @@ class RedisStore:
                 yield _decoded(pairs)
             if int(cursor) == 0:
                 return
+
+    def prune_indexes(self, pattern: str, *, count: int = 1000) -> int:
+        """Cluster: settle every index key matching *pattern*, without reading any entry's value.
+
+        For each index (``SCAN`` of every primary): its members (``ZSCAN``),
+        their entries' ``PTTL`` (per hash slot, pipelined), then the members
+        whose entry is missing are dropped under the rule every drop follows
+        (:data:`~._index_lua.INDEX_PRUNE`: unchanged score, older than the
+        grace), and the index's expiry is set from its live entries
+        (:data:`~._index_lua.INDEX_EXPIRE`, only while no writer added since and
+        none may be in flight).  An index left empty is gone.  Returns how many
+        members were dropped.  A standalone server keeps its indexes exact
+        itself: nothing to do, 0.
+        """
+        check_scan(pattern, count)
+        if not self._cluster:
+            return 0
+        return sum(self._prune_index(index, count) for index in self._scan(_b(pattern), count))
+
+    def _prune_index(self, index: str, count: int) -> int:
+        name = _b(index)
+        grace = str(index_lua.CLUSTER_SLACK_MS).encode()
+        with _translate("index prune", self._no_client_cert):
+            try:
+                scored = list(self._client.zscan_iter(name, count=count))
+            except rx.ResponseError as exc:
+                if "WRONGTYPE" in str(exc):
+                    return 0  # not a sorted set: nobody's index, left as it is
+                raise
+            if not scored:
+                return 0
+            top = max(score for _, score in scored)
+            gone: list[Any] = []
+            longest: int | None = None  # the longest remaining life of a live entry
+            for start in range(0, len(scored), _CHUNK):
+                part = scored[start : start + _CHUNK]
+                for (member, score), ttl in zip(part, self._pttls(part), strict=True):
+                    if ttl == -2:
+                        gone.append((member, score))
+                    elif longest != -1:
+                        longest = -1 if ttl == -1 else max(longest or 0, ttl)
+            dropped = 0
+            for start in range(0, len(gone), _CHUNK):
+                args = [grace]
+                for member, score in gone[start : start + _CHUNK]:
+                    args += [member, str(int(score)).encode()]
+                dropped += int(
+                    self._scripts["INDEX_PRUNE"](keys=[name], args=args, client=self._client)
+                )
+            self._scripts["INDEX_EXPIRE"](
+                keys=[name],
+                args=[grace, str(int(top)).encode(), b"" if longest is None else str(longest)],
+                client=self._client,
+            )
+        return dropped
+
+    def _pttls(self, scored: list[tuple[Any, float]]) -> list[int]:
+        """The ``PTTL`` of each member's key (per hash slot, pipelined): -2 missing, -1 none."""
+        pipe = self._client.pipeline(transaction=False)
+        for member, _ in scored:
+            pipe.pttl(member)
+        return [int(ttl) for ttl in pipe.execute()]
 
     def add_to_index(self, keys: Sequence[str]) -> int:
         """Put existing *keys* into their indexes with their current deadlines.

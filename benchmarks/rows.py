@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from remember_sync import Identity, RememberPlugin
 from remember_sync.accessor import RememberAccessor
+from remember_sync.stores._index_lua import STANDALONE_SLACK_MS
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.kv_emulator import KVEmulator
 from remember_sync.testing.redis_server import RedisCluster, RedisServer
@@ -90,7 +91,7 @@ class Sizes:
     #: Operations per thread-count run (split between the threads).
     thread_ops: int = 12_000
     #: Interleaved rounds over the thread counts (half of them time each operation).
-    thread_rounds: int = 8
+    thread_rounds: int = 6
     #: Legacy keys for the purge row.
     purge_keys: int = 100_000
     #: Seconds per server for the ``tools/call`` row.
@@ -247,8 +248,6 @@ def _preload(mem: Any, keys: list[str]) -> None:
 #: Row 1's writes expire after an hour on both sides (``SET ... PX``), as users' usually do.
 WRITE_TTL_S = 3600
 WRITE_TTL_MS = WRITE_TTL_S * 1000
-#: The slack the listing index outlives its latest deadline by (as the store's script).
-INDEX_SLACK_MS = 1000
 
 
 def _bare_ops(client: Any, keys: list[str]) -> tuple[Op, Op]:
@@ -288,7 +287,7 @@ def _multi_write(client: redis.Redis, gt: bool) -> Callable[[bytes, bytes], obje
         pipe = client.pipeline(transaction=True)
         pipe.set(key, value, px=WRITE_TTL_MS)
         pipe.zadd(index, {key: deadline})
-        pipe.pexpireat(index, deadline + INDEX_SLACK_MS, gt=gt)
+        pipe.pexpireat(index, deadline + STANDALONE_SLACK_MS, gt=gt)
         return pipe.execute()
 
     return write

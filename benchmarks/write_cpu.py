@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import redis
 
-from remember_sync.stores._index_lua import SET_INDEXED
+from remember_sync.stores._index_lua import SET_INDEXED, STANDALONE_SLACK_MS
 from remember_sync.testing.redis_server import RedisServer
 
 from .rows import _server_usec
@@ -73,7 +73,7 @@ def _mechanisms(client: redis.Redis, major: int) -> dict[str, Callable[[bytes, b
         pipe = client.pipeline(transaction=True)
         pipe.set(key, value, px=TTL_MS)
         pipe.zadd(index, {key: deadline})
-        pipe.pexpireat(index, deadline + 1000, gt=major >= 7)
+        pipe.pexpireat(index, deadline + STANDALONE_SLACK_MS, gt=major >= 7)
         return pipe.execute()
 
     out["MULTI"] = multi

@@ -379,7 +379,7 @@ def rows_redis_get_set(env: Environment, sizes: Sizes) -> list[Row]:
 #: twice (in the outer command's time and in their own line).
 _CONTAINERS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "exec"})
 #: The measurement's own commands.
-_HOUSEKEEPING = ("config|", "config", "info")
+_HOUSEKEEPING = ("config", "info")
 
 
 def _server_usec(client: redis.Redis, writes: int) -> float:

@@ -76,7 +76,8 @@ end
 #: the server more than the command it runs): one ``TIME``, and the index's expiry in
 #: one ``PEXPIREAT ... GT`` on Redis 7 (``GT`` treats a key without expiry as
 #: infinite, so only then ``PTTL`` tells a new index -- expiry from its top member --
-#: from one a member without deadline keeps; Redis 6.2 has no ``GT``: ``PTTL`` first).
+#: from one a member without deadline keeps; Redis 6.2 has no ``GT``: ``PTTL`` right
+#: after ``TIME``, so that their sum is the index's expiry).
 SET_INDEXED = """\
 local seven = (redis.REDIS_VERSION_NUM or 0) >= 458752
 if not seven and redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -89,6 +90,8 @@ if ARGV[2] ~= '' then
   score = now + tonumber(ARGV[2])
   args[4] = 'PX'; args[5] = ARGV[2]
 end
+local ttl = -1
+if not seven and score < 9000000000000000 then ttl = redis.call('PTTL', idx) end
 if ARGV[3] == '1' then
   redis.call('ZSCORE', idx, entry)
   args[#args + 1] = 'NX'
@@ -107,12 +110,9 @@ if seven then
   if redis.call('PEXPIREAT', idx, expiry, 'GT') == 1 or redis.call('PTTL', idx) ~= -1 then
     return 1
   end
-else
-  local ttl = redis.call('PTTL', idx)
-  if ttl >= 0 then
-    if now + ttl < expiry then redis.call('PEXPIREAT', idx, expiry) end
-    return 1
-  end
+elseif ttl >= 0 then
+  if now + ttl < expiry then redis.call('PEXPIREAT', idx, expiry) end
+  return 1
 end
 local top = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
 if tonumber(top[2]) < 9000000000000000 then

@@ -35,6 +35,7 @@ __all__ = [
     "compare",
     "percentile",
     "render",
+    "server_line",
     "spread_of",
 ]
 
@@ -224,6 +225,11 @@ class Row:
                 "baseline_p99_us": percentile(c.base_latency, 0.99) * 1e6,
             },
         )
+
+
+def server_line(version: str, path: str) -> str:
+    """The first line of every benchmark table: the ``redis-server`` its Redis figures come from."""
+    return f"redis-server {version} ({path})"
 
 
 def spread_of(ratios: list[float]) -> tuple[float, float]:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/purge.py [--keys 100000] [--batch 500]
+    python -m benchmarks.purge [--keys 100000] [--batch 500] [--rounds 1]
 
 Starts a throw-away ``redis-server`` on a free loopback port, fills it with
 *keys* pre-``v2`` keys (split over ``session:``, ``tool:`` and ``user:``) plus
@@ -39,6 +39,8 @@ from remember_sync._crypto import seal
 from remember_sync._purge import sweep_legacy
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisServer
+
+from .harness import server_line
 
 PREFIX = "remember:"
 SCOPES = ("session", "tool", "user")
@@ -117,6 +119,7 @@ def run(keys: int = 100_000, *, batch: int = 500, rounds: int = 1) -> list[dict[
         store = RedisStore.from_url(server.url)
         try:
             version = str(client.info("server")["redis_version"])
+            path = server.binary
             for rnd in range(rounds):
                 order = list(labels) if rnd % 2 == 0 else list(reversed(labels))
                 for method in order:
@@ -147,6 +150,7 @@ def run(keys: int = 100_000, *, batch: int = 500, rounds: int = 1) -> list[dict[
                 "keys_per_s": deleted[method] / seconds if seconds else float("inf"),
                 "commands": commands[method],
                 "redis": version,
+                "redis_path": path,
                 "round_seconds": times[method],
                 "ratios": ratios,
                 "ratio": statistics.median(ratios),
@@ -157,8 +161,9 @@ def run(keys: int = 100_000, *, batch: int = 500, rounds: int = 1) -> list[dict[
 
 def render(rows: list[dict[str, Any]]) -> str:
     """The rows as a plain-text table."""
-    head = f"legacy purge of {rows[0]['keys']:,} keys on redis-server {rows[0]['redis']} (loopback)"
+    head = f"legacy purge of {rows[0]['keys']:,} keys (loopback)"
     lines = [
+        server_line(rows[0]["redis"], rows[0]["redis_path"]),
         head,
         f"{'method':<48} {'seconds':>9} {'keys/s':>12} {'commands':>10} {'ratio':>7}",
     ]

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from .harness import Row, render
+from .harness import Row, render, server_line
 from .rows import FULL, GROUPS, QUICK, Environment, Sizes, all_rows
 
 __all__ = ["main", "run"]
@@ -72,7 +72,7 @@ def _hiredis() -> str | None:
 def title(meta: dict[str, Any]) -> str:
     """The table's first lines: the server every Redis row ran on, then the rest of the setup."""
     return (
-        f"redis-server {meta['redis_server']} ({meta['redis_server_path']})\n"
+        f"{server_line(meta['redis_server'], meta['redis_server_path'])}\n"
         f"remember_sync benchmarks -- Python {meta['python']} on {meta['cpus']} CPU(s), "
         f"hiredis {meta['hiredis'] or 'not installed'}, {meta['seconds']:.0f} s"
     )

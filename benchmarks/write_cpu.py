@@ -37,6 +37,7 @@ import redis
 from remember_sync.stores._index_lua import SET_INDEXED, STANDALONE_SLACK_MS
 from remember_sync.testing.redis_server import RedisServer
 
+from .harness import server_line
 from .rows import _server_usec
 
 TTL_MS = 3_600_000
@@ -83,7 +84,7 @@ def _mechanisms(client: redis.Redis, major: int) -> dict[str, Callable[[bytes, b
 def run(
     writes: int = 2000, rounds: int = 7, binary: str | None = None
 ) -> tuple[str, dict[str, list[float]]]:
-    """Measure every mechanism; return the server's ``version (path)`` and usec per write."""
+    """Measure every mechanism; return the server's table line and usec per write."""
     with RedisServer(binary) as server:
         client = server.client()
         try:
@@ -105,13 +106,14 @@ def run(
                     usec[name].append(_server_usec(client, writes))
         finally:
             client.close()
-        return f"{version} ({server.binary})", usec
+        return server_line(version, server.binary), usec
 
 
 def render(server: str, usec: dict[str, list[float]]) -> str:
     """One line per mechanism: median usec per write, ratio to MULTI and its spread."""
     lines = [
-        f"redis-server {server}: Redis CPU per indexed write (INFO commandstats)",
+        server,
+        "Redis CPU per indexed write (INFO commandstats)",
         f"{'mechanism':<22} {'usec':>6} {'vs MULTI':>9} {'spread':>11}",
     ]
     base = usec["MULTI"]

@@ -319,4 +319,5 @@ def test_write_cpu_measures_every_mechanism() -> None:
     assert set(usec) == names
     assert all(len(v) == 2 and all(u > 0 for u in v) for v in usec.values())
     table = write_cpu.render(server, usec)
-    assert table.startswith(f"redis-server {server}") and "MULTI" in table
+    assert table.splitlines()[0] == server and "MULTI" in table
+    assert server.startswith("redis-server ") and server.endswith(f"({binary})")

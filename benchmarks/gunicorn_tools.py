@@ -49,7 +49,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .harness import run_clients
+from .harness import run_clients, server_line
 
 __all__ = ["CANNED_ENV", "canned_app", "main", "run"]
 
@@ -353,7 +353,7 @@ def _quantile(samples: list[float], q: float) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Start a redis-server, run :func:`run`, print the figures."""
-    from remember_sync.testing.redis_server import RedisServer
+    from remember_sync.testing.redis_server import RedisServer, redis_server_version
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=6.0, help="per server (default 6)")
@@ -367,7 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     with RedisServer() as server:
         out = run(server.url, args.seconds, clients=args.clients,
                   threads=args.threads or None)  # fmt: skip
+        version = redis_server_version(server.binary)
     threads = f"--threads {out['threads']}" if out["threads"] else "no --threads"
+    print(server_line(".".join(map(str, version or ())) or "?", server.binary))
     print(
         f"tools/call recall, gunicorn -w {out['workers']} {threads}, {out['clients']} keep-alive "
         f"clients, {out['pairs']} pairs, Python {sys.version.split()[0]}, {os.cpu_count()} CPU(s)"

@@ -11,6 +11,9 @@ the same data, in the same run.  :func:`compare` runs the two sides in short
   p50/p99.  Keeping the per-operation timer out of the throughput blocks
   keeps its constant cost out of the ratio, where it would flatter the slower
   side.
+
+Every row decides its target on the median of its per-round ratios (at least
+:data:`MIN_ROUNDS` rounds) and shows their spread, the lowest and highest.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "MIN_ROUNDS",
     "Comparison",
     "Op",
     "RatioKind",
@@ -31,7 +35,12 @@ __all__ = [
     "compare",
     "percentile",
     "render",
+    "server_line",
+    "spread_of",
 ]
+
+#: The fewest interleaved rounds (pairs of subject and baseline) behind any row's ratio.
+MIN_ROUNDS = 5
 
 #: One operation; receives the iteration number (to pick a key).
 Op = Callable[[int], object]
@@ -69,14 +78,16 @@ class Comparison:
     def base_ops_per_s(self) -> float:
         return 1.0 / statistics.median(self.base)
 
+    def ratios(self, kind: RatioKind) -> list[float]:
+        """This row's ratio in every block pair, in the order measured."""
+        pairs = zip(self.ours, self.base, strict=True)
+        if kind == "time":
+            return [o / b for o, b in pairs]
+        return [b / o for o, b in pairs]  # speedup; throughput: (1/o) / (1/b)
+
     def ratio(self, kind: RatioKind) -> float:
         """The median over block pairs of this row's ratio."""
-        pairs = list(zip(self.ours, self.base, strict=True))
-        if kind == "time":
-            return statistics.median(o / b for o, b in pairs)
-        if kind == "speedup":
-            return statistics.median(b / o for o, b in pairs)
-        return statistics.median(b / o for o, b in pairs)  # throughput: (1/o) / (1/b)
+        return statistics.median(self.ratios(kind))
 
     @property
     def pairs(self) -> int:
@@ -160,6 +171,10 @@ class Row:
     target: float | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The lowest and highest per-round ratio (``None``: one run, no rounds).
+    spread: tuple[float, float] | None = None
+    #: How many interleaved rounds the median is over.
+    rounds: int | None = None
 
     @property
     def met(self) -> bool | None:
@@ -201,6 +216,8 @@ class Row:
             ratio_kind=ratio_kind,
             target=target,
             note=note,
+            spread=spread_of(c.ratios(ratio_kind)),
+            rounds=c.pairs,
             extra={
                 "pairs": c.pairs,
                 "ops_per_block": c.ops_per_block,
@@ -208,6 +225,16 @@ class Row:
                 "baseline_p99_us": percentile(c.base_latency, 0.99) * 1e6,
             },
         )
+
+
+def server_line(version: str, path: str) -> str:
+    """The first line of every benchmark table: the ``redis-server`` its Redis figures come from."""
+    return f"redis-server {version} ({path})"
+
+
+def spread_of(ratios: list[float]) -> tuple[float, float]:
+    """The lowest and highest of *ratios*."""
+    return (min(ratios), max(ratios))
 
 
 _KIND_WORD = {"time": "time", "speedup": "faster", "throughput": "thru"}
@@ -238,6 +265,8 @@ def render(rows: list[Row], *, title: str = "") -> str:
         "baseline",
         "base ops/s",
         "ratio",
+        "spread",
+        "n",
         "target",
         "met?",
     )
@@ -255,12 +284,14 @@ def render(rows: list[Row], *, title: str = "") -> str:
                 row.baseline,
                 _num(row.baseline_ops_per_s, ",.0f"),
                 "-" if row.ratio is None else f"{row.ratio:.2f}x {_KIND_WORD[row.ratio_kind]}",
+                "-" if row.spread is None else f"{row.spread[0]:.2f}-{row.spread[1]:.2f}",
+                "-" if row.rounds is None else str(row.rounds),
                 _target(row),
                 "-" if met is None else ("yes" if met else "NO"),
             )
         )
     widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
-    numeric = {3, 4, 5, 7, 8}
+    numeric = {3, 4, 5, 7, 8, 9, 10}
     lines = [title] if title else []
     for n, line in enumerate(cells):
         lines.append(
@@ -274,7 +305,9 @@ def render(rows: list[Row], *, title: str = "") -> str:
     lines.append("")
     lines.append(
         "ratio: 'time' = our time / baseline time (lower is better); 'faster' = baseline time /"
-        " our time; 'thru' = our ops/s / baseline ops/s.  Medians of interleaved block pairs."
+        " our time; 'thru' = our ops/s / baseline ops/s.  ratio: the median over n interleaved"
+        " rounds (subject and baseline alternating), which decides the target; spread: the"
+        " lowest and highest round's ratio."
     )
     notes = [f"  [{r.group}] {r.operation} ({r.store}): {r.note}" for r in rows if r.note]
     if notes:

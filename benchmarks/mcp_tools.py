@@ -30,6 +30,7 @@ import http.client
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -228,24 +229,40 @@ def _measure(port: int, clients: int, seconds: float) -> tuple[int, float]:
     return sum(counts), elapsed
 
 
-def run(seconds: float = 5.0, *, clients: int = 4) -> list[dict[str, Any]]:
+def run(seconds: float = 5.0, *, clients: int = 4, rounds: int = 1) -> list[dict[str, Any]]:
     """Measure both servers for *seconds* each with *clients* keep-alive connections.
 
+    Both servers run at once and take turns in *rounds* (of ``seconds /
+    rounds`` each), alternating which goes first.
+
     :returns: one row per server: ``server``, ``clients``, ``requests``,
-        ``seconds``, ``requests_per_s`` and ``ratio`` (requests/s over the
-        bare server's).
+        ``seconds``, ``requests_per_s`` (all rounds together), ``ratios``
+        (each round's requests/s over the bare server's) and ``ratio`` (their
+        median).
     """
-    rows: list[dict[str, Any]] = []
-    for kind, label in (
-        ("bare", "bare WSGI, canned JSON-RPC reply"),
-        ("mcp", "McpServer recall, memory store, encrypted"),
-    ):
-        server = _Server(kind)
-        try:
-            _measure(server.port, clients, min(0.5, seconds / 4))  # warm-up, not counted
-            requests, elapsed = _measure(server.port, clients, seconds)
-        finally:
+    labels = {
+        "bare": "bare WSGI, canned JSON-RPC reply",
+        "mcp": "McpServer recall, memory store, encrypted",
+    }
+    servers: dict[str, _Server] = {}
+    done: dict[str, list[tuple[int, float]]] = {kind: [] for kind in labels}
+    try:
+        for kind in labels:
+            servers[kind] = _Server(kind)
+        for kind in labels:
+            _measure(servers[kind].port, clients, min(0.5, seconds / 4))  # warm-up, not counted
+        for rnd in range(rounds):
+            for kind in labels if rnd % 2 == 0 else reversed(labels):
+                done[kind].append(_measure(servers[kind].port, clients, seconds / rounds))
+    finally:
+        for server in servers.values():
             server.stop()
+    rates = {kind: [n / t if t else 0.0 for n, t in done[kind]] for kind in labels}
+    rows: list[dict[str, Any]] = []
+    for kind, label in labels.items():
+        requests = sum(n for n, _ in done[kind])
+        elapsed = sum(t for _, t in done[kind])
+        ratios = [r / b if b else 0.0 for r, b in zip(rates[kind], rates["bare"], strict=True)]
         rows.append(
             {
                 "server": label,
@@ -253,11 +270,10 @@ def run(seconds: float = 5.0, *, clients: int = 4) -> list[dict[str, Any]]:
                 "requests": requests,
                 "seconds": elapsed,
                 "requests_per_s": requests / elapsed if elapsed else 0.0,
+                "ratios": ratios,
+                "ratio": statistics.median(ratios),
             }
         )
-    base = rows[0]["requests_per_s"]
-    for row in rows:
-        row["ratio"] = row["requests_per_s"] / base if base else 0.0
     return rows
 
 

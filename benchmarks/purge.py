@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/purge.py [--keys 100000] [--batch 500]
+    python -m benchmarks.purge [--keys 100000] [--batch 500] [--rounds 1]
 
 Starts a throw-away ``redis-server`` on a free loopback port, fills it with
 *keys* pre-``v2`` keys (split over ``session:``, ``tool:`` and ``user:``) plus
@@ -28,6 +28,7 @@ test can run it with tiny sizes.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from typing import Any
@@ -38,6 +39,8 @@ from remember_sync._crypto import seal
 from remember_sync._purge import sweep_legacy
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisServer
+
+from .harness import server_line
 
 PREFIX = "remember:"
 SCOPES = ("session", "tool", "user")
@@ -93,57 +96,74 @@ def _baseline(client: redis.Redis) -> int:
     return deleted
 
 
-def run(keys: int = 100_000, *, batch: int = 500) -> list[dict[str, Any]]:
-    """Time both purges of *keys* legacy keys on a throw-away redis-server.
+def run(keys: int = 100_000, *, batch: int = 500, rounds: int = 1) -> list[dict[str, Any]]:
+    """Time both purges of *keys* legacy keys on a throw-away redis-server, *rounds* times.
+
+    Each round fills the keyspace afresh for each method, alternating which
+    method goes first.
 
     :returns: one row per method: ``method``, ``keys``, ``deleted``,
-        ``seconds``, ``keys_per_s``, ``commands`` and ``ratio`` (baseline
-        seconds / this method's seconds).
+        ``seconds`` (the median round), ``keys_per_s``, ``commands`` (of the
+        last round), ``round_seconds`` and ``ratio`` / ``ratios`` (baseline
+        seconds / this method's seconds: the median and every round's).
     """
-    rows: list[dict[str, Any]] = []
+    labels = {
+        "baseline": "1.8.0-style: SCAN COUNT 100 + one DEL per key",
+        "sweep_legacy": f"sweep_legacy: SCAN 1000 + MGET/UNLINK x{batch}",
+    }
+    times: dict[str, list[float]] = {method: [] for method in labels}
+    deleted: dict[str, int] = {}
+    commands: dict[str, int] = {}
     with RedisServer() as server:
         client = server.client()
         store = RedisStore.from_url(server.url)
         try:
             version = str(client.info("server")["redis_version"])
-            for method in ("baseline", "sweep_legacy"):
-                survivors = _fill(client, keys)
-                client.config_resetstat()
-                started = time.perf_counter()
-                if method == "baseline":
-                    deleted = _baseline(client)
-                    label = "1.8.0-style: SCAN COUNT 100 + one DEL per key"
-                else:
-                    result = sweep_legacy(store, PREFIX, batch=batch)
-                    deleted = result.deleted
-                    label = f"sweep_legacy: SCAN 1000 + MGET/UNLINK x{batch}"
-                seconds = time.perf_counter() - started
-                commands = _commands(client)
-                _check(client, survivors)
-                rows.append(
-                    {
-                        "method": label,
-                        "keys": keys,
-                        "deleted": deleted,
-                        "seconds": seconds,
-                        "keys_per_s": deleted / seconds if seconds else float("inf"),
-                        "commands": commands,
-                        "redis": version,
-                    }
-                )
+            path = server.binary
+            for rnd in range(rounds):
+                order = list(labels) if rnd % 2 == 0 else list(reversed(labels))
+                for method in order:
+                    survivors = _fill(client, keys)
+                    client.config_resetstat()
+                    started = time.perf_counter()
+                    if method == "baseline":
+                        deleted[method] = _baseline(client)
+                    else:
+                        deleted[method] = sweep_legacy(store, PREFIX, batch=batch).deleted
+                    times[method].append(time.perf_counter() - started)
+                    commands[method] = _commands(client)
+                    _check(client, survivors)
         finally:
             store.close()
             client.close()
-    base = rows[0]["seconds"]
-    for row in rows:
-        row["ratio"] = base / row["seconds"] if row["seconds"] else float("inf")
+    base = times["baseline"]
+    rows: list[dict[str, Any]] = []
+    for method, label in labels.items():
+        ratios = [b / t if t else float("inf") for b, t in zip(base, times[method], strict=True)]
+        seconds = statistics.median(times[method])
+        rows.append(
+            {
+                "method": label,
+                "keys": keys,
+                "deleted": deleted[method],
+                "seconds": seconds,
+                "keys_per_s": deleted[method] / seconds if seconds else float("inf"),
+                "commands": commands[method],
+                "redis": version,
+                "redis_path": path,
+                "round_seconds": times[method],
+                "ratios": ratios,
+                "ratio": statistics.median(ratios),
+            }
+        )
     return rows
 
 
 def render(rows: list[dict[str, Any]]) -> str:
     """The rows as a plain-text table."""
-    head = f"legacy purge of {rows[0]['keys']:,} keys on redis-server {rows[0]['redis']} (loopback)"
+    head = f"legacy purge of {rows[0]['keys']:,} keys (loopback)"
     lines = [
+        server_line(rows[0]["redis"], rows[0]["redis_path"]),
         head,
         f"{'method':<48} {'seconds':>9} {'keys/s':>12} {'commands':>10} {'ratio':>7}",
     ]
@@ -163,10 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--keys", type=int, default=100_000, help="legacy keys (default 100000)")
     parser.add_argument("--batch", type=int, default=500, help="keys per UNLINK (default 500)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of each (default 1)")
     args = parser.parse_args(argv)
-    if args.keys < 1 or args.batch < 1:
-        parser.error("--keys and --batch must be positive")
-    print(render(run(args.keys, batch=args.batch)))
+    if args.keys < 1 or args.batch < 1 or args.rounds < 1:
+        parser.error("--keys, --batch and --rounds must be positive")
+    print(render(run(args.keys, batch=args.batch, rounds=args.rounds)))
     return 0
 
 

@@ -27,11 +27,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from remember_sync import Identity, RememberPlugin
 from remember_sync.accessor import RememberAccessor
+from remember_sync.stores._index_lua import STANDALONE_SLACK_MS
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.kv_emulator import KVEmulator
 from remember_sync.testing.redis_server import RedisCluster, RedisServer
 
-from .harness import Op, Row, compare, percentile
+from .harness import MIN_ROUNDS, Op, Row, compare, percentile, spread_of
 
 __all__ = ["Environment", "FULL", "QUICK", "Sizes", "VALUE", "all_rows"]
 
@@ -73,6 +74,8 @@ class Sizes:
     block_seconds: float = 0.025
     #: Fewest throughput pairs (and as many latency pairs) per comparison.
     min_pairs: int = 6
+    #: Writes per side and round of the "Redis CPU per write" row.
+    cpu_writes: int = 2_000
     #: Entries in the namespace that ``entries()`` reads (row 4).
     entries_keys: int = 100
     #: Keys in the namespace that ``list()`` reads (row 5).
@@ -88,7 +91,7 @@ class Sizes:
     #: Operations per thread-count run (split between the threads).
     thread_ops: int = 12_000
     #: Interleaved rounds over the thread counts (half of them time each operation).
-    thread_rounds: int = 8
+    thread_rounds: int = 6
     #: Legacy keys for the purge row.
     purge_keys: int = 100_000
     #: Seconds per server for the ``tools/call`` row.
@@ -105,8 +108,9 @@ QUICK = Sizes(
     list_db_sizes=(1_000, 20_000),
     list_big_db_sizes=(),
     reindex_keys=20_000,
+    cpu_writes=1_000,
     thread_ops=6_000,
-    thread_rounds=4,
+    thread_rounds=5,
     purge_keys=20_000,
     tools_seconds=1.5,
     gunicorn_seconds=3.0,
@@ -137,11 +141,14 @@ class Environment:
         self.cluster: RedisCluster | None = None
         self.kv: KVEmulator | None = None
         self.redis_version = ""
+        #: The ``redis-server`` executable every server of the run was started from.
+        self.redis_binary = ""
 
     def __enter__(self) -> Environment:
         try:
             self.redis = self._stack.enter_context(RedisServer())
-            self.cluster = self._stack.enter_context(RedisCluster())
+            self.redis_binary = self.redis.binary
+            self.cluster = self._stack.enter_context(RedisCluster(self.redis_binary))
             # The emulator keeps its data in database 1 of the standalone server.
             self.kv = self._stack.enter_context(
                 KVEmulator(f"redis://127.0.0.1:{self.redis.port}/1", TOKEN)
@@ -158,6 +165,11 @@ class Environment:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+    @property
+    def redis_major(self) -> int:
+        """The major version of the run's ``redis-server``."""
+        return int(self.redis_version.split(".")[0])
 
     def client(self, db: int = 0) -> redis.Redis:
         """A bare redis-py client with default settings."""
@@ -233,9 +245,13 @@ def _preload(mem: Any, keys: list[str]) -> None:
 
 # -- row 1: accessor get/set vs bare redis-py --------------------------------------------------
 
+#: Row 1's writes expire after an hour on both sides (``SET ... PX``), as users' usually do.
+WRITE_TTL_S = 3600
+WRITE_TTL_MS = WRITE_TTL_S * 1000
+
 
 def _bare_ops(client: Any, keys: list[str]) -> tuple[Op, Op]:
-    """A user's own code without the library: JSON-encode and SET, GET and JSON-decode."""
+    """A user's own code without the library: JSON-encode and SET PX, GET and JSON-decode."""
     full = [_session_head(BARE_SESSION) + k for k in keys]
     n = len(full)
     get, set_ = client.get, client.set
@@ -246,27 +262,75 @@ def _bare_ops(client: Any, keys: list[str]) -> tuple[Op, Op]:
         return _loads(get(full[i % n]))
 
     def bare_set(i: int) -> object:
-        return set_(full[i % n], _dumps(VALUE))
+        return set_(full[i % n], _dumps(VALUE), px=WRITE_TTL_MS)
 
     return bare_get, bare_set
 
 
-def _accessor_ops(mem: RememberAccessor, keys: list[str]) -> tuple[Op, Op]:
-    """The accessor's get and set over *keys*, cycling."""
+def _index_of(session: str) -> str:
+    """The listing index of *session*'s session scope, as code without the library spells it."""
+    return f"{PREFIX}__index__:v2:session:{session}:"
+
+
+def _multi_write(client: redis.Redis, gt: bool) -> Callable[[bytes, bytes], object]:
+    """The same writes as an indexed ``set`` in one round trip: one ``MULTI``.
+
+    ``SET ... PX`` of the entry, ``ZADD`` of its deadline (the client's clock)
+    to the bare session's index and the index's expiry (``PEXPIREAT ... GT``
+    from Redis 7 on, a bare ``PEXPIREAT`` before).  What a user would write
+    without the library's rules (see ``docs/benchmarks.rst``).
+    """
+    index = _index_of(BARE_SESSION).encode()
+
+    def write(key: bytes, value: bytes) -> object:
+        deadline = time.time_ns() // 1_000_000 + WRITE_TTL_MS
+        pipe = client.pipeline(transaction=True)
+        pipe.set(key, value, px=WRITE_TTL_MS)
+        pipe.zadd(index, {key: deadline})
+        pipe.pexpireat(index, deadline + STANDALONE_SLACK_MS, gt=gt)
+        return pipe.execute()
+
+    return write
+
+
+def _multi_set(client: redis.Redis, keys: list[str], gt: bool) -> Op:
+    """``json.dumps`` + :func:`_multi_write` over the bare session's *keys*, cycling."""
+    full = [(_session_head(BARE_SESSION) + k).encode() for k in keys]
+    n = len(full)
+    write = _multi_write(client, gt)
+
+    def multi_set(i: int) -> object:
+        return write(full[i % n], _dumps(VALUE).encode())
+
+    return multi_set
+
+
+def _accessor_ops(
+    mem: RememberAccessor, keys: list[str], ttl: int | None = None
+) -> tuple[Op, Op]:
+    """The accessor's get and set (with *ttl* seconds, or none) over *keys*, cycling."""
     n = len(keys)
 
     def get(i: int) -> object:
         return mem.get(keys[i % n])
 
     def set_(i: int) -> object:
-        mem.set(keys[i % n], VALUE)
+        mem.set(keys[i % n], VALUE, ttl=ttl)
         return None
 
     return get, set_
 
 
+_MULTI_LABEL = "same writes in one MULTI (redis-py)"
+
+
 def rows_redis_get_set(env: Environment, sizes: Sizes) -> list[Row]:
-    """Row 1: accessor get/set (encrypted, session scope) vs bare redis-py GET/SET."""
+    """Row 1: accessor get/set (encrypted, session scope) vs bare redis-py.
+
+    ``set`` writes with a TTL on both sides.  On standalone Redis ``set`` is
+    decided against the same writes in one ``MULTI`` and reported against a
+    bare ``SET``; on a Cluster against a bare ``SET``.
+    """
     rows: list[Row] = []
     for kind in ("redis", "redis-cluster"):
         bare = env.client() if kind == "redis" else env.cluster_client()
@@ -275,13 +339,23 @@ def rows_redis_get_set(env: Environment, sizes: Sizes) -> list[Row]:
                 mem = plugin.accessor(Identity(session_id=SESSION))
                 keys = _keys()
                 _preload(mem, keys)
-                ours_get, ours_set = _accessor_ops(mem, keys)
+                ours_get, ours_set = _accessor_ops(mem, keys, WRITE_TTL_S)
                 bare_get, bare_set = _bare_ops(bare, keys)
-                target = 1.3 if kind == "redis" else None
-                for op, ours, base, label in (
-                    ("get", ours_get, bare_get, "redis-py GET + json.loads"),
-                    ("set", ours_set, bare_set, "json.dumps + redis-py SET"),
-                ):
+                bare_label = "json.dumps + redis-py SET PX"
+                cases: list[tuple[str, Op, Op, str, float | None]]
+                if isinstance(bare, redis.Redis):
+                    multi = _multi_set(bare, keys, gt=env.redis_major >= 7)
+                    cases = [
+                        ("get", ours_get, bare_get, "redis-py GET + json.loads", 1.3),
+                        ("set", ours_set, multi, _MULTI_LABEL, 1.3),
+                        ("set, vs bare SET", ours_set, bare_set, bare_label, 1.5),
+                    ]
+                else:
+                    cases = [
+                        ("get", ours_get, bare_get, "redis-py GET + json.loads", None),
+                        ("set", ours_set, bare_set, bare_label, 1.5),
+                    ]
+                for op, ours, base, label, target in cases:
                     c = compare(ours, base, **_timing(sizes))
                     rows.append(
                         Row.from_comparison(
@@ -296,8 +370,104 @@ def rows_redis_get_set(env: Environment, sizes: Sizes) -> list[Row]:
                     )
         finally:
             bare.close()
+    rows.append(_redis_cpu_row(env, sizes))
     rows.append(_index_cost_row(env, sizes, "redis", "1"))
     return rows
+
+
+#: Commands that run others inside them: INFO commandstats counts the inner ones
+#: twice (in the outer command's time and in their own line).
+_CONTAINERS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "exec"})
+#: The measurement's own commands.
+_HOUSEKEEPING = ("config", "info")
+
+
+def _server_usec(client: redis.Redis, writes: int) -> float:
+    """Microseconds of Redis CPU per write since the last ``CONFIG RESETSTAT``.
+
+    The sum of ``usec`` over the top-level commands of ``INFO commandstats``:
+    when the window ran scripts or transactions, those (and ``MULTI``) --
+    their time includes the commands they ran -- and each write must then be
+    exactly one of them; otherwise every command.
+    """
+    stats: dict[str, Any] = client.info("commandstats")
+    lines = {
+        name.removeprefix("cmdstat_"): value
+        for name, value in stats.items()
+        if not name.removeprefix("cmdstat_").startswith(_HOUSEKEEPING)
+    }
+    outer = {name: v for name, v in lines.items() if name in _CONTAINERS}
+    if outer:
+        calls = sum(int(v["calls"]) for v in outer.values())
+        if calls != writes:
+            raise RuntimeError(f"{writes} writes ran {calls} scripts/transactions: {sorted(lines)}")
+        outer.update({n: v for n, v in lines.items() if n == "multi"})
+        lines = outer
+    return sum(float(v["usec"]) for v in lines.values()) / writes
+
+
+def _redis_cpu_row(env: Environment, sizes: Sizes) -> Row:
+    """Row 1: Redis CPU per indexed ``set`` vs the same writes in one ``MULTI``.
+
+    Both sides write keys, values and an index of the same sizes (the MULTI
+    side writes a value as long as the accessor's stored envelope, under the
+    bare session, whose name is as long).  Rounds alternate which side goes
+    first; each side's window starts with ``CONFIG RESETSTAT``.
+    """
+    rounds = max(sizes.min_pairs, MIN_ROUNDS)
+    writes = sizes.cpu_writes
+    with _plugin(env, "redis") as plugin:
+        mem = plugin.accessor(Identity(session_id=SESSION))
+        keys = _keys()
+        ours_set = _accessor_ops(mem, keys, WRITE_TTL_S)[1]
+        client = env.client()
+        try:
+            for i in range(len(keys)):
+                ours_set(i)
+            stored = client.get(_session_head(SESSION) + keys[0])
+            if stored is None:
+                raise RuntimeError("the accessor's entry is not where the row looks for it")
+            full = [(_session_head(BARE_SESSION) + k).encode() for k in keys]
+            write = _multi_write(client, gt=env.redis_major >= 7)
+            value = b"x" * len(stored)
+
+            def multi_set(i: int) -> object:
+                return write(full[i % len(full)], value)
+
+            for i in range(len(keys)):
+                multi_set(i)
+            usec: dict[str, list[float]] = {"ours": [], "base": []}
+            sides = [("ours", ours_set), ("base", multi_set)]
+            for rnd in range(rounds):
+                for name, op in sides if rnd % 2 == 0 else reversed(sides):
+                    client.config_resetstat()
+                    for i in range(writes):
+                        op(i)
+                    usec[name].append(_server_usec(client, writes))
+        finally:
+            client.close()
+    ratios = [o / b for o, b in zip(usec["ours"], usec["base"], strict=True)]
+    ours_us, base_us = statistics.median(usec["ours"]), statistics.median(usec["base"])
+    return Row(
+        group="1",
+        operation="Redis CPU per write",
+        store="redis",
+        ops_per_s=1e6 / ours_us,
+        p50_us=None,
+        p99_us=None,
+        baseline=_MULTI_LABEL,
+        baseline_ops_per_s=1e6 / base_us,
+        ratio=statistics.median(ratios),
+        ratio_kind="time",
+        target=2.0,
+        note=(
+            f"INFO commandstats, usec per write: {ours_us:.1f} (set) vs {base_us:.1f} (MULTI);"
+            " ops/s = writes per second of Redis CPU"
+        ),
+        extra={"usec": usec["ours"], "baseline_usec": usec["base"], "writes": writes},
+        spread=spread_of(ratios),
+        rounds=rounds,
+    )
 
 
 def _index_cost_row(env: Environment, sizes: Sizes, kind: str, group: str) -> Row:
@@ -610,7 +780,7 @@ def rows_entries(env: Environment, sizes: Sizes) -> list[Row]:
     """Row 4: ``entries()`` of N keys vs N ``get`` calls (a speed-up), and its floor on Redis."""
     rows: list[Row] = []
     n = sizes.entries_keys
-    targets = {"redis": 10.0, "redis-cluster": None, "vercel-kv": 30.0}
+    targets = {"redis": 10.0, "redis-cluster": None, "vercel-kv": 25.0}
     timing = _timing(sizes, 1.5)
     for kind in ("redis", "redis-cluster", "vercel-kv"):
         env.flush()
@@ -645,7 +815,7 @@ def rows_entries(env: Environment, sizes: Sizes) -> list[Row]:
                         store=kind,
                         baseline="entries() floor, envelope",
                         ratio_kind="time",
-                        target=1.3,
+                        target=1.6,
                         note=(
                             "index read (ZRANGE+MGET pipelined) + decoding vs SCAN+MGET + decoding"
                         ),
@@ -796,43 +966,62 @@ def rows_list(env: Environment, sizes: Sizes) -> list[Row]:
 
 
 def rows_reindex(env: Environment, sizes: Sizes) -> list[Row]:
-    """Row 9: ``remember-sync reindex`` of older (unindexed) entries, vs a bare SCAN walk."""
+    """Row 9: ``remember-sync reindex`` of older (unindexed) entries, vs a bare SCAN walk.
+
+    Rounds of freshly filled databases (the walk in database 7, the reindex in
+    6, the same keys in each), alternating which goes first.
+    """
     from remember_sync._ops.reindex import reindex
 
-    n = sizes.reindex_keys
+    rounds = max(sizes.min_pairs, MIN_ROUNDS)
+    n = max(1, sizes.reindex_keys // rounds)
     env.flush()
-    client = env.client(db=6)
+    assert env.redis is not None
+    client, walked_db = env.client(db=6), env.client(db=7)
+    store = RedisStore(port=env.redis.port, db=6)
+    seconds: dict[str, list[float]] = {"scan": [], "reindex": []}
     try:
-        _fill_redis(client, n)  # n namespaces of one entry, written without the index
-        began = time.perf_counter()
-        walked = sum(1 for _ in client.scan_iter(match=f"{PREFIX}*", count=1000))
-        scan_seconds = time.perf_counter() - began
-        assert env.redis is not None
-        store = RedisStore(port=env.redis.port, db=6)
-        try:
-            result = reindex(store, PREFIX)
-        finally:
-            store.close()
-        indexes = sum(1 for _ in client.scan_iter(match=f"{PREFIX}__index__:*", count=1000))
+        for rnd in range(rounds):
+            for db in (client, walked_db):
+                db.flushdb()
+                _fill_redis(db, n)  # n namespaces of one entry, written without the index
+            for side in ("scan", "reindex") if rnd % 2 == 0 else ("reindex", "scan"):
+                if side == "scan":
+                    began = time.perf_counter()
+                    walked = sum(1 for _ in walked_db.scan_iter(match=f"{PREFIX}*", count=1000))
+                    seconds["scan"].append(time.perf_counter() - began)
+                    if walked != n:
+                        raise RuntimeError(f"SCAN walked {walked} keys, not {n}")
+                else:
+                    result = reindex(store, PREFIX)
+                    seconds["reindex"].append(result.seconds)
+                    if result.indexed != n:
+                        raise RuntimeError(f"reindex indexed {result.indexed} of {n} entries")
+            indexes = sum(1 for _ in client.scan_iter(match=f"{PREFIX}__index__:*", count=1000))
+            if indexes != n:
+                raise RuntimeError(f"reindex left {indexes} indexes for {n} entries")
     finally:
-        client.flushdb()
-        client.close()
-    if result.indexed != n or indexes != n or walked != n:
-        raise RuntimeError(f"reindex indexed {result.indexed} of {n} entries ({indexes} indexes)")
+        store.close()
+        for db in (client, walked_db):
+            db.flushdb()
+            db.close()
+    ratios = [s / r for r, s in zip(seconds["reindex"], seconds["scan"], strict=True)]
     return [
         Row(
             group="9",
             operation=f"reindex of {n:,} older entries",
             store="redis",
-            ops_per_s=n / result.seconds,
+            ops_per_s=n / statistics.median(seconds["reindex"]),
             p50_us=None,
             p99_us=None,
             baseline="SCAN COUNT 1000 of the same keys",
-            baseline_ops_per_s=n / scan_seconds,
-            ratio=(n / result.seconds) / (n / scan_seconds),
+            baseline_ops_per_s=n / statistics.median(seconds["scan"]),
+            ratio=statistics.median(ratios),
             ratio_kind="throughput",
-            note="entries indexed per second (remember-sync reindex); one run",
-            extra={"seconds": result.seconds, "scan_seconds": scan_seconds},
+            note="entries indexed per second (remember-sync reindex), a fresh database per round",
+            extra={"seconds": seconds["reindex"], "scan_seconds": seconds["scan"]},
+            spread=spread_of(ratios),
+            rounds=rounds,
         )
     ]
 
@@ -961,6 +1150,8 @@ def rows_threads(env: Environment, sizes: Sizes) -> list[Row]:
                 target=0.7 if threads == most and kind == "memory" else None,
                 note=_THREADS_FLOOR_NOTE if kind == "floor" else "",
                 extra={"rounds": len(per_op[threads, kind])},
+                spread=spread_of(ratios),
+                rounds=len(ratios),
             )
         )
     return rows
@@ -980,14 +1171,16 @@ _THREADS_FLOOR_NOTE = (
 
 
 def rows_purge(env: Environment, sizes: Sizes) -> list[Row]:
-    """Row 7a: :mod:`benchmarks.purge` (its own redis-server), one run of each method."""
+    """Row 7a: :mod:`benchmarks.purge` (its own redis-server), rounds of both methods."""
     from . import purge
 
-    base, ours = purge.run(sizes.purge_keys)
+    rounds = max(sizes.min_pairs, MIN_ROUNDS)
+    per_round = max(1, sizes.purge_keys // rounds)
+    base, ours = purge.run(per_round, rounds=rounds)
     return [
         Row(
             group="7",
-            operation=f"legacy purge of {sizes.purge_keys:,} keys",
+            operation=f"legacy purge of {per_round:,} keys",
             store="redis",
             ops_per_s=ours["keys_per_s"],
             p50_us=None,
@@ -996,13 +1189,16 @@ def rows_purge(env: Environment, sizes: Sizes) -> list[Row]:
             baseline_ops_per_s=base["keys_per_s"],
             ratio=ours["ratio"],
             ratio_kind="speedup",
-            note="keys deleted per second; one run of each (benchmarks/purge.py)",
+            note="keys deleted per second; a fresh keyspace per method and round"
+            " (benchmarks/purge.py)",
             extra={
-                "seconds": ours["seconds"],
-                "baseline_seconds": base["seconds"],
+                "seconds": ours["round_seconds"],
+                "baseline_seconds": base["round_seconds"],
                 "commands": ours["commands"],
                 "baseline_commands": base["commands"],
             },
+            spread=spread_of(ours["ratios"]),
+            rounds=rounds,
         )
     ]
 
@@ -1011,7 +1207,8 @@ def rows_tools(env: Environment, sizes: Sizes) -> list[Row]:
     """Row 7b: :mod:`benchmarks.mcp_tools`: ``tools/call recall`` req/s vs a bare WSGI app."""
     from . import mcp_tools
 
-    base, ours = mcp_tools.run(sizes.tools_seconds)
+    rounds = max(sizes.min_pairs, MIN_ROUNDS)
+    base, ours = mcp_tools.run(sizes.tools_seconds, rounds=rounds)
     return [
         Row(
             group="7",
@@ -1024,8 +1221,11 @@ def rows_tools(env: Environment, sizes: Sizes) -> list[Row]:
             baseline_ops_per_s=base["requests_per_s"],
             ratio=ours["ratio"],
             ratio_kind="throughput",
-            note="requests per second over HTTP keep-alive (benchmarks/mcp_tools.py)",
+            note="requests per second over HTTP keep-alive, servers taking turns"
+            " (benchmarks/mcp_tools.py)",
             extra={"seconds": ours["seconds"], "baseline_seconds": base["seconds"]},
+            spread=spread_of(ours["ratios"]),
+            rounds=rounds,
         )
     ]
 
@@ -1059,6 +1259,8 @@ def rows_gunicorn(env: Environment, sizes: Sizes) -> list[Row]:
                 "requests per second, keep-alive clients with a session each, rounds"
                 " alternating (benchmarks/gunicorn_tools.py)"
             ),
+            spread=spread_of(out["ratios"]),
+            rounds=len(out["ratios"]),
             extra={
                 "pairs": out["pairs"],
                 "ratios": out["ratios"],

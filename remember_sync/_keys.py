@@ -45,6 +45,7 @@ __all__ = [
     "index_key_of",
     "index_record_key",
     "is_index_key",
+    "manifest_key",
     "namespace_index_key",
     "layout_marker_key",
     "legacy_patterns",
@@ -190,6 +191,17 @@ def namespace_index_key(prefix: str, head: str) -> str:
     (rotate, export, stats and doctor skip it).
     """
     return prefix + INDEX_HEAD + head[len(prefix) :]
+
+
+MANIFEST_HEAD = "__manifest__:"
+
+
+def manifest_key(prefix: str, head: str) -> str:
+    """``P + "__manifest__:" + <head after P>``: verified mode's manifest of namespace *head*.
+
+    No entry, for the reasons :func:`namespace_index_key` gives.
+    """
+    return prefix + MANIFEST_HEAD + head[len(prefix) :]
 
 
 def index_key_of(prefix: str, full_key: str) -> str | None:

@@ -13,11 +13,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ._clock import Clock
+from ._clock import Clock, system_clock
 from ._codec import EntryCodec
-from ._config import scope_list, store_settings
+from ._config import integrity_settings, scope_list, store_settings
 from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
+from ._integrity import INTEGRITY_MODES, Verifier, in_process, witness_from
 from ._keys import storage_namespace
 from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
 from ._secrets import resolve_keyring
@@ -55,6 +56,8 @@ _OPTIONS = frozenset(
         "read_doubled_prefix",
         "listing",
         "background_reindex",
+        "integrity",
+        "witness",
         "clock",
         "environ",
     }
@@ -256,6 +259,7 @@ class RememberPlugin:
             codec = EntryCodec(
                 keyring, prefix=prefix, bind_key=not compatible, accept_unbound=accept_unbound
             )
+            verifier = _verifier(options, environ, store, codec, prefix, clock)
             core = AccessorCore(
                 store,
                 codec,
@@ -266,6 +270,7 @@ class RememberPlugin:
                 on_decrypt_error=on_decrypt_error,
                 read_doubled_prefix=read_doubled,
                 listing=listing,
+                verifier=verifier,
             )
         except BaseException:
             if owns:
@@ -497,6 +502,44 @@ def _build_store(
     if store_type == "vercel-kv":
         return _vercel_store(options.get("url"), options.get("token"), environ), True
     return _global_store(options, environ), True
+
+
+def _verifier(
+    options: Mapping[str, Any],
+    environ: Mapping[str, str],
+    store: Store,
+    codec: EntryCodec,
+    prefix: str,
+    clock: Clock | None,
+) -> Verifier | None:
+    """Verified mode's reads and writes when ``integrity="verified"`` (or ``REMEMBER_INTEGRITY``).
+
+    ``None`` in the default mode, and on the memory store, which nothing
+    outside the process can edit (verified mode is accepted there and costs nothing).
+    """
+    env_mode, env_witness = integrity_settings(environ)
+    mode = options.get("integrity", env_mode or "default")
+    if mode not in INTEGRITY_MODES:
+        raise _config_error("integrity", f"must be 'default' or 'verified'; got {mode!r}")
+    spec = options.get("witness", env_witness)
+    if mode == "default":
+        if spec is not None:
+            raise _config_error("witness", "only applies with integrity='verified'")
+        return None
+    if in_process(store):
+        return None
+    witness = witness_from(spec, _witness_store)
+    try:
+        return Verifier(store, codec, prefix=prefix, clock=clock or system_clock, witness=witness)
+    except BaseException:
+        if witness is not None:
+            witness.close()
+        raise
+
+
+def _witness_store(url: str) -> Store:
+    """The second store a Redis ``witness=`` URL names."""
+    return _redis_store({"url": url}, None)
 
 
 def _global_store(options: Mapping[str, Any], environ: Mapping[str, str]) -> Store:

@@ -37,10 +37,11 @@ ALLOWED: dict[str, set[str]] = {
     "_purge": {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },
-    "_core": CORE | {"stores", "_fork"},
+    "_integrity": {"errors", "types", "_crypto", "_codec", "_text", "_clock", "_bounded", "stores"},
+    "_core": CORE | {"stores", "_fork", "_integrity"},
     "accessor": {"_core", "errors", "types", "identity"},
     "tools": CORE | {"stores", "_core", "accessor"},
-    "plugin": CORE | {"stores", "_core", "accessor", "_purge", "tools", "_config"},
+    "plugin": CORE | {"stores", "_core", "accessor", "_purge", "tools", "_config", "_integrity"},
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
     "_ops": CORE

@@ -43,6 +43,7 @@ from ..errors import (
     RememberStoreError,
 )
 from . import _index_lua as index_lua
+from ._manifest_lua import COMMIT_MANIFEST
 from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
@@ -190,6 +191,10 @@ def _translate(operation: str, no_client_cert: bool = False) -> Iterator[None]:
 # The one rule for bytes (base.to_bytes, base.to_text) round-trips keys that are not
 # valid UTF-8 (written by someone else) exactly, so scan -> delete can address them.
 _b = to_bytes
+
+
+def _px(ttl_ms: int | None) -> bytes:
+    return b"" if ttl_ms is None else str(ttl_ms).encode()
 
 
 def _s(raw: bytes | str) -> str:
@@ -382,6 +387,7 @@ class RedisStore:
         names = ("SET_INDEXED", "CAS_INDEXED", "DELETE_INDEXED", "INDEX_ADD", "INDEX_PRUNE")
         sources = {name: getattr(index_lua, name) for name in (*names, "PRUNE_MISSING", "REINDEX")}
         sources["CAS"] = CAS_LUA_SCRIPT
+        sources["COMMIT_MANIFEST"] = COMMIT_MANIFEST
         self._scripts = {name: client.register_script(text) for name, text in sources.items()}
         # The keys a page held last time: (pattern, count, cursor) for a SCAN page
         # (standalone), (index, pattern, count, cursor) for an index page.
@@ -635,6 +641,50 @@ class RedisStore:
                 # counts, so a batch may mix keys of any slots.
                 removed += int(self._client.unlink(*chunk))
         return removed
+
+    # -- verified mode's atomic commit (see remember_sync._integrity) -------------------
+
+    def commit_manifest(
+        self,
+        manifest_key: str,
+        expected: str | None,
+        manifest: str,
+        manifest_ttl_ms: int | None,
+        writes: Sequence[tuple[str, str | None, int | None]],
+    ) -> str | None:
+        """Write *writes* and *manifest* in one script if the manifest is still *expected*.
+
+        *writes* are ``(key, value or None to delete, PX ms or None)``.  Returns
+        ``None`` when written, else the manifest the store holds (``""`` for
+        none), having written nothing.  Standalone and Sentinel only: on a
+        cluster the keys lie in different hash slots.
+        """
+        if self._cluster:
+            raise RememberConfigurationError("commit_manifest needs one server, not a cluster")
+        keys = [_b(manifest_key)]
+        args = [_b(expected or ""), _b(manifest), _px(manifest_ttl_ms)]
+        for key, value, ttl_ms in writes:
+            keys.append(_b(key))
+            args += [_b(value or ""), _px(ttl_ms)]
+        script = self._scripts["COMMIT_MANIFEST"]
+        command = ["EVALSHA", script.sha, len(keys), *keys, *args]
+        run: Any = (
+            self._client.execute_command  # the write's hot path: no pipeline
+            if self._wait is None
+            else lambda *c: self._with_wait(list(c))
+        )
+        with _translate("EVALSHA (commit manifest)", self._no_client_cert):
+            try:
+                reply = run(*command)
+            except NoScriptError:  # a restarted server: nothing ran; load, run again
+                self._client.script_load(script.script)
+                reply = run(*command)
+        done, current = reply if self._wait is None else reply[0]
+        if int(done) == 1:
+            if self._wait is not None:
+                self._check_replicas("commit manifest", reply[1])
+            return None
+        return _s(current)
 
     # -- the listing index (NamespaceIndex) --------------------------------------------
 

@@ -1,0 +1,652 @@
+"""Verified memory: per-namespace manifests, entry digests and the witness.
+
+With ``integrity="verified"`` every namespace has a **manifest**, stored
+beside its entries under ``P + "__manifest__:" + <namespace>`` and sealed
+with the namespace's key (the manifest's storage key is the associated data,
+so a manifest moved to another namespace does not open).  It records::
+
+    {"c": counter, "x": deadline or 0, "e": {bare key: [digest, deadline or 0, [alts]]}}
+
+``digest`` is a truncated SHA-256 of the entry's stored string exactly as it
+was written: an older genuine ciphertext of the same key, a value moved in
+from another key and any edit all have another digest.  ``counter`` grows
+with every write (``max(previous + 1, now in ms)``, so a namespace that
+expired and started over still counts upwards); ``x`` is when the manifest
+itself expires.  ``alts`` are the other versions a read accepts while a
+two-step write is under way on Redis Cluster (``""``: absent).
+
+A read refuses (:class:`~remember_sync.errors.RememberIntegrityError`) an
+entry the manifest lists as live that is missing or has another digest, an
+entry the manifest does not list (unless it is a genuine, expired one), a
+manifest that does not open, and a manifest older than the **witness**: a
+small record outside the store of each namespace's latest counter.  The
+memory store needs none of it: nothing outside the process can edit it.
+
+Writes keep the manifest in step: one script (:meth:`commit_manifest`) on a
+standalone server, Sentinel and Vercel KV; elsewhere (Redis Cluster, any
+other store) an intent-then-commit sequence of single-key steps, argued in
+``docs/verified.rst``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from ._bounded import BoundedCache
+from ._clock import Clock
+from ._codec import EntryCodec
+from ._crypto import Keyring
+from ._text import TEXT_ERRORS
+from .errors import (
+    RememberConfigurationError,
+    RememberConflictError,
+    RememberDecryptionError,
+    RememberIntegrityError,
+)
+from .stores.base import Store
+from .types import Namespace
+
+__all__ = [
+    "INTEGRITY_MODES",
+    "FileWitness",
+    "Manifest",
+    "StoreWitness",
+    "Verifier",
+    "Witness",
+    "digest",
+    "in_process",
+    "witness_from",
+]
+
+#: The values of the ``integrity`` option.
+INTEGRITY_MODES = ("default", "verified")
+#: How long a manifest outlives the latest deadline it records (and how long an emptied one stays).
+MANIFEST_GRACE_MS = 60_000
+#: How often a namespace's witness floor is read again (a plugin keeps the last one).
+WITNESS_REFRESH_MS = 1_000
+#: Attempts of a commit against a manifest other writers keep changing.
+COMMIT_ATTEMPTS = 64
+#: HKDF ``info`` of the key that names namespaces in a witness (never a namespace's info).
+WITNESS_INFO = b"remember:witness-names:v1"
+_CACHED = 4096
+
+#: A manifest record: (digest or "" when the entry must be absent, deadline, other
+#: versions accepted while a two-step write is under way).
+Record = tuple[str, int | None, tuple[str, ...]]
+
+
+def digest(stored: str) -> str:
+    """The version of a stored string: base64url of the first 16 bytes of its SHA-256."""
+    raw = hashlib.sha256(stored.encode("utf-8", TEXT_ERRORS)).digest()[:16]
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What must exist in one namespace, as the last writer with the secret left it."""
+
+    counter: int = 0
+    deadline: int | None = None
+    records: Mapping[str, Record] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        entries = {
+            key: [d, dl or 0, list(alts)] if alts else [d, dl or 0]
+            for key, (d, dl, alts) in self.records.items()
+        }
+        body = {"c": self.counter, "x": self.deadline or 0, "e": entries}
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, text: bytes) -> Manifest:
+        try:
+            obj = json.loads(text)
+            records: dict[str, Record] = {}
+            for key, rec in obj["e"].items():
+                d, dl = rec[0], rec[1]
+                alts = tuple(rec[2]) if len(rec) > 2 else ()
+                if not isinstance(d, str) or type(dl) is not int:
+                    raise ValueError("record")
+                if not all(isinstance(a, str) for a in alts):
+                    raise ValueError("alts")
+                records[key] = (d, dl or None, alts)
+            counter, deadline = obj["c"], obj["x"]
+            if type(counter) is not int or type(deadline) is not int:
+                raise ValueError("counter")
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            raise RememberIntegrityError("the namespace's manifest is not a manifest") from exc
+        return cls(counter, deadline or None, records)
+
+    def live(self, now: int) -> dict[str, Record]:
+        """The records a write carries over: pending ones, and those not yet expired."""
+        return {
+            k: r for k, r in self.records.items() if r[2] or r[1] is None or now < r[1]
+        }
+
+
+_EMPTY = Manifest()
+
+
+def in_process(store: Store) -> bool:
+    """Whether *store* lives in this process's memory, where nobody else can edit it."""
+    from .stores.memory import MemoryStore
+
+    return isinstance(store, MemoryStore)
+
+
+# -- witnesses --------------------------------------------------------------------------------
+
+
+class Witness(Protocol):
+    """A record outside the store of each namespace's latest manifest counter.
+
+    Names are keyed hashes (no session id or user id reaches the witness).
+    ``advance`` only ever raises what is kept (max-only); ``floor`` returns
+    ``(counter, manifest deadline or None)``, ``(0, None)`` for a name never seen.
+    """
+
+    def floor(self, name: str) -> tuple[int, int | None]:
+        """The highest counter recorded for *name*, and that manifest's deadline."""
+        ...
+
+    def advance(self, name: str, counter: int, deadline: int | None) -> None:
+        """Record *counter* for *name* unless a higher one is recorded."""
+        ...
+
+    def close(self) -> None:
+        """Release what the witness opened."""
+        ...
+
+
+class FileWitness:
+    """A witness in a local SQLite file (single host): 0600, WAL, ``synchronous=NORMAL``.
+
+    A committed ``advance`` survives the process being killed; the last ones
+    before a power loss may not (the write-ahead log is synced at checkpoints,
+    not per commit): see ``docs/verified.rst``.  ``synchronous="FULL"`` syncs
+    every advance.
+    """
+
+    def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise RememberConfigurationError("witness synchronous must be 'NORMAL' or 'FULL'")
+        self.path = path
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(fd)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS heads (name TEXT PRIMARY KEY, counter INTEGER, "
+                "deadline INTEGER)"
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise RememberConfigurationError(f"witness file {path!r} is unusable: {exc}") from exc
+        self._lock = threading.Lock()
+
+    def floor(self, name: str) -> tuple[int, int | None]:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT counter, deadline FROM heads WHERE name = ?", (name,)
+            ).fetchone()
+        return (0, None) if row is None else (int(row[0]), row[1] or None)
+
+    def advance(self, name: str, counter: int, deadline: int | None) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO heads VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                "counter = excluded.counter, deadline = excluded.deadline "
+                "WHERE excluded.counter > heads.counter",
+                (name, counter, deadline or 0),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __repr__(self) -> str:
+        return f"FileWitness({self.path!r})"
+
+
+class StoreWitness:
+    """A witness in a second store (another Redis, another Vercel KV database).
+
+    Useful only when the main store's writers cannot reach it.  One key per
+    namespace, ``P + "witness:" + name`` = ``"<counter>:<deadline>"``, raised
+    by compare-and-set (max-only).
+    """
+
+    def __init__(self, store: Store, *, prefix: str = "remember:", owns: bool = True) -> None:
+        self.store = store
+        self.prefix = prefix
+        self._owns = owns
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}witness:{name}"
+
+    @staticmethod
+    def _parse(raw: str | None) -> tuple[int, int | None]:
+        if raw is None:
+            return 0, None
+        counter, _, deadline = raw.partition(":")
+        return int(counter), int(deadline or 0) or None
+
+    def floor(self, name: str) -> tuple[int, int | None]:
+        return self._parse(self.store.get(self._key(name)))
+
+    def advance(self, name: str, counter: int, deadline: int | None) -> None:
+        key, value = self._key(name), f"{counter}:{deadline or 0}"
+        for _ in range(COMMIT_ATTEMPTS):
+            raw = self.store.get(key)
+            if raw is None:
+                if self.store.set(key, value, only_if_absent=True):
+                    return
+            elif self._parse(raw)[0] >= counter or self.store.compare_and_set(key, raw, value):
+                return
+        raise RememberConflictError("the witness changed during every attempt to advance it")
+
+    def close(self) -> None:
+        if self._owns:
+            self.store.close()
+
+    def __repr__(self) -> str:
+        return f"StoreWitness({self.store!r})"
+
+
+def witness_from(
+    spec: object, store_from_url: Callable[[str], Store]
+) -> Witness | None:
+    """The witness a ``witness=`` option names.
+
+    ``None``; a path (``str``); a ``redis://``/``rediss://``/``unix://`` URL (a
+    second store, built by *store_from_url*); a dict ``{"type": "file", "path":
+    ..., "synchronous": ...}``, ``{"type": "store", "url": ...}`` or
+    ``{"type": "store", "store": <Store>}`` (a Vercel KV database, say, which the
+    caller builds and closes); or any object with ``floor``, ``advance`` and ``close``.
+    """
+    if spec is None or spec == "":
+        return None
+    if isinstance(spec, str):
+        if spec.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://")):
+            return StoreWitness(store_from_url(spec))
+        return FileWitness(spec)
+    if isinstance(spec, dict):
+        kind = spec.get("type")
+        if kind == "file" and isinstance(spec.get("path"), str):
+            return FileWitness(spec["path"], synchronous=spec.get("synchronous", "NORMAL"))
+        if kind == "store" and isinstance(spec.get("url"), str):
+            return StoreWitness(store_from_url(spec["url"]), prefix=spec.get("prefix", "remember:"))
+        if kind == "store" and isinstance(spec.get("store"), Store):
+            return StoreWitness(spec["store"], prefix=spec.get("prefix", "remember:"), owns=False)
+        raise RememberConfigurationError(
+            "witness must be {'type': 'file', 'path': ...} or {'type': 'store', 'url': ...} "
+            "(or 'store': a Store)"
+        )
+    if all(callable(getattr(spec, name, None)) for name in ("floor", "advance", "close")):
+        return spec  # type: ignore[return-value]
+    raise RememberConfigurationError(
+        f"witness must be a path, a redis:// URL, a dict with 'type', or a "
+        f"witness object; got {type(spec).__name__}"
+    )
+
+
+# -- the verifier -----------------------------------------------------------------------------
+
+
+#: A change of one entry: its new stored string (``None``: delete it) and deadline.
+Change = tuple[str | None, int | None]
+
+
+class Verifier:
+    """Verified mode's reads and writes for one plugin.
+
+    :param store: where entries and manifests live.
+    :param codec: the plugin's codec (its keyring seals the manifests).
+    :param prefix: the key prefix ``P``.
+    :param clock: epoch milliseconds.
+    :param witness: the record outside the store, or ``None``.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        codec: EntryCodec,
+        *,
+        prefix: str,
+        clock: Clock,
+        witness: Witness | None = None,
+    ) -> None:
+        if codec.keyring is None:
+            raise RememberConfigurationError(
+                "integrity='verified' needs encryption: the secret authenticates the manifests"
+            )
+        if not codec.bind_key:
+            raise RememberConfigurationError(
+                "integrity='verified' cannot be combined with encryption.frontmcp_compatible: "
+                "a 1.8.0 writer keeps no manifests"
+            )
+        self.store = store
+        self.codec = codec
+        self.keyring: Keyring = codec.keyring
+        self.prefix = prefix
+        self.clock = clock
+        self.witness = witness
+        commit = getattr(store, "commit_manifest", None)
+        self._atomic = callable(commit) and not getattr(store, "is_cluster", False)
+        self._names_key = self.keyring.purpose_keys(WITNESS_INFO)[0]
+        # manifest key -> (stored string, parsed manifest): reused while the store agrees.
+        self._manifests: BoundedCache[str, tuple[str | None, Manifest]] = BoundedCache(_CACHED)
+        # manifest key -> (counter, deadline, read at): the witness's floor, refreshed.
+        self._floors: BoundedCache[str, tuple[int, int | None, int]] = BoundedCache(_CACHED)
+
+    # -- manifests ----------------------------------------------------------------------------
+
+    def _aad(self, mkey: str) -> bytes:
+        return mkey[len(self.prefix) :].encode("utf-8", TEXT_ERRORS)
+
+    def _seal(self, ns: Namespace, mkey: str, manifest: Manifest) -> str:
+        return self.codec.seal_text(manifest.to_json(), ns, mkey)
+
+    def witness_name(self, mkey: str) -> str:
+        """The keyed name of a namespace in the witness (it never sees the namespace)."""
+        mac = hmac.new(self._names_key, mkey.encode("utf-8", TEXT_ERRORS), hashlib.sha256)
+        return mac.hexdigest()[:40]
+
+    def open_manifest(self, ns: Namespace, mkey: str, raw: str | None) -> Manifest:
+        """The manifest stored as *raw* (``None``: none), checked against the witness.
+
+        :raises RememberIntegrityError: it does not open, or is older than the witness.
+        """
+        cached = self._manifests.get(mkey)
+        if cached is not None and cached[0] == raw:
+            manifest = cached[1]
+        elif raw is None:
+            manifest = _EMPTY
+        else:
+            try:
+                text = self.keyring.open(raw, ns, self._aad(mkey), bound_only=True)[0]
+            except RememberDecryptionError as exc:
+                raise RememberIntegrityError(
+                    f"the manifest of {self._where(ns)} fails its check ({exc.message}): "
+                    "it was altered, or moved from another namespace"
+                ) from exc
+            manifest = Manifest.from_json(text)
+            self._manifests.put(mkey, (raw, manifest))
+        if self.witness is not None:
+            self._check_floor(ns, mkey, manifest, raw is None)
+        return manifest
+
+    def _check_floor(self, ns: Namespace, mkey: str, manifest: Manifest, absent: bool) -> None:
+        assert self.witness is not None
+        now = self.clock()
+        floor = self._floors.get(mkey)
+        if floor is None or now - floor[2] >= WITNESS_REFRESH_MS:
+            counter, deadline = self.witness.floor(self.witness_name(mkey))
+            if floor is not None and floor[0] > counter:
+                counter, deadline = floor[0], floor[1]  # what this process saw is a floor too
+            floor = (counter, deadline, now)
+            self._floors.put(mkey, floor)
+        if manifest.counter >= floor[0]:
+            return
+        if absent and floor[1] is not None and now >= floor[1]:
+            return  # the namespace expired as a whole
+        raise RememberIntegrityError(
+            f"the store holds an older state of {self._where(ns)} than its witness "
+            f"recorded (manifest {manifest.counter} < {floor[0]}): the store was rolled "
+            "back or its manifest deleted"
+        )
+
+    def _raise_floor(self, mkey: str, manifest: Manifest) -> None:
+        floor = self._floors.get(mkey)
+        if floor is None or floor[0] < manifest.counter:
+            read_at = floor[2] if floor is not None else self.clock()
+            self._floors.put(mkey, (manifest.counter, manifest.deadline, read_at))
+
+    @staticmethod
+    def _where(ns: Namespace) -> str:
+        return f"the {ns.scope} namespace"
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def accept(
+        self,
+        ns: Namespace,
+        manifest: Manifest,
+        bare: str,
+        raw: str | None,
+        now: int,
+        expired: Callable[[str], bool],
+    ) -> str | None:
+        """*raw*, the stored string of *bare*, if the manifest vouches for it; ``None`` if absent.
+
+        :param expired: whether a stored string is a genuine entry past its deadline
+            (an entry the manifest dropped at its deadline that the store has
+            not expired yet is absent, not an error).
+        :raises RememberIntegrityError: deleted, replayed, altered or inserted.
+        """
+        rec = manifest.records.get(bare)
+        if rec is None:
+            if raw is None or expired(raw):
+                return None
+            raise RememberIntegrityError(
+                f"{bare!r} in {self._where(ns)} is in the store but not in its manifest: "
+                "written without the secret, or a forgotten entry put back"
+            )
+        version, deadline, alts = rec
+        if deadline is not None and now >= deadline:
+            return None
+        if raw is None:
+            if version == "" or "" in alts:
+                return None
+            raise RememberIntegrityError(
+                f"{bare!r} in {self._where(ns)} is live in its manifest but missing from the "
+                "store: deleted without the secret (or evicted: verified mode needs "
+                "maxmemory-policy noeviction)"
+            )
+        found = digest(raw)
+        if found == version or found in alts:
+            return raw
+        raise RememberIntegrityError(
+            f"{bare!r} in {self._where(ns)} is not the version its manifest records: "
+            "an older copy put back, or another value written without the secret"
+        )
+
+    def read_manifest(self, ns: Namespace, mkey: str) -> tuple[str | None, Manifest]:
+        """The stored manifest of a namespace and what it says."""
+        raw = self.store.get(mkey)
+        return raw, self.open_manifest(ns, mkey, raw)
+
+    def cached_keys(self, mkey: str) -> list[str] | None:
+        """The bare keys of the manifest this plugin last saw for *mkey*, if any."""
+        cached = self._manifests.get(mkey)
+        return None if cached is None else list(cached[1].records)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def commit(
+        self,
+        ns: Namespace,
+        head: str,
+        mkey: str,
+        changes: Callable[[Manifest], Mapping[str, Change] | None],
+        *,
+        known: tuple[str | None, Manifest] | None = None,
+    ) -> Manifest | None:
+        """Apply ``changes(manifest)`` to the namespace and its manifest; the manifest it changed.
+
+        *changes* sees the current manifest and returns the entries to write
+        (bare key -> (stored string or ``None`` to delete, deadline)), or
+        ``None`` to give up (the caller's precondition no longer holds): then
+        nothing is written and ``None`` is returned.  It may be called again
+        with a newer manifest when another writer got there first.
+
+        :param known: the stored manifest and its meaning, when the caller just read them.
+        :raises RememberConflictError: other writers changed the manifest every time.
+        """
+        if known is None:
+            cached = self._manifests.get(mkey)
+            known = cached if cached is not None else self.read_manifest(ns, mkey)
+        raw, base = known
+        for _ in range(COMMIT_ATTEMPTS):
+            wanted = changes(base)
+            if wanted is None:
+                return None
+            now = self.clock()
+            final = self._next(base, wanted, now)
+            final_raw = self._seal(ns, mkey, final)
+            writes = [(head + bare, value, self._ttl(deadline, now)) for bare, (value, deadline)
+                      in wanted.items()]
+            if self._atomic:
+                current = self.store.commit_manifest(  # type: ignore[attr-defined]
+                    mkey, raw, final_raw, self._ttl(final.deadline, now), writes
+                )
+                if current is None:
+                    self._committed(mkey, final_raw, final)
+                    return base
+                current = current or None
+                if current == final_raw:  # a resent script found its own first run's result
+                    self._committed(mkey, final_raw, final)
+                    return base
+            else:
+                current = self._two_steps(ns, mkey, raw, base, final, wanted, writes, now)
+                if current is _DONE:
+                    return base
+            raw, base = current, self.open_manifest(ns, mkey, current)
+        raise RememberConflictError(
+            f"the manifest of {self._where(ns)} was changed by other writers during each of "
+            f"{COMMIT_ATTEMPTS} attempts; nothing was written"
+        )
+
+    def _committed(self, mkey: str, raw: str, manifest: Manifest) -> None:
+        self._manifests.put(mkey, (raw, manifest))
+        self._raise_floor(mkey, manifest)
+        if self.witness is not None:
+            self.witness.advance(self.witness_name(mkey), manifest.counter, manifest.deadline)
+
+    @staticmethod
+    def _ttl(deadline: int | None, now: int) -> int | None:
+        return None if deadline is None else max(1, deadline - now)
+
+    @staticmethod
+    def _next(base: Manifest, wanted: Mapping[str, Change], now: int) -> Manifest:
+        records = base.live(now)
+        for bare, (value, deadline) in wanted.items():
+            if value is None:
+                records.pop(bare, None)
+            else:
+                records[bare] = (digest(value), deadline, ())
+        return Manifest(max(base.counter + 1, now), _manifest_deadline(records, now), records)
+
+    def _two_steps(
+        self,
+        ns: Namespace,
+        mkey: str,
+        raw: str | None,
+        base: Manifest,
+        final: Manifest,
+        wanted: Mapping[str, Change],
+        writes: Sequence[tuple[str, str | None, int | None]],
+        now: int,
+    ) -> Any:
+        """A commit as single-key steps (Redis Cluster, other stores): intent, entries, commit.
+
+        1. The manifest records the new versions *and* the old ones as
+           acceptable (compare-and-set on the manifest alone).
+        2. The entries are written.
+        3. The manifest drops the old versions.
+
+        A writer stopped after 1 leaves the old entry, which reads as before;
+        after 2, the new one.  Either way an honest entry stays readable, and
+        ``verify --repair`` (or the next write of the key) settles the record.
+        """
+        records = dict(final.records)
+        for bare in wanted:
+            old = base.records.get(bare)
+            before = {old[0], *old[2]} if old is not None else {""}
+            after = records.get(bare, ("", None, ()))
+            deadline = after[1] if old is None or old[1] is None or after[1] is None else max(
+                after[1], old[1]
+            )
+            records[bare] = (after[0], deadline, tuple(sorted(before - {after[0]})))
+        intent = Manifest(final.counter, _manifest_deadline(records, now), records)
+        intent_raw = self._seal(ns, mkey, intent)
+        ttl = self._ttl(intent.deadline, now)
+        if raw is None:
+            placed = self.store.set(mkey, intent_raw, ttl_ms=ttl, only_if_absent=True)
+        else:
+            placed = self.store.compare_and_set(mkey, raw, intent_raw, ttl_ms=ttl)
+        if not placed:
+            return self.store.get(mkey)
+        self._committed(mkey, intent_raw, intent)
+        for key, value, ttl_ms in writes:
+            if value is None:
+                self.store.delete(key)
+            else:
+                self.store.set(key, value, ttl_ms=ttl_ms)
+        self.settle(ns, mkey, {bare: records[bare] for bare in wanted}, intent_raw)
+        return _DONE
+
+    def settle(
+        self, ns: Namespace, mkey: str, pending: Mapping[str, Record], raw: str | None
+    ) -> bool:
+        """Step 3: drop the old versions of *pending* records the manifest still holds as is.
+
+        Other writers may have changed the manifest meanwhile: their records
+        are kept, only ours are settled.  Returns whether the manifest was written.
+        """
+        for _ in range(COMMIT_ATTEMPTS):
+            manifest = self.open_manifest(ns, mkey, raw)
+            now = self.clock()
+            records = dict(manifest.records)
+            touched = False
+            for bare, rec in pending.items():
+                if records.get(bare) != rec:
+                    continue  # another writer's record now
+                touched = True
+                if rec[0] == "":
+                    del records[bare]
+                else:
+                    records[bare] = (rec[0], rec[1], ())
+            if not touched:
+                return False
+            settled = Manifest(
+                max(manifest.counter + 1, now), _manifest_deadline(records, now), records
+            )
+            sealed = self._seal(ns, mkey, settled)
+            ttl = self._ttl(settled.deadline, now)
+            if raw is not None and self.store.compare_and_set(mkey, raw, sealed, ttl_ms=ttl):
+                self._committed(mkey, sealed, settled)
+                return True
+            raw = self.store.get(mkey)
+        return False
+
+
+_DONE = object()
+
+
+def _manifest_deadline(records: Mapping[str, Record], now: int) -> int | None:
+    """When a manifest holding *records* may expire: after its last entry, plus a grace."""
+    if any(rec[1] is None for rec in records.values()):
+        return None
+    latest = max((rec[1] for rec in records.values() if rec[1] is not None), default=now)
+    return max(latest, now) + MANIFEST_GRACE_MS
+
+
+def changed(records: Iterable[str], value: str | None, deadline: int | None) -> dict[str, Change]:
+    """The same change for every key of *records* (a delete of many, as a rule)."""
+    return {bare: (value, deadline) for bare in records}
+
+
+def replace_records(manifest: Manifest, records: Mapping[str, Record]) -> Manifest:
+    """*manifest* with other *records* (the repair's rebuild)."""
+    return replace(manifest, records=dict(records))

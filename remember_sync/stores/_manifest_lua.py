@@ -1,0 +1,36 @@
+"""The Lua script of verified mode's atomic commit on Redis-protocol stores.
+
+Verified mode (``docs/verified.rst``) keeps, per namespace, a sealed manifest
+of what must exist.  On a standalone server, Sentinel's primary and Vercel KV
+one script checks that the manifest is still the one the client computed
+from, then writes the entries and the new manifest: a writer never leaves an
+entry the manifest does not vouch for.  The store moves opaque strings; what
+the manifest says is the client's business.
+"""
+
+from __future__ import annotations
+
+#: KEYS = manifest, entries...; ARGV = expected manifest ("" when there is none), new
+#: manifest, its PX ms or "", then per entry: value ("" deletes it), PX ms or "".
+#: Returns ``{1, ""}`` when written, else ``{0, <current manifest or "">}`` and writes
+#: nothing.
+COMMIT_MANIFEST = """\
+local current = redis.call('GET', KEYS[1]) or ''
+if current ~= ARGV[1] then return {0, current} end
+for i = 2, #KEYS do
+  local value, px = ARGV[2 * i], ARGV[2 * i + 1]
+  if value == '' then
+    redis.call('UNLINK', KEYS[i])
+  elseif px == '' then
+    redis.call('SET', KEYS[i], value)
+  else
+    redis.call('SET', KEYS[i], value, 'PX', px)
+  end
+end
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return {1, ''}
+"""

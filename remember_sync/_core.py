@@ -316,18 +316,29 @@ class AccessorCore:
         return None if fields is None else RememberEntry(*fields)
 
     def decode_fields(
-        self, raw: str | None, ns: Namespace, skey: str, now: int | None = None
+        self,
+        raw: str | None,
+        ns: Namespace,
+        skey: str,
+        now: int | None = None,
+        *,
+        strict: bool = False,
     ) -> EntryFields | None:
         """:meth:`decode` as the tuple of entry fields.
 
         :param now: the time to judge expiry by; by default the clock, read only
             when the entry has a deadline.
+        :param strict: raise :class:`RememberDecryptionError` for an unreadable
+            entry (counted, not logged) whatever ``on_decrypt_error`` says.
         """
         if raw is None:
             return None
         try:
             fields = self.codec.open_fields(raw, ns, skey)[0]
         except RememberDecryptionError as exc:
+            if strict:
+                self.note_unreadable(skey, exc)
+                raise
             self._unreadable(skey, exc)
             return None
         expires = fields[4]
@@ -477,13 +488,18 @@ class AccessorCore:
             return
         self.store.set(skey, stored, ttl_ms=self.ttl_ms(expires, now))
 
-    def get_fields(self, ident: Identity | None, key: str, scope: object) -> EntryFields | None:
-        """The live entry under *key* as its fields, or ``None`` (the path of every read)."""
+    def get_fields(
+        self, ident: Identity | None, key: str, scope: object, *, strict: bool = False
+    ) -> EntryFields | None:
+        """The live entry under *key* as its fields, or ``None`` (the path of every read).
+
+        :param strict: an unreadable entry raises (see :meth:`decode_fields`).
+        """
         ns, skey = self.key(ident, key, scope)
         if self.verifier is not None:
-            raw, _ = self._verified_read(ns, key, skey)
-            return self.decode_fields(raw, ns, skey)
-        return self.decode_fields(self.read_raw(skey)[0], ns, skey)
+            raw, _ = self.read_verified(ns, key, skey)
+            return self.decode_fields(raw, ns, skey, strict=strict)
+        return self.decode_fields(self.read_raw(skey)[0], ns, skey, strict=strict)
 
     # -- verified mode (remember_sync._integrity) ---------------------------------------
 
@@ -495,7 +511,7 @@ class AccessorCore:
             return False
         return expires is not None and now >= expires
 
-    def _verified_read(
+    def read_verified(
         self, ns: Namespace, key: str, skey: str
     ) -> tuple[str | None, tuple[str | None, Manifest]]:
         """The entry's stored string if its manifest vouches for it, and that manifest.
@@ -596,7 +612,7 @@ class AccessorCore:
             if verifier is None:
                 raw, source = self.read_raw(skey)
             else:
-                (raw, seen), source = self._verified_read(ns, key, skey), skey
+                (raw, seen), source = self.read_verified(ns, key, skey), skey
             if tried is not None and raw == tried:
                 # That write did land: its reply was lost, and the driver's retry of the
                 # conditional write found our own value and answered "not written".
@@ -642,7 +658,7 @@ class AccessorCore:
             ttl_ms = self.ttl_ms(expires, now)
             if verifier is not None:
                 assert seen is not None
-                written = self._verified_swap(ns, key, skey, seen, stored, expires)
+                written = self.swap_verified(ns, key, skey, seen, stored, expires)
             elif raw is None or source != skey:
                 written = store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=True)
             else:
@@ -664,19 +680,20 @@ class AccessorCore:
             "compare-and-set attempts; nothing was written"
         )
 
-    def _verified_swap(
+    def swap_verified(
         self,
         ns: Namespace,
         key: str,
         skey: str,
         seen: tuple[str | None, Manifest],
-        stored: str,
+        stored: str | None,
         expires: int | None,
     ) -> bool:
-        """The compare-and-set of :meth:`_swap` in verified mode: whether it was written.
+        """Verified mode's compare-and-set: write *stored* (``None``: delete) if unchanged.
 
-        Written only while the manifest still records the version that was read
-        (other keys of the namespace may change meanwhile).
+        Written only while the manifest still records the version of *key* that
+        :meth:`read_verified` saw with *seen* (other keys of the namespace may
+        change meanwhile).  Whether it was written.
         """
         assert self.verifier is not None
         record = seen[1].records.get(key)

@@ -37,8 +37,8 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._bounded import BoundedCache
@@ -59,11 +59,13 @@ __all__ = [
     "INTEGRITY_MODES",
     "FileWitness",
     "Manifest",
+    "Record",
     "StoreWitness",
     "Verifier",
     "Witness",
     "digest",
     "in_process",
+    "manifest_deadline",
     "witness_from",
 ]
 
@@ -545,7 +547,7 @@ class Verifier:
                 records.pop(bare, None)
             else:
                 records[bare] = (digest(value), deadline, ())
-        return Manifest(max(base.counter + 1, now), _manifest_deadline(records, now), records)
+        return Manifest(max(base.counter + 1, now), manifest_deadline(records, now), records)
 
     def _two_steps(
         self,
@@ -578,16 +580,10 @@ class Verifier:
                 after[1], old[1]
             )
             records[bare] = (after[0], deadline, tuple(sorted(before - {after[0]})))
-        intent = Manifest(final.counter, _manifest_deadline(records, now), records)
-        intent_raw = self._seal(ns, mkey, intent)
-        ttl = self._ttl(intent.deadline, now)
-        if raw is None:
-            placed = self.store.set(mkey, intent_raw, ttl_ms=ttl, only_if_absent=True)
-        else:
-            placed = self.store.compare_and_set(mkey, raw, intent_raw, ttl_ms=ttl)
-        if not placed:
+        intent = Manifest(final.counter, manifest_deadline(records, now), records)
+        if not self.write_manifest(ns, mkey, raw, intent):
             return self.store.get(mkey)
-        self._committed(mkey, intent_raw, intent)
+        intent_raw = self._manifests.get(mkey)[0]  # type: ignore[index]
         for key, value, ttl_ms in writes:
             if value is None:
                 self.store.delete(key)
@@ -595,6 +591,23 @@ class Verifier:
                 self.store.set(key, value, ttl_ms=ttl_ms)
         self.settle(ns, mkey, {bare: records[bare] for bare in wanted}, intent_raw)
         return _DONE
+
+    def write_manifest(
+        self, ns: Namespace, mkey: str, raw: str | None, manifest: Manifest
+    ) -> bool:
+        """Replace the stored manifest *raw* (``None``: none) by *manifest*; whether it was.
+
+        A compare-and-set on the manifest alone, for ``verify --repair``.
+        """
+        sealed = self._seal(ns, mkey, manifest)
+        ttl = self._ttl(manifest.deadline, self.clock())
+        if raw is None:
+            placed = self.store.set(mkey, sealed, ttl_ms=ttl, only_if_absent=True)
+        else:
+            placed = self.store.compare_and_set(mkey, raw, sealed, ttl_ms=ttl)
+        if placed:
+            self._committed(mkey, sealed, manifest)
+        return placed
 
     def settle(
         self, ns: Namespace, mkey: str, pending: Mapping[str, Record], raw: str | None
@@ -620,12 +633,9 @@ class Verifier:
             if not touched:
                 return False
             settled = Manifest(
-                max(manifest.counter + 1, now), _manifest_deadline(records, now), records
+                max(manifest.counter + 1, now), manifest_deadline(records, now), records
             )
-            sealed = self._seal(ns, mkey, settled)
-            ttl = self._ttl(settled.deadline, now)
-            if raw is not None and self.store.compare_and_set(mkey, raw, sealed, ttl_ms=ttl):
-                self._committed(mkey, sealed, settled)
+            if raw is not None and self.write_manifest(ns, mkey, raw, settled):
                 return True
             raw = self.store.get(mkey)
         return False
@@ -634,19 +644,9 @@ class Verifier:
 _DONE = object()
 
 
-def _manifest_deadline(records: Mapping[str, Record], now: int) -> int | None:
+def manifest_deadline(records: Mapping[str, Record], now: int) -> int | None:
     """When a manifest holding *records* may expire: after its last entry, plus a grace."""
     if any(rec[1] is None for rec in records.values()):
         return None
     latest = max((rec[1] for rec in records.values() if rec[1] is not None), default=now)
     return max(latest, now) + MANIFEST_GRACE_MS
-
-
-def changed(records: Iterable[str], value: str | None, deadline: int | None) -> dict[str, Change]:
-    """The same change for every key of *records* (a delete of many, as a rule)."""
-    return {bare: (value, deadline) for bare in records}
-
-
-def replace_records(manifest: Manifest, records: Mapping[str, Record]) -> Manifest:
-    """*manifest* with other *records* (the repair's rebuild)."""
-    return replace(manifest, records=dict(records))

@@ -44,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
     "plugin": CORE | {"stores", "_core", "accessor", "_purge", "tools", "_config", "_integrity"},
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
-    "_ops": CORE
+    "_ops": CORE | {"_integrity"}
     | {"stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config"},
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",

@@ -158,3 +158,25 @@ def test_cluster_leftovers_are_reported_and_settled(
     with identity(user_id="alice"):
         assert make_plugin(store=redis_cluster_store, integrity="verified").remember.get(
             "a", scope="user") == "old"
+
+
+def test_serve_takes_integrity_and_witness(
+    url: str, tmp_path: Any, redis_client: redis.Redis
+) -> None:
+    """`serve --integrity verified --witness W` starts in verified mode (the witness file is
+    opened 0600); a mode that does not exist is a usage error."""
+    from tests.client_drivers import Server
+
+    env = {**os.environ, "REMEMBER_SECRET": TEST_SECRET}
+    witness = tmp_path / "w.db"
+    server = Server(["--redis-url", url, "--no-token", "--integrity", "verified",
+                     "--witness", str(witness)], tmp_path, env)
+    try:
+        server.wait_ready()
+        assert oct(witness.stat().st_mode & 0o777) == "0o600"
+    finally:
+        server.stop()
+    bad = Server(["--redis-url", url, "--integrity", "strict"], tmp_path, env)
+    assert bad.proc.wait(30) == 2
+    bad.stop()
+    assert "invalid choice: 'strict'" in bad.output

@@ -523,7 +523,7 @@ class AccessorCore:
         verifier = self.verifier
         assert verifier is not None
         mkey = manifest_key(self.prefix, skey[: len(skey) - len(key)])
-        raw_manifest, raw = self.store.get_many([mkey, skey])
+        raw_manifest, (raw,) = verifier.fetch(mkey, [skey])
         manifest = verifier.open_manifest(ns, mkey, raw_manifest)
         now = self.clock()
         raw = verifier.accept(
@@ -548,15 +548,15 @@ class AccessorCore:
 
         guess = verifier.cached_keys(mkey)
         keys = wanted(guess) if guess is not None else []
-        values = self.store.get_many([mkey, *(head + k for k in keys)])
-        manifest = verifier.open_manifest(ns, mkey, values[0])
+        raw_manifest, values = verifier.fetch(mkey, [head + k for k in keys])
+        manifest = verifier.open_manifest(ns, mkey, raw_manifest)
         listed = wanted(builtins.list(manifest.records))
         if listed != keys:
             keys = listed
-            values = [values[0], *self.store.get_many([head + k for k in keys])]
+            values = self.store.get_many([head + k for k in keys])
         now = self.clock()
         page: builtins.list[tuple[str, str]] = []
-        for bare, raw in zip(keys, values[1:], strict=True):
+        for bare, raw in zip(keys, values, strict=True):
             skey = head + bare
             accepted = verifier.accept(
                 ns, manifest, bare, raw, now,

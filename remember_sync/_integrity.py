@@ -92,6 +92,16 @@ def digest(stored: str) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
+def _record_json(key: str, rec: Record) -> str:
+    """One record as its manifest JSON member: ``"key":["digest",deadline(,[alts])]``."""
+    d, dl, alts = rec
+    tail = f",{json.dumps(list(alts))}" if alts else ""
+    return f'{_json_string(key)}:[{_json_string(d)},{dl or 0}{tail}]'
+
+
+_json_string = json.encoder.encode_basestring
+
+
 @dataclass(frozen=True)
 class Manifest:
     """What must exist in one namespace, as the last writer with the secret left it."""
@@ -99,14 +109,20 @@ class Manifest:
     counter: int = 0
     deadline: int | None = None
     records: Mapping[str, Record] = field(default_factory=dict)
+    #: Each record's JSON member, carried from manifest to manifest: a write re-encodes
+    #: the records it changes, not the whole namespace.
+    texts: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def to_json(self) -> bytes:
-        entries = {
-            key: [d, dl or 0, list(alts)] if alts else [d, dl or 0]
-            for key, (d, dl, alts) in self.records.items()
-        }
-        body = {"c": self.counter, "x": self.deadline or 0, "e": entries}
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        texts = self.texts
+        members = []
+        for key, rec in self.records.items():
+            text = texts.get(key)
+            if text is None:
+                text = texts[key] = _record_json(key, rec)
+            members.append(text)
+        body = f'{{"c":{self.counter},"x":{self.deadline or 0},"e":{{{",".join(members)}}}}}'
+        return body.encode("utf-8", TEXT_ERRORS)
 
     @classmethod
     def from_json(cls, text: bytes) -> Manifest:
@@ -232,6 +248,8 @@ class StoreWitness:
         self.store = store
         self.prefix = prefix
         self._owns = owns
+        # name -> the value this process last saw: a warm advance is one compare-and-set.
+        self._seen: BoundedCache[str, str] = BoundedCache(_CACHED)
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}witness:{name}"
@@ -244,17 +262,25 @@ class StoreWitness:
         return int(counter), int(deadline or 0) or None
 
     def floor(self, name: str) -> tuple[int, int | None]:
-        return self._parse(self.store.get(self._key(name)))
+        raw = self.store.get(self._key(name))
+        if raw is not None:
+            self._seen.put(name, raw)
+        return self._parse(raw)
 
     def advance(self, name: str, counter: int, deadline: int | None) -> None:
         key, value = self._key(name), f"{counter}:{deadline or 0}"
+        raw = self._seen.get(name)
         for _ in range(COMMIT_ATTEMPTS):
-            raw = self.store.get(key)
             if raw is None:
                 if self.store.set(key, value, only_if_absent=True):
+                    self._seen.put(name, value)
                     return
-            elif self._parse(raw)[0] >= counter or self.store.compare_and_set(key, raw, value):
+            elif self._parse(raw)[0] >= counter:
                 return
+            elif self.store.compare_and_set(key, raw, value):
+                self._seen.put(name, value)
+                return
+            raw = self.store.get(key)
         raise RememberConflictError("the witness changed during every attempt to advance it")
 
     def close(self) -> None:
@@ -348,6 +374,9 @@ class Verifier:
         self._names_key = self.keyring.purpose_keys(WITNESS_INFO)[0]
         # manifest key -> (stored string, parsed manifest): reused while the store agrees.
         self._manifests: BoundedCache[str, tuple[str | None, Manifest]] = BoundedCache(_CACHED)
+        # manifest key -> (stored string, its SHA-1): what the store's scripts compare.
+        self._shas: BoundedCache[str, tuple[str, str]] = BoundedCache(_CACHED)
+        self._reads = callable(getattr(store, "read_with_manifest", None)) and self._atomic
         # manifest key -> (counter, deadline, read at): the witness's floor, refreshed.
         self._floors: BoundedCache[str, tuple[int, int | None, int]] = BoundedCache(_CACHED)
 
@@ -468,6 +497,37 @@ class Verifier:
         raw = self.store.get(mkey)
         return raw, self.open_manifest(ns, mkey, raw)
 
+    def _sha(self, mkey: str, raw: str | None) -> str | None:
+        """SHA-1 (hex) of the stored manifest *raw*, as the store's scripts compare it."""
+        if raw is None:
+            return None
+        known = self._shas.get(mkey)
+        if known is not None and known[0] == raw:
+            return known[1]
+        sha = hashlib.sha1(raw.encode("utf-8", TEXT_ERRORS)).hexdigest()  # noqa: S324
+        self._shas.put(mkey, (raw, sha))
+        return sha
+
+    def fetch(self, mkey: str, keys: Sequence[str]) -> tuple[str | None, list[str | None]]:
+        """The stored manifest and the values of *keys*, in one round trip.
+
+        Where the store has ``read_with_manifest`` (standalone, Sentinel, Vercel
+        KV) the manifest comes back only when it is not the one this plugin last
+        saw: a read does not carry the whole manifest each time.
+        """
+        if self._reads:
+            cached = self._manifests.get(mkey)
+            seen = None if cached is None else self._sha(mkey, cached[0])
+            same, raw, values = self.store.read_with_manifest(  # type: ignore[attr-defined]
+                mkey, seen, keys
+            )
+            if same:
+                assert cached is not None
+                raw = cached[0]
+            return raw, values
+        got = self.store.get_many([mkey, *keys])
+        return got[0], got[1:]
+
     def cached_keys(self, mkey: str) -> list[str] | None:
         """The bare keys of the manifest this plugin last saw for *mkey*, if any."""
         cached = self._manifests.get(mkey)
@@ -510,7 +570,7 @@ class Verifier:
                       in wanted.items()]
             if self._atomic:
                 current = self.store.commit_manifest(  # type: ignore[attr-defined]
-                    mkey, raw, final_raw, self._ttl(final.deadline, now), writes
+                    mkey, self._sha(mkey, raw), final_raw, self._ttl(final.deadline, now), writes
                 )
                 if current is None:
                     self._committed(mkey, final_raw, final)
@@ -542,12 +602,18 @@ class Verifier:
     @staticmethod
     def _next(base: Manifest, wanted: Mapping[str, Change], now: int) -> Manifest:
         records = base.live(now)
+        texts = base.texts.copy()
+        if len(texts) > 2 * len(records) + 16:  # expired records' members: drop them
+            texts = {k: t for k, t in texts.items() if k in records}
         for bare, (value, deadline) in wanted.items():
+            texts.pop(bare, None)
             if value is None:
                 records.pop(bare, None)
             else:
                 records[bare] = (digest(value), deadline, ())
-        return Manifest(max(base.counter + 1, now), manifest_deadline(records, now), records)
+        return Manifest(
+            max(base.counter + 1, now), manifest_deadline(records, now), records, texts
+        )
 
     def _two_steps(
         self,

@@ -10,13 +10,16 @@ the manifest says is the client's business.
 
 from __future__ import annotations
 
-#: KEYS = manifest, entries...; ARGV = expected manifest ("" when there is none), new
-#: manifest, its PX ms or "", then per entry: value ("" deletes it), PX ms or "".
-#: Returns ``{1, ""}`` when written, else ``{0, <current manifest or "">}`` and writes
-#: nothing.
+#: KEYS = manifest, entries...; ARGV = SHA-1 (hex) of the expected manifest ("" when
+#: there is none), new manifest, its PX ms or "", then per entry: value ("" deletes it),
+#: PX ms or "".  Returns ``{1, ""}`` when written, else ``{0, <current manifest or "">}``
+#: and writes nothing.  The hash keeps the request small: a manifest grows with its
+#: namespace, and it is sent once, not twice.
 COMMIT_MANIFEST = """\
 local current = redis.call('GET', KEYS[1]) or ''
-if current ~= ARGV[1] then return {0, current} end
+local seen = ''
+if current ~= '' then seen = redis.sha1hex(current) end
+if seen ~= ARGV[1] then return {0, current} end
 for i = 2, #KEYS do
   local value, px = ARGV[2 * i], ARGV[2 * i + 1]
   if value == '' then
@@ -33,4 +36,16 @@ else
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 end
 return {1, ''}
+"""
+
+#: KEYS = manifest, entries...; ARGV = SHA-1 (hex) of the manifest the caller holds, or
+#: "".  Returns ``{1, "", values}`` when the stored manifest is that one, else
+#: ``{0, <manifest or "">, values}``; values as MGET gives them.  Read-only.
+READ_WITH_MANIFEST = """\
+local current = redis.call('GET', KEYS[1])
+local values = {}
+if #KEYS > 1 then values = redis.call('MGET', unpack(KEYS, 2)) end
+if not current then return {0, '', values} end
+if ARGV[1] ~= '' and redis.sha1hex(current) == ARGV[1] then return {1, '', values} end
+return {0, current, values}
 """

@@ -43,7 +43,7 @@ from ..errors import (
     RememberStoreError,
 )
 from . import _index_lua as index_lua
-from ._manifest_lua import COMMIT_MANIFEST
+from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST
 from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
@@ -388,6 +388,7 @@ class RedisStore:
         sources = {name: getattr(index_lua, name) for name in (*names, "PRUNE_MISSING", "REINDEX")}
         sources["CAS"] = CAS_LUA_SCRIPT
         sources["COMMIT_MANIFEST"] = COMMIT_MANIFEST
+        sources["READ_WITH_MANIFEST"] = READ_WITH_MANIFEST
         self._scripts = {name: client.register_script(text) for name, text in sources.items()}
         # The keys a page held last time: (pattern, count, cursor) for a SCAN page
         # (standalone), (index, pattern, count, cursor) for an index page.
@@ -654,8 +655,10 @@ class RedisStore:
     ) -> str | None:
         """Write *writes* and *manifest* in one script if the manifest is still *expected*.
 
-        *writes* are ``(key, value or None to delete, PX ms or None)``.  Returns
-        ``None`` when written, else the manifest the store holds (``""`` for
+        *expected* is the SHA-1 (hex) of the stored manifest the caller computed
+        from (``None`` when there was none).  *writes* are ``(key, value or None
+        to delete, PX ms or None)``.  Returns ``None`` when written, else the
+        manifest the store holds (``""`` for
         none), having written nothing.  Standalone and Sentinel only: on a
         cluster the keys lie in different hash slots.
         """
@@ -685,6 +688,27 @@ class RedisStore:
                 self._check_replicas("commit manifest", reply[1])
             return None
         return _s(current)
+
+    def read_with_manifest(
+        self, manifest_key: str, seen: str | None, keys: Sequence[str]
+    ) -> tuple[bool, str | None, list[str | None]]:
+        """The manifest (unless its SHA-1 is *seen*) and the values of *keys*, in one script.
+
+        Returns ``(unchanged, manifest or None, values)``.  Standalone and Sentinel only.
+        """
+        if self._cluster:
+            raise RememberConfigurationError("read_with_manifest needs one server, not a cluster")
+        script = self._scripts["READ_WITH_MANIFEST"]
+        names = [_b(manifest_key), *(_b(k) for k in keys)]
+        command = ["EVALSHA", script.sha, len(names), *names, _b(seen or "")]
+        with _translate("EVALSHA (read with manifest)", self._no_client_cert):
+            try:
+                same, manifest, values = self._client.execute_command(*command)
+            except NoScriptError:  # a restarted server: load, run again
+                self._client.script_load(script.script)
+                same, manifest, values = self._client.execute_command(*command)
+        text = _s(manifest) if manifest else None
+        return int(same) == 1, text, [None if v is None else _s(v) for v in values]
 
     # -- the listing index (NamespaceIndex) --------------------------------------------
 

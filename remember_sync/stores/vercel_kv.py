@@ -55,7 +55,7 @@ from ..errors import (
 )
 from . import _index_lua as index_lua
 from . import base as contract  # the argument checks every store makes first
-from ._manifest_lua import COMMIT_MANIFEST
+from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST
 from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, merged_index_of, to_text
 
 __all__ = ["VercelKVStore"]
@@ -418,7 +418,8 @@ class VercelKVStore:
         manifest_ttl_ms: int | None,
         writes: Sequence[tuple[str, str | None, int | None]],
     ) -> str | None:
-        """Write *writes* and *manifest* in one ``EVAL`` if the manifest is still *expected*.
+        """Write *writes* and *manifest* in one ``EVAL`` if the manifest is still *expected*
+        (its SHA-1 in hex).
 
         As :meth:`remember_sync.stores.redis.RedisStore.commit_manifest`.  Not
         retried after a lost reply (the caller reads the manifest again and
@@ -437,6 +438,20 @@ class VercelKVStore:
             )
         done, current = result
         return None if int(done) == 1 else str(current or "")
+
+    def read_with_manifest(
+        self, manifest_key: str, seen: str | None, keys: Sequence[str]
+    ) -> tuple[bool, str | None, list[str | None]]:
+        """As :meth:`remember_sync.stores.redis.RedisStore.read_with_manifest`: one ``EVAL``."""
+        command = ["EVAL", READ_WITH_MANIFEST, str(1 + len(keys)), manifest_key, *keys,
+                   seen or ""]
+        result = self._command(command, idempotent=True)
+        if not isinstance(result, list) or len(result) != 3:
+            raise RememberStoreError(
+                f"Vercel KV EVAL (read with manifest): unexpected reply {result!r}"
+            )
+        same, manifest, values = result
+        return int(same) == 1, manifest or None, [v if v is None else str(v) for v in values]
 
     # -- the listing index (NamespaceIndex) --------------------------------------------
 

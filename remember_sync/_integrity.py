@@ -45,6 +45,7 @@ from ._bounded import BoundedCache
 from ._clock import Clock
 from ._codec import EntryCodec
 from ._crypto import Keyring
+from ._fork import after_fork_in_child
 from ._text import TEXT_ERRORS
 from .errors import (
     RememberConfigurationError,
@@ -185,6 +186,10 @@ class Witness(Protocol):
         ...
 
 
+#: Connections a forked child inherited: kept, never used or closed (see FileWitness).
+_INHERITED: list[sqlite3.Connection] = []
+
+
 class FileWitness:
     """A witness in a local SQLite file (single host): 0600, WAL, ``synchronous=NORMAL``.
 
@@ -211,6 +216,16 @@ class FileWitness:
         except (OSError, sqlite3.Error) as exc:
             raise RememberConfigurationError(f"witness file {path!r} is unusable: {exc}") from exc
         self._lock = threading.Lock()
+        self._synchronous = synchronous
+        after_fork_in_child(self._reopen)
+
+    def _reopen(self) -> None:
+        # An SQLite connection must not cross a fork: the child opens its own, and never
+        # closes the parent's (closing it could release locks the parent holds).
+        _INHERITED.append(self._db)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute(f"PRAGMA synchronous={self._synchronous}")
 
     def floor(self, name: str) -> tuple[int, int | None]:
         with self._lock:
@@ -372,11 +387,16 @@ class Verifier:
         commit = getattr(store, "commit_manifest", None)
         self._atomic = callable(commit) and not getattr(store, "is_cluster", False)
         self._names_key = self.keyring.purpose_keys(WITNESS_INFO)[0]
+        self._reads = callable(getattr(store, "read_with_manifest", None)) and self._atomic
+        self._new_caches()
+        after_fork_in_child(self._new_caches)
+
+    def _new_caches(self) -> None:
+        # Another thread of the parent may have held a cache's lock at the fork (see _fork).
         # manifest key -> (stored string, parsed manifest): reused while the store agrees.
         self._manifests: BoundedCache[str, tuple[str | None, Manifest]] = BoundedCache(_CACHED)
         # manifest key -> (stored string, its SHA-1): what the store's scripts compare.
         self._shas: BoundedCache[str, tuple[str, str]] = BoundedCache(_CACHED)
-        self._reads = callable(getattr(store, "read_with_manifest", None)) and self._atomic
         # manifest key -> (counter, deadline, read at): the witness's floor, refreshed.
         self._floors: BoundedCache[str, tuple[int, int | None, int]] = BoundedCache(_CACHED)
 

@@ -526,6 +526,11 @@ def _verifier(
         if spec is not None:
             raise _config_error("witness", "only applies with integrity='verified'")
         return None
+    if options.get("read_doubled_prefix"):
+        raise _config_error(
+            "integrity", "'verified' cannot read 1.8.0's doubled-prefix keys, which no "
+            "manifest lists: move them first (remember-sync rotate --read-doubled-prefix)"
+        )
     if in_process(store):
         return None
     witness = witness_from(spec, _witness_store)

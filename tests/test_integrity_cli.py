@@ -180,3 +180,50 @@ def test_serve_takes_integrity_and_witness(
     assert bad.proc.wait(30) == 2
     bad.stop()
     assert "invalid choice: 'strict'" in bad.output
+
+
+def test_rotate_keeps_a_verified_store_verifiable(
+    url: str, make_plugin: Factory, redis_store: Store, redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """rotate re-seals entries, then rebuilds the manifests; it refuses a store that fails."""
+    new = "new-secret-0123456789abcdef0123456789"
+    old = make_plugin(store=redis_store, integrity="verified")
+    with identity(user_id="alice"):
+        old.remember.set("a", 1, scope="user")
+    monkeypatch.setenv("REMEMBER_SECRET", new)
+    monkeypatch.setenv("REMEMBER_PREVIOUS_SECRETS", TEST_SECRET)
+    code, report = run(capsys, "rotate", "--redis-url", url)
+    assert code == 0 and report["rotated"] == 1
+    rotated = make_plugin(store=redis_store, integrity="verified",
+                          encryption={"secrets": [new]})
+    with identity(user_id="alice"):
+        assert rotated.remember.get("a", scope="user") == 1
+    redis_client.delete(ENTRY + "a")
+    assert main(["rotate", "--redis-url", url]) == 1
+    assert "fails verification" in capsys.readouterr().err
+
+
+def test_a_forked_child_uses_its_own_witness_connection(
+    redis_store: Store, make_plugin: Factory, tmp_path: Any
+) -> None:
+    """The file witness is reopened in a forked child; parent and child both advance it."""
+    witness = str(tmp_path / "w.db")
+    plugin = make_plugin(store=redis_store, integrity="verified", witness=witness)
+    with identity(user_id="alice"):
+        plugin.remember.set("a", 1, scope="user")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            with identity(user_id="alice"):
+                plugin.remember.set("a", 2, scope="user")
+                code = 0 if plugin.remember.get("a", scope="user") == 2 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    with identity(user_id="alice"):
+        plugin.remember.set("b", 3, scope="user")
+        fresh = make_plugin(store=redis_store, integrity="verified", witness=witness)
+        assert fresh.remember.get("a", scope="user") == 2

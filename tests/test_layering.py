@@ -37,7 +37,9 @@ ALLOWED: dict[str, set[str]] = {
     "_purge": {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },
-    "_integrity": {"errors", "types", "_crypto", "_codec", "_text", "_clock", "_bounded", "stores"},
+    "_integrity": {
+        "errors", "types", "_crypto", "_codec", "_text", "_clock", "_bounded", "_fork", "stores",
+    },
     "_core": CORE | {"stores", "_fork", "_integrity"},
     "accessor": {"_core", "errors", "types", "identity"},
     "tools": CORE | {"stores", "_core", "accessor"},

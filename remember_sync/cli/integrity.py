@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
+from ..errors import RememberIntegrityError
 from ._common import EXIT_FAIL, EXIT_OK, _listed, _opened, _print_json, _progress_stream
 from ._parser import Commands
+
+if TYPE_CHECKING:
+    from .._ops.context import Opened
 
 
 def add_verify_command(c: Commands) -> None:
@@ -63,3 +70,36 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.repair:
         return EXIT_FAIL if result.unreadable else EXIT_OK
     return EXIT_FAIL if result.violation_count else EXIT_OK
+
+
+@contextlib.contextmanager
+def manifests_kept(opened: Opened, prefix: str) -> Iterator[None]:
+    """Around a command that rewrites entries directly (``rotate``, ``import``).
+
+    On a store in verified mode (it has manifests): refuse to start unless the
+    store verifies, then rebuild the manifests from what the command left
+    (``verify --repair``), so verified readers accept the rewritten entries.
+    Readers may refuse an entry between its rewrite and the rebuild.
+    """
+    from .._config import integrity_settings
+    from .._keys import MANIFEST_HEAD, glob_escape
+    from .._ops.verify import open_witness, verify_store
+
+    core = opened.plugin._core
+    if next(iter(core.store.scan(glob_escape(prefix + MANIFEST_HEAD) + "*")), None) is None:
+        yield  # default mode: nothing to keep
+        return
+    witness = open_witness(integrity_settings(os.environ)[1])
+    try:
+        found = verify_store(core.store, prefix, core.codec, clock=core.clock, witness=witness)
+        if found.violation_count:
+            raise RememberIntegrityError(
+                f"the store is in verified mode and fails verification "
+                f"({found.violation_count} violations): run `remember-sync verify` first"
+            )
+        yield
+        verify_store(core.store, prefix, core.codec, clock=core.clock, witness=witness,
+                     repair=True)
+    finally:
+        if witness is not None:
+            witness.close()

@@ -67,6 +67,7 @@ __all__ = [
     "digest",
     "in_process",
     "manifest_deadline",
+    "token",
     "witness_from",
 ]
 
@@ -78,6 +79,8 @@ MANIFEST_GRACE_MS = 60_000
 WITNESS_REFRESH_MS = 1_000
 #: Attempts of a commit against a manifest other writers keep changing.
 COMMIT_ATTEMPTS = 64
+#: Above this many bytes a cached manifest is not fetched with every read (see ``fetch``).
+FETCH_WHOLE_BYTES = 16_384
 #: HKDF ``info`` of the key that names namespaces in a witness (never a namespace's info).
 WITNESS_INFO = b"remember:witness-names:v1"
 _CACHED = 4096
@@ -85,6 +88,21 @@ _CACHED = 4096
 #: A manifest record: (digest or "" when the entry must be absent, deadline, other
 #: versions accepted while a two-step write is under way).
 Record = tuple[str, int | None, tuple[str, ...]]
+
+
+def token(manifest: str | None) -> str | None:
+    """What identifies a stored manifest to the store's scripts: its start, through the tag.
+
+    Every manifest is sealed with a fresh random IV, and its GCM tag covers the
+    rest, so no two manifests a writer with the secret stored share it.  A
+    string someone else made with the same start can only make a reader or
+    writer act on the manifest this token came from -- one that was stored
+    and that they could have put back whole.
+    """
+    if manifest is None:
+        return None
+    cut = manifest.find(',"data":"')
+    return manifest if cut < 0 else manifest[:cut]
 
 
 def digest(stored: str) -> str:
@@ -358,6 +376,7 @@ class Verifier:
     :param prefix: the key prefix ``P``.
     :param clock: epoch milliseconds.
     :param witness: the record outside the store, or ``None``.
+    :param owns_witness: :meth:`close` closes the witness (``False``: the caller's).
     """
 
     def __init__(
@@ -368,6 +387,7 @@ class Verifier:
         prefix: str,
         clock: Clock,
         witness: Witness | None = None,
+        owns_witness: bool = True,
     ) -> None:
         if codec.keyring is None:
             raise RememberConfigurationError(
@@ -384,6 +404,7 @@ class Verifier:
         self.prefix = prefix
         self.clock = clock
         self.witness = witness
+        self._owns_witness = owns_witness
         commit = getattr(store, "commit_manifest", None)
         self._atomic = callable(commit) and not getattr(store, "is_cluster", False)
         self._names_key = self.keyring.purpose_keys(WITNESS_INFO)[0]
@@ -395,10 +416,13 @@ class Verifier:
         # Another thread of the parent may have held a cache's lock at the fork (see _fork).
         # manifest key -> (stored string, parsed manifest): reused while the store agrees.
         self._manifests: BoundedCache[str, tuple[str | None, Manifest]] = BoundedCache(_CACHED)
-        # manifest key -> (stored string, its SHA-1): what the store's scripts compare.
-        self._shas: BoundedCache[str, tuple[str, str]] = BoundedCache(_CACHED)
         # manifest key -> (counter, deadline, read at): the witness's floor, refreshed.
         self._floors: BoundedCache[str, tuple[int, int | None, int]] = BoundedCache(_CACHED)
+
+    def close(self) -> None:
+        """Close the witness if it was built here (the plugin closes its store)."""
+        if self.witness is not None and self._owns_witness:
+            self.witness.close()
 
     # -- manifests ----------------------------------------------------------------------------
 
@@ -517,34 +541,20 @@ class Verifier:
         raw = self.store.get(mkey)
         return raw, self.open_manifest(ns, mkey, raw)
 
-    def _sha(self, mkey: str, raw: str | None) -> str | None:
-        """SHA-1 (hex) of the stored manifest *raw*, as the store's scripts compare it."""
-        if raw is None:
-            return None
-        known = self._shas.get(mkey)
-        if known is not None and known[0] == raw:
-            return known[1]
-        sha = hashlib.sha1(raw.encode("utf-8", TEXT_ERRORS)).hexdigest()  # noqa: S324
-        self._shas.put(mkey, (raw, sha))
-        return sha
-
     def fetch(self, mkey: str, keys: Sequence[str]) -> tuple[str | None, list[str | None]]:
         """The stored manifest and the values of *keys*, in one round trip.
 
-        Where the store has ``read_with_manifest`` (standalone, Sentinel, Vercel
-        KV) the manifest comes back only when it is not the one this plugin last
-        saw: a read does not carry the whole manifest each time.
+        A small manifest comes with the values (``get_many``: the cheapest
+        request).  Once the manifest this plugin last saw is over
+        :data:`FETCH_WHOLE_BYTES`, a store with ``read_with_manifest``
+        (standalone, Sentinel, Vercel KV) sends it back only when it changed.
         """
-        if self._reads:
-            cached = self._manifests.get(mkey)
-            seen = None if cached is None else self._sha(mkey, cached[0])
+        cached = self._manifests.get(mkey)
+        if self._reads and cached is not None and len(cached[0] or "") > FETCH_WHOLE_BYTES:
             same, raw, values = self.store.read_with_manifest(  # type: ignore[attr-defined]
-                mkey, seen, keys
+                mkey, token(cached[0]), keys
             )
-            if same:
-                assert cached is not None
-                raw = cached[0]
-            return raw, values
+            return (cached[0] if same else raw), values
         got = self.store.get_many([mkey, *keys])
         return got[0], got[1:]
 
@@ -590,7 +600,7 @@ class Verifier:
                       in wanted.items()]
             if self._atomic:
                 current = self.store.commit_manifest(  # type: ignore[attr-defined]
-                    mkey, self._sha(mkey, raw), final_raw, self._ttl(final.deadline, now), writes
+                    mkey, token(raw), final_raw, self._ttl(final.deadline, now), writes
                 )
                 if current is None:
                     self._committed(mkey, final_raw, final)

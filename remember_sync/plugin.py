@@ -418,6 +418,8 @@ class RememberPlugin:
             self._purge.stop()
         if self._key_check is not None:
             self._key_check.stop()
+        if self._core.verifier is not None:
+            self._core.verifier.close()
         if self._owns_store:
             self._core.store.close()
 
@@ -535,9 +537,12 @@ def _verifier(
         return None
     witness = witness_from(spec, _witness_store)
     try:
-        return Verifier(store, codec, prefix=prefix, clock=clock or system_clock, witness=witness)
+        return Verifier(
+            store, codec, prefix=prefix, clock=clock or system_clock, witness=witness,
+            owns_witness=witness is not spec,  # an object the caller passed is theirs
+        )
     except BaseException:
-        if witness is not None:
+        if witness is not None and witness is not spec:
             witness.close()
         raise
 

@@ -382,3 +382,58 @@ def test_default_mode_recall_names_an_unreadable_memory(make_plugin: Factory) ->
         assert reader.remember.get("k", scope="user", default="d") == "d"  # SPEC section 4
     assert code == "REMEMBER_DECRYPTION_FAILED" and "'k'" in message and "not absent" in message
     assert TEST_SECRET not in message
+
+
+class _ListWitness:
+    """A witness of the caller's own making: the pluggable interface, in memory."""
+
+    def __init__(self) -> None:
+        self.heads: dict[str, tuple[int, int | None]] = {}
+        self.closed = False
+
+    def floor(self, name: str) -> tuple[int, int | None]:
+        return self.heads.get(name, (0, None))
+
+    def advance(self, name: str, counter: int, deadline: int | None) -> None:
+        if counter > self.floor(name)[0]:
+            self.heads[name] = (counter, deadline)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_witness_object_is_used_and_left_open(verified: Factory, raw: RawStore) -> None:
+    """Any object with floor/advance/close is a witness; the plugin does not close the caller's."""
+    witness = _ListWitness()
+    plugin = verified(witness=witness)
+    with identity(user_id=ALICE):
+        plugin.remember.set("a", 1, scope="user")
+        snap = raw.snapshot("remember:*")
+        plugin.remember.set("a", 2, scope="user")
+        raw.restore(snap, "remember:*")
+        refused(lambda: verified(witness=witness).remember.get("a", scope="user"), "rolled back")
+    assert len(witness.heads) == 1 and "alice" not in next(iter(witness.heads))
+    plugin.close()
+    assert not witness.closed
+
+
+def test_reads_of_a_big_manifest_fetch_it_only_when_it_changed(
+    verified: Factory, raw: RawStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past FETCH_WHOLE_BYTES a read sends the manifest's token; the checks are the same."""
+    import remember_sync._integrity as integrity
+
+    monkeypatch.setattr(integrity, "FETCH_WHOLE_BYTES", 0)
+    plugin, other = verified(), verified()
+    with identity(user_id=ALICE):
+        plugin.remember.set("deploy", "granted", scope="user", brand="approval")
+        granted = raw.get(ENTRY + "deploy")
+        assert plugin.remember.get("deploy", scope="user") == "granted"  # cached manifest
+        other.remember.set("deploy", "revoked", scope="user", brand="approval")
+        assert plugin.remember.get("deploy", scope="user") == "revoked"  # changed: refetched
+        assert plugin.remember.list(scope="user") == ["deploy"]
+        raw.set(ENTRY + "deploy", granted or "")
+        refused(lambda: plugin.remember.get("deploy", scope="user"), "not the version")
+        refused(lambda: plugin.remember.entries(scope="user"), "not the version")
+        raw.delete(MANIFEST)
+        refused(lambda: plugin.remember.get("deploy", scope="user"), "not in its manifest")

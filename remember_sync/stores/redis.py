@@ -655,7 +655,7 @@ class RedisStore:
     ) -> str | None:
         """Write *writes* and *manifest* in one script if the manifest is still *expected*.
 
-        *expected* is the SHA-1 (hex) of the stored manifest the caller computed
+        *expected* is the token of the stored manifest the caller computed
         from (``None`` when there was none).  *writes* are ``(key, value or None
         to delete, PX ms or None)``.  Returns ``None`` when written, else the
         manifest the store holds (``""`` for
@@ -692,7 +692,7 @@ class RedisStore:
     def read_with_manifest(
         self, manifest_key: str, seen: str | None, keys: Sequence[str]
     ) -> tuple[bool, str | None, list[str | None]]:
-        """The manifest (unless its SHA-1 is *seen*) and the values of *keys*, in one script.
+        """The manifest (unless its token is *seen*) and the values of *keys*, in one script.
 
         Returns ``(unchanged, manifest or None, values)``.  Standalone and Sentinel only.
         """

@@ -419,7 +419,7 @@ class VercelKVStore:
         writes: Sequence[tuple[str, str | None, int | None]],
     ) -> str | None:
         """Write *writes* and *manifest* in one ``EVAL`` if the manifest is still *expected*
-        (its SHA-1 in hex).
+        (its token).
 
         As :meth:`remember_sync.stores.redis.RedisStore.commit_manifest`.  Not
         retried after a lost reply (the caller reads the manifest again and

@@ -5,8 +5,9 @@ Usage::
     python -m benchmarks.integrity [--seconds 2] [--keys 100] [--json]
 
 Starts its own throw-away ``redis-server`` (two: the second holds the Redis
-witness), fills one user namespace with ``--keys`` entries in each mode
-(separate key prefixes), then compares, interleaved (:func:`harness.compare`),
+witness), fills one user namespace with 10 and with ``--keys`` entries in each
+mode (separate key prefixes; a write rewrites its namespace's manifest, so the
+size matters), then compares, interleaved (:func:`harness.compare`),
 verified against default mode for ``get``, ``set`` and ``entries()`` on
 Redis and ``set+get`` on the memory store, and verified mode with each kind
 of witness against verified mode without one.  Medians of block pairs.
@@ -75,13 +76,15 @@ def run(seconds: float = 2.0, keys: int = 100) -> tuple[list[Row], str]:
                 made.append(_plugin(url, prefix, **options))
                 return made[-1]
 
-            default = _ops(plugin(main.url, "bd:"), keys)
-            verified = _ops(plugin(main.url, "bv:", integrity="verified"), keys)
-            for op in ("get", "set", "entries()"):
-                c = compare(verified[op], default[op], seconds=seconds)
-                rows.append(Row.from_comparison(
-                    c, group="integrity", operation=op, store="redis", baseline="default mode",
-                    ratio_kind="time", target=TARGETS[op], note=note))
+            for size in sorted({10, keys}):
+                default = _ops(plugin(main.url, f"bd{size}:"), size)
+                verified = _ops(plugin(main.url, f"bv{size}:", integrity="verified"), size)
+                for op in ("get", "set", "entries()"):
+                    c = compare(verified[op], default[op], seconds=seconds)
+                    rows.append(Row.from_comparison(
+                        c, group="integrity", operation=op, store=f"redis, {size} keys",
+                        baseline="default mode", ratio_kind="time", target=TARGETS[op],
+                        note=note.replace(str(keys), str(size))))
             mem_default = _ops(plugin(None, "md:"), keys)
             mem_verified = _ops(plugin(None, "mv:", integrity="verified"), keys)
             c = compare(mem_verified["set+get"], mem_default["set+get"], seconds=seconds)

@@ -34,6 +34,7 @@ import base64
 import hashlib
 import hmac
 import json
+import operator
 import os
 import sqlite3
 import threading
@@ -129,18 +130,21 @@ class Manifest:
     deadline: int | None = None
     records: Mapping[str, Record] = field(default_factory=dict)
     #: Each record's JSON member, carried from manifest to manifest: a write re-encodes
-    #: the records it changes, not the whole namespace.
+    #: the records it changes, not the whole namespace.  Complete (one per record) or
+    #: empty (a manifest read from the store: filled by the first ``to_json``).
     texts: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
-    def to_json(self) -> bytes:
+    def member_texts(self) -> dict[str, str]:
+        """:attr:`texts`, filled in for every record."""
         texts = self.texts
-        members = []
-        for key, rec in self.records.items():
-            text = texts.get(key)
-            if text is None:
-                text = texts[key] = _record_json(key, rec)
-            members.append(text)
-        body = f'{{"c":{self.counter},"x":{self.deadline or 0},"e":{{{",".join(members)}}}}}'
+        if len(texts) != len(self.records):
+            texts.clear()
+            texts.update((key, _record_json(key, rec)) for key, rec in self.records.items())
+        return texts
+
+    def to_json(self) -> bytes:
+        members = ",".join(self.member_texts().values())  # a JSON object: order is free
+        body = f'{{"c":{self.counter},"x":{self.deadline or 0},"e":{{{members}}}}}'
         return body.encode("utf-8", TEXT_ERRORS)
 
     @classmethod
@@ -165,9 +169,15 @@ class Manifest:
 
     def live(self, now: int) -> dict[str, Record]:
         """The records a write carries over: pending ones, and those not yet expired."""
+        soonest = min(filter(None, map(_DEADLINE, self.records.values())), default=None)
+        if soonest is None or now < soonest:  # the usual case, decided in C
+            return dict(self.records)
         return {
             k: r for k, r in self.records.items() if r[2] or r[1] is None or now < r[1]
         }
+
+
+_DEADLINE = operator.itemgetter(1)
 
 
 _EMPTY = Manifest()
@@ -632,15 +642,16 @@ class Verifier:
     @staticmethod
     def _next(base: Manifest, wanted: Mapping[str, Change], now: int) -> Manifest:
         records = base.live(now)
-        texts = base.texts.copy()
-        if len(texts) > 2 * len(records) + 16:  # expired records' members: drop them
+        texts = base.member_texts().copy()
+        if len(records) != len(texts):  # expired records dropped
             texts = {k: t for k, t in texts.items() if k in records}
         for bare, (value, deadline) in wanted.items():
-            texts.pop(bare, None)
             if value is None:
                 records.pop(bare, None)
+                texts.pop(bare, None)
             else:
-                records[bare] = (digest(value), deadline, ())
+                rec = records[bare] = (digest(value), deadline, ())
+                texts[bare] = _record_json(bare, rec)
         return Manifest(
             max(base.counter + 1, now), manifest_deadline(records, now), records, texts
         )
@@ -742,7 +753,7 @@ _DONE = object()
 
 def manifest_deadline(records: Mapping[str, Record], now: int) -> int | None:
     """When a manifest holding *records* may expire: after its last entry, plus a grace."""
-    if any(rec[1] is None for rec in records.values()):
+    deadlines = list(map(_DEADLINE, records.values()))
+    if None in deadlines:
         return None
-    latest = max((rec[1] for rec in records.values() if rec[1] is not None), default=now)
-    return max(latest, now) + MANIFEST_GRACE_MS
+    return max(max(deadlines, default=now), now) + MANIFEST_GRACE_MS

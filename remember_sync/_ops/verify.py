@@ -17,6 +17,7 @@ run it after deciding that its current state is the one to trust.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -144,8 +145,6 @@ def verify_store(
 
 
 def _where(prefix: str, head: str, ns: Namespace | None) -> str:
-    import hashlib
-
     tag = hashlib.blake2b(head.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
     return f"{ns.scope if ns is not None else 'unknown'} namespace #{tag}"
 

@@ -534,6 +534,15 @@ class RedisStore:
 
     def get_many(self, keys: Sequence[str]) -> list[str | None]:
         check_keys(keys)
+        if not self._cluster and 0 < len(keys) <= _CHUNK:
+            # One MGET as get() sends its GET: without redis-py's mget wrapper and a
+            # generator context manager, which cost more than a small MGET itself.
+            names = [_b(k) for k in keys]
+            try:
+                values = self._client.execute_command("MGET", *names, keys=names)
+            except _DRIVER_ERRORS as exc:
+                raise _mapped("MGET", exc, no_client_cert=self._no_client_cert) from exc
+            return [None if v is None else _s(v) for v in values]
         out: list[str | None] = []
         with _translate("MGET", self._no_client_cert):
             for start in range(0, len(keys), _CHUNK):

@@ -523,13 +523,18 @@ class AccessorCore:
         verifier = self.verifier
         assert verifier is not None
         mkey = manifest_key(self.prefix, skey[: len(skey) - len(key)])
-        raw_manifest, (raw,) = verifier.fetch(mkey, [skey])
-        manifest = verifier.open_manifest(ns, mkey, raw_manifest)
-        now = self.clock()
-        raw = verifier.accept(
-            ns, manifest, key, raw, now, lambda r: self._expired_entry(r, ns, skey, now)
-        )
-        return raw, (raw_manifest, manifest)
+
+        def read() -> tuple[str | None, tuple[str | None, Manifest]]:
+            assert verifier is not None
+            raw_manifest, (raw,) = verifier.fetch(mkey, [skey])
+            manifest = verifier.open_manifest(ns, mkey, raw_manifest)
+            now = self.clock()
+            raw = verifier.accept(
+                ns, manifest, key, raw, now, lambda r: self._expired_entry(r, ns, skey, now)
+            )
+            return raw, (raw_manifest, manifest)
+
+        return verifier.checked(read)
 
     def _verified_pages(
         self, ns: Namespace, head: str, pattern: str
@@ -546,24 +551,29 @@ class AccessorCore:
         def wanted(keys: builtins.list[str]) -> builtins.list[str]:
             return keys if pattern == "*" else [k for k in keys if match_user_pattern(pattern, k)]
 
-        guess = verifier.cached_keys(mkey)
-        keys = wanted(guess) if guess is not None else []
-        raw_manifest, values = verifier.fetch(mkey, [head + k for k in keys])
-        manifest = verifier.open_manifest(ns, mkey, raw_manifest)
-        listed = wanted(builtins.list(manifest.records))
-        if listed != keys:
-            keys = listed
-            values = self.store.get_many([head + k for k in keys])
-        now = self.clock()
-        page: builtins.list[tuple[str, str]] = []
-        for bare, raw in zip(keys, values, strict=True):
-            skey = head + bare
-            accepted = verifier.accept(
-                ns, manifest, bare, raw, now,
-                lambda r, skey=skey: self._expired_entry(r, ns, skey, now),  # type: ignore[misc]
-            )
-            if accepted is not None:
-                page.append((skey, accepted))
+        def read() -> builtins.list[tuple[str, str]]:
+            assert verifier is not None
+            guess = verifier.cached_keys(mkey)
+            keys = wanted(guess) if guess is not None else []
+            raw_manifest, values = verifier.fetch(mkey, [head + k for k in keys])
+            manifest = verifier.open_manifest(ns, mkey, raw_manifest)
+            listed = wanted(builtins.list(manifest.records))
+            if listed != keys:
+                keys = listed
+                values = self.store.get_many([head + k for k in keys])
+            now = self.clock()
+            page: builtins.list[tuple[str, str]] = []
+            for bare, raw in zip(keys, values, strict=True):
+                skey = head + bare
+                accepted = verifier.accept(
+                    ns, manifest, bare, raw, now,
+                    lambda r, skey=skey: self._expired_entry(r, ns, skey, now),  # type: ignore[misc]
+                )
+                if accepted is not None:
+                    page.append((skey, accepted))
+            return page
+
+        page = verifier.checked(read)
         for start in range(0, len(page), _BATCH):
             yield page[start : start + _BATCH]
 

@@ -13,7 +13,9 @@ from another key and any edit all have another digest.  ``counter`` grows
 with every write (``max(previous + 1, now in ms)``, so a namespace that
 expired and started over still counts upwards); ``x`` is when the manifest
 itself expires.  ``alts`` are the other versions a read accepts while a
-two-step write is under way on Redis Cluster (``""``: absent).
+two-step write is under way on Redis Cluster (``""``: absent), and that
+writer's lease (``"~<epoch ms>"``): until it ends, other writers of the key
+wait instead of building on the version being replaced.
 
 A read refuses (:class:`~remember_sync.errors.RememberIntegrityError`) an
 entry the manifest lists as live that is missing or has another digest, an
@@ -38,9 +40,10 @@ import operator
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ._bounded import BoundedCache
 from ._clock import Clock
@@ -71,6 +74,8 @@ __all__ = [
     "token",
     "witness_from",
 ]
+
+T = TypeVar("T")
 
 #: The values of the ``integrity`` option.
 INTEGRITY_MODES = ("default", "verified")
@@ -131,15 +136,18 @@ class Manifest:
     records: Mapping[str, Record] = field(default_factory=dict)
     #: Each record's JSON member, carried from manifest to manifest: a write re-encodes
     #: the records it changes, not the whole namespace.  Complete (one per record) or
-    #: empty (a manifest read from the store: filled by the first ``to_json``).
+    #: empty (a manifest read from the store: replaced by the first ``member_texts``);
+    #: never modified once the manifest exists.
     texts: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def member_texts(self) -> dict[str, str]:
-        """:attr:`texts`, filled in for every record."""
+        """:attr:`texts`, filled in for every record (never modify the result)."""
         texts = self.texts
         if len(texts) != len(self.records):
-            texts.clear()
-            texts.update((key, _record_json(key, rec)) for key, rec in self.records.items())
+            # A new dict, swapped in whole: threads sharing a cached manifest each
+            # see a complete one, never another thread's half-filled dict.
+            texts = {key: _record_json(key, rec) for key, rec in self.records.items()}
+            object.__setattr__(self, "texts", texts)
         return texts
 
     def to_json(self) -> bytes:
@@ -387,6 +395,7 @@ class Verifier:
     :param clock: epoch milliseconds.
     :param witness: the record outside the store, or ``None``.
     :param owns_witness: :meth:`close` closes the witness (``False``: the caller's).
+    :param sleep: how a writer waits for another one between its steps (tests inject it).
     """
 
     def __init__(
@@ -398,6 +407,7 @@ class Verifier:
         clock: Clock,
         witness: Witness | None = None,
         owns_witness: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if codec.keyring is None:
             raise RememberConfigurationError(
@@ -415,10 +425,15 @@ class Verifier:
         self.clock = clock
         self.witness = witness
         self._owns_witness = owns_witness
+        self.sleep = sleep
         commit = getattr(store, "commit_manifest", None)
         self._atomic = callable(commit) and not getattr(store, "is_cluster", False)
         self._names_key = self.keyring.purpose_keys(WITNESS_INFO)[0]
         self._reads = callable(getattr(store, "read_with_manifest", None)) and self._atomic
+        #: How often a read that found the store inconsistent looks again before refusing:
+        #: on a store whose manifest and entries are not read at one instant (Redis
+        #: Cluster), an honest writer between its steps can look like an edit once.
+        self.read_attempts = 1 if self._atomic else 5
         self._new_caches()
         after_fork_in_child(self._new_caches)
 
@@ -573,6 +588,17 @@ class Verifier:
         cached = self._manifests.get(mkey)
         return None if cached is None else list(cached[1].records)
 
+    def checked(self, read: Callable[[], T]) -> T:
+        """``read()``, looked at again (up to :attr:`read_attempts`) while it finds the store
+        inconsistent: a lasting edit is refused every time, a writer between its steps
+        moves on."""
+        for attempt in range(self.read_attempts - 1):
+            try:
+                return read()
+            except RememberIntegrityError:
+                self.sleep(0.001 * (attempt + 1))
+        return read()
+
     # -- writes ------------------------------------------------------------------------------
 
     def commit(
@@ -599,11 +625,24 @@ class Verifier:
             cached = self._manifests.get(mkey)
             known = cached if cached is not None else self.read_manifest(ns, mkey)
         raw, base = known
-        for _ in range(COMMIT_ATTEMPTS):
+        attempt = waited = 0
+        while attempt < COMMIT_ATTEMPTS:
             wanted = changes(base)
             if wanted is None:
                 return None
             now = self.clock()
+            wait = 0 if self._atomic or waited >= LEASE_MS else _leased(base, wanted, now)
+            if wait:
+                # Another writer is between its steps on one of these keys: building on
+                # the version it is replacing would lose its write.  Wait for it (until
+                # its lease ends, and never longer than a lease), then look again.
+                pause = min(wait, _LEASE_POLL_MS)
+                waited += pause
+                self.sleep(pause / 1000)
+                raw = self.store.get(mkey)
+                base = self.open_manifest(ns, mkey, raw)
+                continue
+            attempt += 1
             final = self._next(base, wanted, now)
             final_raw = self._seal(ns, mkey, final)
             writes = [(head + bare, value, self._ttl(deadline, now)) for bare, (value, deadline)
@@ -679,6 +718,7 @@ class Verifier:
         ``verify --repair`` (or the next write of the key) settles the record.
         """
         records = dict(final.records)
+        lease = f"{LEASE_MARK}{now + LEASE_MS}"
         for bare in wanted:
             old = base.records.get(bare)
             before = {old[0], *old[2]} if old is not None else {""}
@@ -686,7 +726,8 @@ class Verifier:
             deadline = after[1] if old is None or old[1] is None or after[1] is None else max(
                 after[1], old[1]
             )
-            records[bare] = (after[0], deadline, tuple(sorted(before - {after[0]})))
+            others = sorted(v for v in before - {after[0]} if not v.startswith(LEASE_MARK))
+            records[bare] = (after[0], deadline, (*others, lease))
         intent = Manifest(final.counter, manifest_deadline(records, now), records)
         if not self.write_manifest(ns, mkey, raw, intent):
             return self.store.get(mkey)
@@ -749,6 +790,23 @@ class Verifier:
 
 
 _DONE = object()
+#: How long other writers wait for a two-step writer to finish a key (then take over).
+LEASE_MS = 2_000
+#: An item of a record's ``alts`` that is a lease, not a version: ``"~<epoch ms>"``.
+LEASE_MARK = "~"
+_LEASE_POLL_MS = 20
+
+
+def _leased(manifest: Manifest, wanted: Mapping[str, Change], now: int) -> int:
+    """Milliseconds until no key of *wanted* is leased by a writer between its steps (0: none)."""
+    wait = 0
+    for bare in wanted:
+        rec = manifest.records.get(bare)
+        if rec is not None:
+            for item in rec[2]:
+                if item.startswith(LEASE_MARK):
+                    wait = max(wait, int(item[1:]) - now)
+    return wait
 
 
 def manifest_deadline(records: Mapping[str, Record], now: int) -> int | None:

@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from remember_sync import (
+    Identity,
     RememberConfigurationError,
     RememberIntegrityError,
     RememberPlugin,
@@ -437,3 +438,33 @@ def test_reads_of_a_big_manifest_fetch_it_only_when_it_changed(
         refused(lambda: plugin.remember.entries(scope="user"), "not the version")
         raw.delete(MANIFEST)
         refused(lambda: plugin.remember.get("deploy", scope="user"), "not in its manifest")
+
+
+def test_concurrent_writers_keep_the_manifest_whole(verified: Factory) -> None:
+    """Threads of two plugins writing one namespace: every write lands, increments add up."""
+    import threading
+
+    plugins = [verified(), verified()]
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def work(n: int) -> None:
+        try:
+            mem = plugins[n % 2].accessor(Identity(user_id=ALICE))
+            start.wait(10)
+            for i in range(15):
+                mem.set(f"w{n}-{i}", i, scope="user")
+                mem.increment("total", scope="user")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    with identity(user_id=ALICE):
+        found = verified().remember.entries(scope="user")
+    assert found.pop("total").value == 60
+    assert sorted(found) == sorted(f"w{n}-{i}" for n in range(4) for i in range(15))

@@ -43,6 +43,10 @@ ENTRY = "remember:v2:user:alice:"
 MANIFEST = "remember:__manifest__:v2:user:alice:"
 
 
+#: For a test that picks its stores itself: run it once, not once per kind.
+ONE_STORE = pytest.mark.parametrize("store_kind", ["redis"])
+
+
 @pytest.fixture(params=KINDS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -286,6 +290,7 @@ def store_is_cluster(store: Any) -> bool:
     return bool(getattr(store, "is_cluster", False))
 
 
+@ONE_STORE
 def test_a_cluster_writer_killed_between_steps_leaves_entries_readable(
     redis_cluster_store: Store, make_plugin: Factory, clock: FakeClock
 ) -> None:
@@ -322,6 +327,7 @@ def test_a_cluster_writer_killed_between_steps_leaves_entries_readable(
         assert reader.remember.get("a", scope="user") == "newer"
 
 
+@ONE_STORE
 def test_sentinel_uses_the_atomic_script(
     sentinel_set_factory: Callable[..., Any], make_plugin: Factory
 ) -> None:
@@ -340,6 +346,7 @@ def test_sentinel_uses_the_atomic_script(
         refused(lambda: plugin.remember.get("a", scope="user"), "missing from the store")
 
 
+@ONE_STORE
 def test_memory_store_accepts_verified_mode(make_plugin: Factory, memory_store: Store) -> None:
     """Nothing outside the process can edit the memory store: verified mode is accepted as is."""
     plugin = make_plugin(store=memory_store, integrity="verified")
@@ -348,6 +355,7 @@ def test_memory_store_accepts_verified_mode(make_plugin: Factory, memory_store: 
         assert plugin.remember.get("a", scope="user") == 1
 
 
+@ONE_STORE
 def test_bad_integrity_options_are_refused(make_plugin: Factory, memory_store: Store) -> None:
     """A typo in the mode, a witness without verified mode, verified without a secret."""
     with pytest.raises(RememberConfigurationError, match="integrity"):
@@ -370,6 +378,7 @@ def test_environment_turns_verified_mode_on(
     assert raw.get(MANIFEST) is not None and Path(witness).exists()
 
 
+@ONE_STORE
 def test_default_mode_recall_names_an_unreadable_memory(make_plugin: Factory) -> None:
     """Default mode: recall of an entry under another secret is a tool error naming it."""
     writer = make_plugin(tools={"enabled": True, "allowed_scopes": ["user"]})

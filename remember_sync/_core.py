@@ -780,9 +780,18 @@ class AccessorCore:
             yield now, batch, skeys, self.codec.decode_many([v for _, v in batch], ns, skeys)
 
     def entries(
-        self, ident: Identity | None, scope: object, pattern: str, brand: str | None
+        self,
+        ident: Identity | None,
+        scope: object,
+        pattern: str,
+        brand: str | None,
+        unreadable: builtins.list[str] | None = None,
     ) -> dict[str, RememberEntry]:
-        """Readable, unexpired entries matching *pattern* (and *brand*), by bare key."""
+        """Readable, unexpired entries matching *pattern* (and *brand*), by bare key.
+
+        :param unreadable: receives the bare keys of the entries that exist but
+            cannot be read (so a caller can say so instead of leaving them out).
+        """
         _check_listing(pattern, brand)
         out: dict[str, RememberEntry] = {}
         cut = len(self.namespace(ident, scope)[1])
@@ -790,6 +799,8 @@ class AccessorCore:
             for skey, fields in zip(skeys, decoded, strict=True):
                 if isinstance(fields, RememberDecryptionError):
                     self._unreadable(skey, fields)
+                    if unreadable is not None:
+                        unreadable.append(skey[cut:])
                     continue
                 expires = fields[4]
                 if expires is not None and now >= expires:

@@ -380,7 +380,8 @@ def test_environment_turns_verified_mode_on(
 
 @ONE_STORE
 def test_default_mode_recall_names_an_unreadable_memory(make_plugin: Factory) -> None:
-    """Default mode: recall of an entry under another secret is a tool error naming it."""
+    """Default mode: recall of an entry under another secret is a tool error naming it, and
+    list_memories names it as unreadable instead of leaving it out."""
     writer = make_plugin(tools={"enabled": True, "allowed_scopes": ["user"]})
     reader = make_plugin(
         tools={"enabled": True, "allowed_scopes": ["user"]},
@@ -390,6 +391,10 @@ def test_default_mode_recall_names_an_unreadable_memory(make_plugin: Factory) ->
         writer.call_tool("remember_this", {"key": "k", "value": 1, "scope": "user"})
         code, message = error_parts(reader.call_tool("recall", {"key": "k", "scope": "user"}))
         assert reader.remember.get("k", scope="user", default="d") == "d"  # SPEC section 4
+        listed = reader.call_tool("list_memories", {"scope": "user"})["structuredContent"]
+        assert listed["keys"] == [] and listed["unreadable"] == ["k"]
+        assert "unreadable" not in writer.call_tool(
+            "list_memories", {"scope": "user"})["structuredContent"]
     assert code == "REMEMBER_DECRYPTION_FAILED" and "'k'" in message and "not absent" in message
     assert TEST_SECRET not in message
 

@@ -325,6 +325,14 @@ class MemoryTools:
                         "type": "boolean",
                         "description": "Whether more keys matched than were returned",
                     },
+                    "unreadable": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": (
+                            "Keys that exist but could not be read (another secret, or "
+                            "damaged): not absent, and left unchanged"
+                        ),
+                    },
                 },
                 required=["keys", "scope", "count", "truncated"],
             ),
@@ -470,9 +478,18 @@ class MemoryTools:
         self, mem: RememberAccessor, args: Mapping[str, Any], scope: Scope
     ) -> dict[str, Any]:
         limit = args.get("limit", DEFAULT_LIST_LIMIT)
-        keys = mem.list(scope=scope, pattern=args.get("pattern", "*"))
+        unreadable: list[str] = []
+        keys = sorted(self._core.entries(
+            mem.identity, scope, args.get("pattern", "*"), None, unreadable
+        ))
         shown = keys[:limit]
-        return {"keys": shown, "scope": scope, "count": len(shown), "truncated": len(keys) > limit}
+        out: dict[str, Any] = {
+            "keys": shown, "scope": scope, "count": len(shown), "truncated": len(keys) > limit
+        }
+        if unreadable:
+            # Never left out silently: the model must not act as if they were absent.
+            out["unreadable"] = sorted(set(unreadable))[:limit]
+        return out
 
 
 def _check_nesting(data: Any, what: str) -> None:

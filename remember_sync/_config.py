@@ -65,6 +65,10 @@ OAUTH_ENV = {
     "REMEMBER_OAUTH_RESOURCE": "resource",
 }
 
+#: Verified mode (``integrity="verified"``) and its witness, read by ``init`` when not given.
+INTEGRITY_ENV = "REMEMBER_INTEGRITY"
+WITNESS_ENV = "REMEMBER_WITNESS"
+
 #: Older secrets that still decrypt, comma-separated, newest first (after the current one).
 PREVIOUS_SECRETS_ENV = "REMEMBER_PREVIOUS_SECRETS"  # noqa: S105 - a variable name
 #: The URL schemes a Redis URL may have (:func:`check_redis_url`).
@@ -124,6 +128,19 @@ def env_whole(env: Mapping[str, str], name: str, *, minimum: int, unit: str) -> 
     if value < minimum:
         raise RememberConfigurationError(f"{name} must be {unit}, at least {minimum}; got {text!r}")
     return value
+
+
+def integrity_settings(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """``REMEMBER_INTEGRITY`` (``default``/``verified``), ``REMEMBER_WITNESS``; ``None``: unset.
+
+    :raises RememberConfigurationError: another integrity mode.
+    """
+    mode = _get(env, INTEGRITY_ENV).lower() or None
+    if mode not in (None, "default", "verified"):
+        raise RememberConfigurationError(
+            f"{INTEGRITY_ENV} must be 'default' or 'verified'; got {mode!r}"
+        )
+    return mode, _get(env, WITNESS_ENV) or None
 
 
 def _named_error(name: str, detail: str) -> RememberConfigurationError:

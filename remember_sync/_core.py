@@ -24,6 +24,7 @@ from ._bounded import BoundedCache
 from ._clock import Clock, system_clock
 from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
 from ._fork import after_fork_in_child
+from ._integrity import Manifest, Verifier
 from ._keys import (
     cas_marker_key,
     check_key,
@@ -31,6 +32,7 @@ from ._keys import (
     describe_key,
     index_key_of,
     index_record_key,
+    manifest_key,
     match_user_pattern,
     namespace_index_key,
     scope_glob,
@@ -125,6 +127,9 @@ class AccessorCore:
     :param read_doubled_prefix: also read keys written by 1.8.0's Redis and
         Vercel KV stores, which doubled the prefix (``P + P + ...``).
     :param sleep: pauses between compare-and-set retries (inject in tests).
+    :param verifier: verified mode (:mod:`remember_sync._integrity`): every read
+        and write goes through the namespace's manifest, and listing reads it
+        instead of the index or the database.  ``None``: the default mode.
     :param listing: ``"index"`` (default): writes keep a per-namespace listing
         index and ``list``/``entries``/``forget_many`` read it, at a cost that
         depends on the namespace, not the database -- once the fleet's older
@@ -147,6 +152,7 @@ class AccessorCore:
         read_doubled_prefix: bool = False,
         sleep: Callable[[float], None] | None = None,
         listing: str = "index",
+        verifier: Verifier | None = None,
     ) -> None:
         if listing not in LISTING_MODES:
             raise RememberConfigurationError(f"listing must be 'index' or 'scan'; got {listing!r}")
@@ -159,6 +165,9 @@ class AccessorCore:
         self.on_decrypt_error = on_decrypt_error
         self.read_doubled_prefix = read_doubled_prefix
         self.sleep = sleep or time.sleep
+        self.verifier = verifier
+        if verifier is not None:
+            listing = "scan"  # the manifest lists a namespace; no index is kept or read
         self._stats = _Stats()
         # Re-entrant: a signal handler's call may count while its thread, interrupted,
         # holds it (a plain lock would wait for ever).
@@ -313,18 +322,29 @@ class AccessorCore:
         return None if fields is None else RememberEntry(*fields)
 
     def decode_fields(
-        self, raw: str | None, ns: Namespace, skey: str, now: int | None = None
+        self,
+        raw: str | None,
+        ns: Namespace,
+        skey: str,
+        now: int | None = None,
+        *,
+        strict: bool = False,
     ) -> EntryFields | None:
         """:meth:`decode` as the tuple of entry fields.
 
         :param now: the time to judge expiry by; by default the clock, read only
             when the entry has a deadline.
+        :param strict: raise :class:`RememberDecryptionError` for an unreadable
+            entry (counted, not logged) whatever ``on_decrypt_error`` says.
         """
         if raw is None:
             return None
         try:
             fields = self.codec.open_fields(raw, ns, skey)[0]
         except RememberDecryptionError as exc:
+            if strict:
+                self.note_unreadable(skey, exc)
+                raise
             self._unreadable(skey, exc)
             return None
         expires = fields[4]
@@ -392,6 +412,9 @@ class AccessorCore:
         when it has one (keys and values in one pass), else ``scan`` then
         ``get_many`` per batch.  Keys whose value vanished in between are left out.
         """
+        if self.verifier is not None:
+            yield from self._verified_pages(ns, scope_prefix(self.prefix, ns), pattern)
+            return
         if self.index_usable():
             yield from self._index_pages(ns, pattern)
             return
@@ -463,12 +486,102 @@ class AccessorCore:
         now = self.clock()
         expires = self.deadline(ttl, now)
         stored = self.seal_checked(entry_json(value, brand, now, now, expires, metadata), ns, skey)
+        if self.verifier is not None:
+            head = skey[: len(skey) - len(key)]
+            self.verifier.commit(
+                ns, head, manifest_key(self.prefix, head), lambda m: {key: (stored, expires)}
+            )
+            return
         self.store.set(skey, stored, ttl_ms=self.ttl_ms(expires, now))
 
-    def get_fields(self, ident: Identity | None, key: str, scope: object) -> EntryFields | None:
-        """The live entry under *key* as its fields, or ``None`` (the path of every read)."""
+    def get_fields(
+        self, ident: Identity | None, key: str, scope: object, *, strict: bool = False
+    ) -> EntryFields | None:
+        """The live entry under *key* as its fields, or ``None`` (the path of every read).
+
+        :param strict: an unreadable entry raises (see :meth:`decode_fields`).
+        """
         ns, skey = self.key(ident, key, scope)
-        return self.decode_fields(self.read_raw(skey)[0], ns, skey)
+        if self.verifier is not None:
+            raw, _ = self.read_verified(ns, key, skey)
+            return self.decode_fields(raw, ns, skey, strict=strict)
+        return self.decode_fields(self.read_raw(skey)[0], ns, skey, strict=strict)
+
+    # -- verified mode (remember_sync._integrity) ---------------------------------------
+
+    def _expired_entry(self, raw: str, ns: Namespace, skey: str, now: int) -> bool:
+        """Whether *raw* is a genuine entry of *skey* whose own deadline has passed."""
+        try:
+            expires = self.codec.open_fields(raw, ns, skey)[0][4]
+        except RememberDecryptionError:
+            return False
+        return expires is not None and now >= expires
+
+    def read_verified(
+        self, ns: Namespace, key: str, skey: str
+    ) -> tuple[str | None, tuple[str | None, Manifest]]:
+        """The entry's stored string if its manifest vouches for it, and that manifest.
+
+        One round trip (manifest and entry together).
+
+        :raises RememberIntegrityError: see :meth:`Verifier.accept`.
+        """
+        verifier = self.verifier
+        assert verifier is not None
+        mkey = manifest_key(self.prefix, skey[: len(skey) - len(key)])
+
+        def read() -> tuple[str | None, tuple[str | None, Manifest]]:
+            assert verifier is not None
+            raw_manifest, (raw,) = verifier.fetch(mkey, [skey])
+            manifest = verifier.open_manifest(ns, mkey, raw_manifest)
+            now = self.clock()
+            raw = verifier.accept(
+                ns, manifest, key, raw, now, lambda r: self._expired_entry(r, ns, skey, now)
+            )
+            return raw, (raw_manifest, manifest)
+
+        return verifier.checked(read)
+
+    def _verified_pages(
+        self, ns: Namespace, head: str, pattern: str
+    ) -> Iterator[list[tuple[str, str]]]:
+        """:meth:`scan_pages` in verified mode: the manifest's keys, each one checked.
+
+        With the manifest this plugin last saw, manifest and entries are read in
+        one round trip; when the manifest changed meanwhile, its keys are read again.
+        """
+        verifier = self.verifier
+        assert verifier is not None
+        mkey = manifest_key(self.prefix, head)
+
+        def wanted(keys: builtins.list[str]) -> builtins.list[str]:
+            return keys if pattern == "*" else [k for k in keys if match_user_pattern(pattern, k)]
+
+        def read() -> builtins.list[tuple[str, str]]:
+            assert verifier is not None
+            guess = verifier.cached_keys(mkey)
+            keys = wanted(guess) if guess is not None else []
+            raw_manifest, values = verifier.fetch(mkey, [head + k for k in keys])
+            manifest = verifier.open_manifest(ns, mkey, raw_manifest)
+            listed = wanted(builtins.list(manifest.records))
+            if listed != keys:
+                keys = listed
+                values = self.store.get_many([head + k for k in keys])
+            now = self.clock()
+            page: builtins.list[tuple[str, str]] = []
+            for bare, raw in zip(keys, values, strict=True):
+                skey = head + bare
+                accepted = verifier.accept(
+                    ns, manifest, bare, raw, now,
+                    lambda r, skey=skey: self._expired_entry(r, ns, skey, now),  # type: ignore[misc]
+                )
+                if accepted is not None:
+                    page.append((skey, accepted))
+            return page
+
+        page = verifier.checked(read)
+        for start in range(0, len(page), _BATCH):
+            yield page[start : start + _BATCH]
 
     def update(
         self, ident: Identity | None, key: str, scope: object, value: Any, ttl: int | None
@@ -509,8 +622,13 @@ class AccessorCore:
         # attempt that wrote it; plaintext entries are not (same value, same ms).
         unique = self.codec.keyring is not None
         tried: str | None = None  # what the last attempt failed to write
+        verifier = self.verifier
+        seen: tuple[str | None, Manifest] | None = None  # verified mode: the manifest read
         for attempt in range(CAS_ATTEMPTS):
-            raw, source = self.read_raw(skey)
+            if verifier is None:
+                raw, source = self.read_raw(skey)
+            else:
+                (raw, seen), source = self.read_verified(ns, key, skey), skey
             if tried is not None and raw == tried:
                 # That write did land: its reply was lost, and the driver's retry of the
                 # conditional write found our own value and answered "not written".
@@ -554,7 +672,10 @@ class AccessorCore:
                 entry_json(value, brand, created_at, now, expires, metadata), ns, skey
             )
             ttl_ms = self.ttl_ms(expires, now)
-            if raw is None or source != skey:
+            if verifier is not None:
+                assert seen is not None
+                written = self.swap_verified(ns, key, skey, seen, stored, expires)
+            elif raw is None or source != skey:
                 written = store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=True)
             else:
                 written = store.compare_and_set(skey, raw, stored, ttl_ms=ttl_ms)
@@ -573,6 +694,35 @@ class AccessorCore:
         raise RememberConflictError(
             f"{key!r} was changed by other writers during each of {CAS_ATTEMPTS} "
             "compare-and-set attempts; nothing was written"
+        )
+
+    def swap_verified(
+        self,
+        ns: Namespace,
+        key: str,
+        skey: str,
+        seen: tuple[str | None, Manifest],
+        stored: str | None,
+        expires: int | None,
+    ) -> bool:
+        """Verified mode's compare-and-set: write *stored* (``None``: delete) if unchanged.
+
+        Written only while the manifest still records the version of *key* that
+        :meth:`read_verified` saw with *seen* (other keys of the namespace may
+        change meanwhile).  Whether it was written.
+        """
+        assert self.verifier is not None
+        record = seen[1].records.get(key)
+        head = skey[: len(skey) - len(key)]
+        return (
+            self.verifier.commit(
+                ns,
+                head,
+                manifest_key(self.prefix, head),
+                lambda m: {key: (stored, expires)} if m.records.get(key) == record else None,
+                known=seen,
+            )
+            is not None
         )
 
     def modify(
@@ -605,7 +755,19 @@ class AccessorCore:
 
     def forget(self, ident: Identity | None, key: str, scope: object) -> bool:
         """Delete the entry (and its 1.8.0 doubled-prefix twin); whether one was there."""
-        skey = self.key(ident, key, scope)[1]
+        ns, skey = self.key(ident, key, scope)
+        if self.verifier is not None:
+            head = skey[: len(skey) - len(key)]
+            base = self.verifier.commit(
+                ns,
+                head,
+                manifest_key(self.prefix, head),
+                lambda m: {key: (None, None)} if key in m.records else None,
+            )
+            record = None if base is None else base.records.get(key)
+            return record is not None and record[0] != "" and (
+                record[1] is None or self.clock() < record[1]
+            )
         keys = [skey, self.prefix + skey] if self.read_doubled_prefix else [skey]
         return self.store.delete(*keys) > 0
 
@@ -624,9 +786,18 @@ class AccessorCore:
             yield now, batch, skeys, self.codec.decode_many([v for _, v in batch], ns, skeys)
 
     def entries(
-        self, ident: Identity | None, scope: object, pattern: str, brand: str | None
+        self,
+        ident: Identity | None,
+        scope: object,
+        pattern: str,
+        brand: str | None,
+        unreadable: builtins.list[str] | None = None,
     ) -> dict[str, RememberEntry]:
-        """Readable, unexpired entries matching *pattern* (and *brand*), by bare key."""
+        """Readable, unexpired entries matching *pattern* (and *brand*), by bare key.
+
+        :param unreadable: receives the bare keys of the entries that exist but
+            cannot be read (so a caller can say so instead of leaving them out).
+        """
         _check_listing(pattern, brand)
         out: dict[str, RememberEntry] = {}
         cut = len(self.namespace(ident, scope)[1])
@@ -634,6 +805,8 @@ class AccessorCore:
             for skey, fields in zip(skeys, decoded, strict=True):
                 if isinstance(fields, RememberDecryptionError):
                     self._unreadable(skey, fields)
+                    if unreadable is not None:
+                        unreadable.append(skey[cut:])
                     continue
                 expires = fields[4]
                 if expires is not None and now >= expires:
@@ -690,11 +863,14 @@ class AccessorCore:
         # Between the read and the delete another writer may replace an entry; the
         # store protocol has no compare-and-delete, so that window (one round trip)
         # remains.  What is never deleted is an entry this call read as unreadable.
-        deleted = sum(
-            self.store.delete(*doomed[i : i + _BATCH]) for i in range(0, len(doomed), _BATCH)
-        )
-        for i in range(0, len(expired), _BATCH):
-            self.store.delete(*expired[i : i + _BATCH])
+        if self.verifier is not None:
+            deleted = self._verified_delete(ident, scope, doomed, expired)
+        else:
+            deleted = sum(
+                self.store.delete(*doomed[i : i + _BATCH]) for i in range(0, len(doomed), _BATCH)
+            )
+            for i in range(0, len(expired), _BATCH):
+                self.store.delete(*expired[i : i + _BATCH])
         if unreadable:
             log.warning(
                 "remember: forget_many in %s scope %s %d unreadable entries%s",
@@ -704,3 +880,32 @@ class AccessorCore:
                 "" if include_unreadable else " (include_unreadable=True deletes them)",
             )
         return deleted
+
+    def _verified_delete(
+        self,
+        ident: Identity | None,
+        scope: object,
+        doomed: builtins.list[str],
+        expired: builtins.list[str],
+    ) -> int:
+        """``forget_many``'s deletes in verified mode, one commit; how many of *doomed* lived."""
+        assert self.verifier is not None
+        ns, head = self.namespace(ident, scope)
+        cut = len(head)
+        gone = [k[cut:] for k in doomed]
+        drop = gone + [k[cut:] for k in expired]
+        if not drop:
+            return 0
+        now = self.clock()
+        base = self.verifier.commit(
+            ns,
+            head,
+            manifest_key(self.prefix, head),
+            lambda m: {bare: (None, None) for bare in drop if bare in m.records} or None,
+        )
+        if base is None:
+            return 0
+        live = [base.records.get(bare) for bare in gone]
+        return sum(
+            1 for r in live if r is not None and r[0] != "" and (r[1] is None or now < r[1])
+        )

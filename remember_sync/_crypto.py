@@ -444,16 +444,22 @@ class Keyring:
         keys = self._signing_keys
         if keys is None:
             # Racing threads derive the same bytes; whichever tuple is kept is right.
-            keys = self._signing_keys = tuple(
-                HKDF(
-                    algorithm=hashes.SHA256(),
-                    length=32,
-                    salt=HKDF_SALT,
-                    info=self.SESSION_SIGNING_INFO,
-                ).derive(secret.encode("utf-8"))
-                for secret in self._secrets
-            )
+            keys = self._signing_keys = self.purpose_keys(self.SESSION_SIGNING_INFO)
         return keys
+
+    def purpose_keys(self, info: bytes) -> tuple[bytes, ...]:
+        """One 32-byte key per secret (newest first) for the purpose *info*.
+
+        ``HKDF-SHA256(secret, salt="remember-plugin-v1", info=info)``; *info* must
+        be distinct from every namespace's (see :data:`SESSION_SIGNING_INFO`).
+        Not cached: callers keep what they derive.
+        """
+        return tuple(
+            HKDF(algorithm=hashes.SHA256(), length=32, salt=HKDF_SALT, info=info).derive(
+                secret.encode("utf-8")
+            )
+            for secret in self._secrets
+        )
 
     def hmac(self, message: bytes) -> bytes:
         """HMAC-SHA256 of *message* under the primary secret's session-id signing key.

@@ -46,6 +46,7 @@ __all__ = [
     "index_key_of",
     "index_record_key",
     "is_index_key",
+    "manifest_key",
     "namespace_index_key",
     "layout_marker_key",
     "legacy_patterns",
@@ -211,6 +212,15 @@ def cas_marker_key(prefix: str, full_key: str, tag: str = "") -> str | None:
     if index_key_of(prefix, full_key) is None:
         return None
     return prefix + CAS_HEAD + (f"{{{tag}}}" if tag else "") + full_key[len(prefix) :]
+MANIFEST_HEAD = "__manifest__:"
+
+
+def manifest_key(prefix: str, head: str) -> str:
+    """``P + "__manifest__:" + <head after P>``: verified mode's manifest of namespace *head*.
+
+    No entry, for the reasons :func:`namespace_index_key` gives.
+    """
+    return prefix + MANIFEST_HEAD + head[len(prefix) :]
 
 
 def index_key_of(prefix: str, full_key: str) -> str | None:

@@ -21,6 +21,7 @@ __all__ = [
     "RememberIdentityError",
     "RememberInputError",
     "RememberInputTypeError",
+    "RememberIntegrityError",
     "RememberScopeNotAllowedError",
     "RememberStoreError",
     "RememberUnavailableError",
@@ -155,6 +156,19 @@ class RememberDecryptionError(RememberError):
     """A stored entry could not be decrypted or parsed (wrong secret, tampering, garbage)."""
 
     code = "REMEMBER_DECRYPTION_FAILED"
+    http_status = 500
+
+
+class RememberIntegrityError(RememberError):
+    """The store was changed by someone without the secret (verified mode).
+
+    An entry the namespace's manifest lists as live is missing, holds another
+    version than the manifest's, is not in the manifest at all, or the manifest
+    fails its check or is older than the witness: the store deleted, replayed,
+    rolled back or inserted something.  Never reported as "not found".
+    """
+
+    code = "REMEMBER_INTEGRITY"
     http_status = 500
 
 

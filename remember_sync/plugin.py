@@ -13,11 +13,12 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal, NoReturn
 
-from ._clock import Clock
+from ._clock import Clock, system_clock
 from ._codec import EntryCodec
-from ._config import scope_list, store_settings
+from ._config import integrity_settings, scope_list, store_settings
 from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
+from ._integrity import INTEGRITY_MODES, Verifier, in_process, witness_from
 from ._keys import storage_namespace
 from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
 from ._purge import DoubledPrefixCheck, IndexBackfill, KeyIdCheck, LegacyPurge
@@ -130,6 +131,8 @@ class RememberPlugin:
         read_doubled_prefix: bool = False,
         listing: Literal["index", "scan"] | None = None,
         background_reindex: bool = True,
+        integrity: Literal["default", "verified"] | None = None,
+        witness: object = None,
         clock: Clock | None = None,
         environ: Mapping[str, str] | None = None,
         **unknown: NoReturn,
@@ -162,6 +165,13 @@ class RememberPlugin:
         :param listing: ``"index"`` or ``"scan"`` (see :attr:`listing`).
         :param background_reindex: bring older entries into the listing index
             in the background.
+        :param integrity: ``"verified"``: every namespace keeps an authenticated
+            manifest and reads refuse deletion, replay and index edits
+            (``docs/verified.rst``); default ``REMEMBER_INTEGRITY`` or ``"default"``.
+        :param witness: with ``integrity="verified"``, where the latest manifest
+            counters are kept outside the store: a file path, a ``redis://`` URL,
+            a dict with ``type`` (``"file"`` or ``"store"``), or an object with
+            ``floor``, ``advance`` and ``close``; default ``REMEMBER_WITNESS``.
         :param clock: epoch-millisecond clock (tests).
         :param environ: the environment to read (default :data:`os.environ`).
 
@@ -197,6 +207,8 @@ class RememberPlugin:
             "max_entries": max_entries,
             "max_bytes": max_bytes,
             "listing": listing,
+            "integrity": integrity,
+            "witness": witness,
             "clock": clock,
             "environ": environ,
         }
@@ -288,6 +300,7 @@ class RememberPlugin:
             codec = EntryCodec(
                 keyring, prefix=prefix, bind_key=not compatible, accept_unbound=accept_unbound
             )
+            verifier = _verifier(options, environ, store, codec, prefix, clock)
             core = AccessorCore(
                 store,
                 codec,
@@ -298,6 +311,7 @@ class RememberPlugin:
                 on_decrypt_error=on_decrypt_error,
                 read_doubled_prefix=read_doubled,
                 listing=listing,
+                verifier=verifier,
             )
         except BaseException:
             if owns:
@@ -458,6 +472,8 @@ class RememberPlugin:
             self._purge.stop()
         if self._key_check is not None:
             self._key_check.stop()
+        if self._core.verifier is not None:
+            self._core.verifier.close()
         if self._owns_store:
             self._core.store.close()
 
@@ -542,6 +558,52 @@ def _build_store(
     if store_type == "vercel-kv":
         return _vercel_store(options.get("url"), options.get("token"), environ), True
     return _global_store(options, environ), True
+
+
+def _verifier(
+    options: Mapping[str, Any],
+    environ: Mapping[str, str],
+    store: Store,
+    codec: EntryCodec,
+    prefix: str,
+    clock: Clock | None,
+) -> Verifier | None:
+    """Verified mode's reads and writes when ``integrity="verified"`` (or ``REMEMBER_INTEGRITY``).
+
+    ``None`` in the default mode, and on the memory store, which nothing
+    outside the process can edit (verified mode is accepted there and costs nothing).
+    """
+    env_mode, env_witness = integrity_settings(environ)
+    mode = options.get("integrity", env_mode or "default")
+    if mode not in INTEGRITY_MODES:
+        raise _config_error("integrity", f"must be 'default' or 'verified'; got {mode!r}")
+    spec = options.get("witness", env_witness)
+    if mode == "default":
+        if spec is not None:
+            raise _config_error("witness", "only applies with integrity='verified'")
+        return None
+    if options.get("read_doubled_prefix"):
+        raise _config_error(
+            "integrity", "'verified' cannot read 1.8.0's doubled-prefix keys, which no "
+            "manifest lists: move them first (remember-sync rotate --read-doubled-prefix)"
+        )
+    if in_process(store):
+        return None
+    witness = witness_from(spec, _witness_store)
+    try:
+        return Verifier(
+            store, codec, prefix=prefix, clock=clock or system_clock, witness=witness,
+            owns_witness=witness is not spec,  # an object the caller passed is theirs
+        )
+    except BaseException:
+        if witness is not None and witness is not spec:
+            witness.close()
+        raise
+
+
+def _witness_store(url: str) -> Store:
+    """The second store a Redis ``witness=`` URL names."""
+    return _redis_store({"url": url}, None)
 
 
 def _global_store(options: Mapping[str, Any], environ: Mapping[str, str]) -> Store:

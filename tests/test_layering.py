@@ -38,17 +38,21 @@ ALLOWED: dict[str, set[str]] = {
     "_purge": {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },
-    "_core": CORE | {"stores", "_fork"},
+    "_integrity": {
+        "errors", "types", "_crypto", "_codec", "_text", "_clock", "_bounded", "_fork", "stores",
+    },
+    "_core": CORE | {"stores", "_fork", "_integrity"},
     "accessor": {"_core", "errors", "types", "identity"},
     "tools": CORE | {"stores", "_core", "accessor"},
-    "plugin": CORE | {"stores", "_core", "accessor", "_purge", "tools", "_config", "_options"},
+    "plugin": CORE
+    | {"stores", "_core", "accessor", "_purge", "tools", "_config", "_options", "_integrity"},
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
     "_options": {"types"},
     "_ops": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config",
-        "_options",
+        "_options", "_integrity",
     },
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",

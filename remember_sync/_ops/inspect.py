@@ -476,4 +476,24 @@ def run_doctor(
         checks.append(_doubled_check(stats))
     if codec is not None and codec.keyring is not None:
         checks.append(_unbound_check(stats))
+        checks.append(_integrity_check(store, prefix, codec, now))
     return checks
+
+
+def _integrity_check(store: Store, prefix: str, codec: EntryCodec, now: int) -> Check:
+    """Verified mode: ``remember-sync verify`` without repair, when the store has manifests."""
+    from .verify import verify_store  # noqa: PLC0415 - one walk more, only with a secret
+
+    result = verify_store(store, prefix, codec, clock=lambda: now)
+    detail = {"violations": result.violation_count, "manifests": result.manifests,
+              "warnings": result.warnings}
+    if not result.manifests:
+        return Check("integrity", "ok", "default mode (no manifests); `remember-sync verify "
+                     "--repair` moves the store into verified mode", detail)
+    if result.violation_count:
+        return Check("integrity", "attention", f"{result.violation_count} integrity "
+                     "violations: run `remember-sync verify` for the list", detail)
+    if result.warnings:
+        return Check("integrity", "attention", "; ".join(result.warnings), detail)
+    return Check("integrity", "ok", f"{result.manifests} manifests verified, no violation",
+                 detail)

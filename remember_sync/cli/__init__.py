@@ -28,6 +28,7 @@ from ._common import _NEEDS_STORE, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, PROG
 from ._parser import top_level
 from .admin import add_inspect_commands, add_maintenance_commands, add_secret_command
 from .data import add_demo_command, add_entry_commands, add_transfer_commands
+from .integrity import add_verify_command
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
     from .._ops.context import StoreChoice
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_inspect_commands,
         add_transfer_commands,
         add_maintenance_commands,
+        add_verify_command,
         add_serve_command,
     ):
         add_group(commands)

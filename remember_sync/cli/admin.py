@@ -206,8 +206,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 def _cmd_rotate(args: argparse.Namespace) -> int:
     from .._ops.rotate import rotate
+    from .integrity import manifests_kept
 
-    with _opened(args, writes=True) as opened:
+    with _opened(args, writes=True) as opened, manifests_kept(opened, args.prefix):
         result = rotate(opened.plugin._core, dry_run=args.dry_run,
                         progress_stream=_progress_stream())
     if args.json:

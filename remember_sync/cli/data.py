@@ -282,8 +282,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     from .._ops.transfer import import_entries
+    from .integrity import manifests_kept
 
-    with _opened(args, writes=True) as opened:
+    with _opened(args, writes=True) as opened, manifests_kept(opened, args.prefix):
         result = import_entries(
             opened.plugin._core, args.records, overwrite=args.overwrite,
             progress_stream=_progress_stream(),

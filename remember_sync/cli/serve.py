@@ -213,6 +213,22 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "from the caller namespace holding the most",
     )
     parser.add_argument(
+        "--integrity",
+        choices=("default", "verified"),
+        default=None,
+        help="verified: every namespace keeps a sealed manifest and reads refuse deletion, "
+        "replay and rollback by the store (default: $REMEMBER_INTEGRITY or default; see "
+        "docs/verified.rst)",
+    )
+    parser.add_argument(
+        "--witness",
+        metavar="W",
+        default=None,
+        help="with --integrity verified: a file path or a redis:// URL outside the store that "
+        "records each namespace's latest state, so a rolled-back store is refused (default: "
+        "$REMEMBER_WITNESS)",
+    )
+    parser.add_argument(
         "--max-entries",
         type=_positive,
         metavar="N",
@@ -380,6 +396,7 @@ def run_serve(args: argparse.Namespace) -> int:
             max_bytes=args.max_bytes,
             max_entries=args.max_entries,
             max_value_bytes=args.max_value_bytes,
+            **{k: v for k in ("integrity", "witness") if (v := getattr(args, k)) is not None},
         )
     except RememberError as exc:
         sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")

@@ -44,6 +44,7 @@ from ..errors import (
     RememberStoreError,
 )
 from . import _index_lua as index_lua
+from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST
 from ._redis_cas import key_slot, new_token, slot_tag
 from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -200,6 +201,10 @@ def _translate(operation: str, no_client_cert: bool = False) -> Iterator[None]:
 # The one rule for bytes (base.to_bytes, base.to_text) round-trips keys that are not
 # valid UTF-8 (written by someone else) exactly, so scan -> delete can address them.
 _b = to_bytes
+
+
+def _px(ttl_ms: int | None) -> bytes:
+    return b"" if ttl_ms is None else str(ttl_ms).encode()
 
 
 def _s(raw: bytes | str) -> str:
@@ -395,6 +400,8 @@ class RedisStore:
         names += ["INDEX_PRUNE", "INDEX_EXPIRE"]
         sources = {name: getattr(index_lua, name) for name in (*names, "PRUNE_MISSING", "REINDEX")}
         sources["CAS"] = CAS_LUA_SCRIPT
+        sources["COMMIT_MANIFEST"] = COMMIT_MANIFEST
+        sources["READ_WITH_MANIFEST"] = READ_WITH_MANIFEST
         self._scripts = {name: client.register_script(text) for name, text in sources.items()}
         # The keys a page held last time: (pattern, count, cursor) for a SCAN page
         # (standalone), (index, pattern, count, cursor) for an index page.
@@ -548,6 +555,15 @@ class RedisStore:
 
     def get_many(self, keys: Sequence[str]) -> list[str | None]:
         check_keys(keys)
+        if not self._cluster and 0 < len(keys) <= _CHUNK:
+            # One MGET as get() sends its GET: without redis-py's mget wrapper and a
+            # generator context manager, which cost more than a small MGET itself.
+            names = [_b(k) for k in keys]
+            try:
+                values = self._client.execute_command("MGET", *names, keys=names)
+            except _DRIVER_ERRORS as exc:
+                raise _mapped("MGET", exc, no_client_cert=self._no_client_cert) from exc
+            return [None if v is None else _s(v) for v in values]
         out: list[str | None] = []
         with _translate("MGET", self._no_client_cert):
             for start in range(0, len(keys), _CHUNK):
@@ -719,6 +735,73 @@ class RedisStore:
                 # counts, so a batch may mix keys of any slots.
                 removed += int(self._client.unlink(*chunk))
         return removed
+
+    # -- verified mode's atomic commit (see remember_sync._integrity) -------------------
+
+    def commit_manifest(
+        self,
+        manifest_key: str,
+        expected: str | None,
+        manifest: str,
+        manifest_ttl_ms: int | None,
+        writes: Sequence[tuple[str, str | None, int | None]],
+    ) -> str | None:
+        """Write *writes* and *manifest* in one script if the manifest is still *expected*.
+
+        *expected* is the token of the stored manifest the caller computed
+        from (``None`` when there was none).  *writes* are ``(key, value or None
+        to delete, PX ms or None)``.  Returns ``None`` when written, else the
+        manifest the store holds (``""`` for
+        none), having written nothing.  Standalone and Sentinel only: on a
+        cluster the keys lie in different hash slots.
+        """
+        if self._cluster:
+            raise RememberConfigurationError("commit_manifest needs one server, not a cluster")
+        keys = [_b(manifest_key)]
+        args = [_b(expected or ""), _b(manifest), _px(manifest_ttl_ms)]
+        for key, value, ttl_ms in writes:
+            keys.append(_b(key))
+            args += [_b(value or ""), _px(ttl_ms)]
+        script = self._scripts["COMMIT_MANIFEST"]
+        command = ["EVALSHA", script.sha, len(keys), *keys, *args]
+        run: Any = (
+            self._client.execute_command  # the write's hot path: no pipeline
+            if self._wait is None
+            else lambda *c: self._with_wait(list(c))
+        )
+        with _translate("EVALSHA (commit manifest)", self._no_client_cert):
+            try:
+                reply = run(*command)
+            except NoScriptError:  # a restarted server: nothing ran; load, run again
+                self._client.script_load(script.script)
+                reply = run(*command)
+        done, current = reply if self._wait is None else reply[0]
+        if int(done) == 1:
+            if self._wait is not None:
+                self._check_replicas("commit manifest", reply[1])
+            return None
+        return _s(current)
+
+    def read_with_manifest(
+        self, manifest_key: str, seen: str | None, keys: Sequence[str]
+    ) -> tuple[bool, str | None, list[str | None]]:
+        """The manifest (unless its token is *seen*) and the values of *keys*, in one script.
+
+        Returns ``(unchanged, manifest or None, values)``.  Standalone and Sentinel only.
+        """
+        if self._cluster:
+            raise RememberConfigurationError("read_with_manifest needs one server, not a cluster")
+        script = self._scripts["READ_WITH_MANIFEST"]
+        names = [_b(manifest_key), *(_b(k) for k in keys)]
+        command = ["EVALSHA", script.sha, len(names), *names, _b(seen or "")]
+        with _translate("EVALSHA (read with manifest)", self._no_client_cert):
+            try:
+                same, manifest, values = self._client.execute_command(*command)
+            except NoScriptError:  # a restarted server: load, run again
+                self._client.script_load(script.script)
+                same, manifest, values = self._client.execute_command(*command)
+        text = _s(manifest) if manifest else None
+        return int(same) == 1, text, [None if v is None else _s(v) for v in values]
 
     # -- the listing index (NamespaceIndex) --------------------------------------------
 

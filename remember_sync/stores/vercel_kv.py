@@ -56,6 +56,7 @@ from ..errors import (
 )
 from . import _index_lua as index_lua
 from . import base as contract  # the argument checks every store makes first
+from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST
 from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, merged_index_of, to_text
 
 __all__ = ["VercelKVStore"]
@@ -403,6 +404,51 @@ class VercelKVStore:
         # the repeat counts fewer keys -- exactly what the caller would see by
         # repeating the call after an error, but with the deletion confirmed.
         return self._number(["UNLINK", *keys], "UNLINK")
+
+    # -- verified mode's atomic commit (see remember_sync._integrity) -------------------
+
+    def commit_manifest(
+        self,
+        manifest_key: str,
+        expected: str | None,
+        manifest: str,
+        manifest_ttl_ms: int | None,
+        writes: Sequence[tuple[str, str | None, int | None]],
+    ) -> str | None:
+        """Write *writes* and *manifest* in one ``EVAL`` if the manifest is still *expected*
+        (its token).
+
+        As :meth:`remember_sync.stores.redis.RedisStore.commit_manifest`.  Not
+        retried after a lost reply (the caller reads the manifest again and
+        finds whether its own landed).
+        """
+        keys = [manifest_key]
+        args = [expected or "", manifest, "" if manifest_ttl_ms is None else str(manifest_ttl_ms)]
+        for key, value, ttl_ms in writes:
+            keys.append(key)
+            args += [value or "", "" if ttl_ms is None else str(ttl_ms)]
+        command = ["EVAL", COMMIT_MANIFEST, str(len(keys)), *keys, *args]
+        result = self._command(command, idempotent=False)
+        if not isinstance(result, list) or len(result) != 2:
+            raise RememberStoreError(
+                f"Vercel KV EVAL (commit manifest): unexpected reply {result!r}"
+            )
+        done, current = result
+        return None if int(done) == 1 else str(current or "")
+
+    def read_with_manifest(
+        self, manifest_key: str, seen: str | None, keys: Sequence[str]
+    ) -> tuple[bool, str | None, list[str | None]]:
+        """As :meth:`remember_sync.stores.redis.RedisStore.read_with_manifest`: one ``EVAL``."""
+        command = ["EVAL", READ_WITH_MANIFEST, str(1 + len(keys)), manifest_key, *keys,
+                   seen or ""]
+        result = self._command(command, idempotent=True)
+        if not isinstance(result, list) or len(result) != 3:
+            raise RememberStoreError(
+                f"Vercel KV EVAL (read with manifest): unexpected reply {result!r}"
+            )
+        same, manifest, values = result
+        return int(same) == 1, manifest or None, [v if v is None else str(v) for v in values]
 
     # -- the listing index (NamespaceIndex) --------------------------------------------
 

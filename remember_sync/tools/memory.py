@@ -37,7 +37,7 @@ from ..errors import (
 )
 from ..identity import current_identity
 from ..identity import identity as bind_identity
-from ..types import SCOPES, Identity, Namespace, Scope
+from ..types import SCOPES, Identity, Namespace, RememberEntry, Scope
 from ._schema import JSON_TYPES, validate_arguments
 from .results import UNKNOWN_TOOL_CODE, error_result, result_for_exception, success_result
 
@@ -325,6 +325,14 @@ class MemoryTools:
                         "type": "boolean",
                         "description": "Whether more keys matched than were returned",
                     },
+                    "unreadable": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": (
+                            "Keys that exist but could not be read (another secret, or "
+                            "damaged): not absent, and left unchanged"
+                        ),
+                    },
                 },
                 required=["keys", "scope", "count", "truncated"],
             ),
@@ -421,7 +429,7 @@ class MemoryTools:
             if twin_raw is not None:
                 _check_replaceable(core, ns, skey, twin_raw, key, scope)
         _write_unless_protected(
-            core, ns, skey, skey, key, scope, stored, core.ttl_ms(expires, now)
+            core, ns, skey, skey, key, scope, stored, core.ttl_ms(expires, now), expires
         )
         out: dict[str, Any] = {"success": True, "key": key, "scope": scope}
         if expires is not None:
@@ -432,9 +440,16 @@ class MemoryTools:
         self, mem: RememberAccessor, args: Mapping[str, Any], scope: Scope
     ) -> dict[str, Any]:
         key = args["key"]
-        entry = mem.get_entry(key, scope=scope)
-        if entry is None:
+        try:
+            # Strict: a memory that exists but cannot be read is a tool error naming
+            # it, never "not found" (the model would act on the absence).
+            fields = self._core.get_fields(mem.identity, key, scope, strict=True)
+        except RememberDecryptionError as exc:
+            exc.memory = (key, scope)  # type: ignore[attr-defined]
+            raise
+        if fields is None:
             return {"found": False, "key": key, "scope": scope}
+        entry = RememberEntry(*fields)
         out: dict[str, Any] = {
             "found": True,
             "key": key,
@@ -463,9 +478,18 @@ class MemoryTools:
         self, mem: RememberAccessor, args: Mapping[str, Any], scope: Scope
     ) -> dict[str, Any]:
         limit = args.get("limit", DEFAULT_LIST_LIMIT)
-        keys = mem.list(scope=scope, pattern=args.get("pattern", "*"))
+        unreadable: list[str] = []
+        keys = sorted(self._core.entries(
+            mem.identity, scope, args.get("pattern", "*"), None, unreadable
+        ))
         shown = keys[:limit]
-        return {"keys": shown, "scope": scope, "count": len(shown), "truncated": len(keys) > limit}
+        out: dict[str, Any] = {
+            "keys": shown, "scope": scope, "count": len(shown), "truncated": len(keys) > limit
+        }
+        if unreadable:
+            # Never left out silently: the model must not act as if they were absent.
+            out["unreadable"] = sorted(set(unreadable))[:limit]
+        return out
 
 
 def _check_nesting(data: Any, what: str) -> None:
@@ -516,6 +540,7 @@ def _write_unless_protected(
     scope: Scope,
     stored: str | None,
     ttl_ms: int | None,
+    expires: int | None = None,
 ) -> bool:
     """Put *stored* under *where* (``None``: forget it) unless an approval is there.
 
@@ -528,6 +553,8 @@ def _write_unless_protected(
 
     :returns: whether a live entry was there.
     """
+    if core.verifier is not None:
+        return _verified_write_unless_protected(core, ns, skey, key, scope, stored, expires)
     store = core.store
     for _attempt in range(_WRITE_ATTEMPTS):
         raw = store.get(where)
@@ -542,6 +569,29 @@ def _write_unless_protected(
             if store.compare_and_set(where, raw, gone, ttl_ms=1):
                 return live
         elif store.compare_and_set(where, raw, stored, ttl_ms=ttl_ms):
+            return live
+    raise RememberStoreError(
+        f"memory {key!r} changed {_WRITE_ATTEMPTS} times while a tool was writing it"
+    )
+
+
+def _verified_write_unless_protected(
+    core: AccessorCore,
+    ns: Namespace,
+    skey: str,
+    key: str,
+    scope: Scope,
+    stored: str | None,
+    expires: int | None,
+) -> bool:
+    """:func:`_write_unless_protected` in verified mode: through the namespace's manifest.
+
+    The check and the write are one manifest compare-and-set; forgetting deletes.
+    """
+    for _attempt in range(_WRITE_ATTEMPTS):
+        raw, seen = core.read_verified(ns, key, skey)
+        live = raw is not None and _check_replaceable(core, ns, skey, raw, key, scope)
+        if core.swap_verified(ns, key, skey, seen, stored, expires):
             return live
     raise RememberStoreError(
         f"memory {key!r} changed {_WRITE_ATTEMPTS} times while a tool was writing it"

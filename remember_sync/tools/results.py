@@ -21,6 +21,7 @@ from ..errors import (
     RememberIdentityError,
     RememberInputError,
     RememberInputTypeError,
+    RememberIntegrityError,
     RememberScopeNotAllowedError,
     RememberStoreError,
 )
@@ -44,6 +45,11 @@ _STORE_MESSAGE = "The memory store is unavailable right now; try again later."
 _DECRYPT_MESSAGE = (
     "A stored memory could not be read: it was written under another secret or is damaged. "
     "The memory tools leave it unchanged."
+)
+
+_INTEGRITY_ADVICE = (
+    "The memory store was changed by someone without the secret; do not treat this memory "
+    "as absent or act on an older state of it"
 )
 
 #: Errors the caller can act on: their code and message go back as they are.
@@ -92,8 +98,21 @@ def result_for_exception(exc: BaseException, *, tool: str) -> dict[str, Any]:
     if isinstance(exc, RememberStoreError):
         log.warning("remember: tool %r: the store failed: %s", tool, exc.message, exc_info=exc)
         return error_result(exc.code, _STORE_MESSAGE)
+    if isinstance(exc, RememberIntegrityError):
+        # Its message names the bare key and the scope, never an identity.
+        log.warning("remember: tool %r: %s", tool, exc.message)
+        return error_result(exc.code, f"{exc.message}. {_INTEGRITY_ADVICE}")
     if isinstance(exc, RememberDecryptionError):
         log.warning("remember: tool %r: %s", tool, exc.message)
+        memory = getattr(exc, "memory", None)
+        if memory is not None:
+            key, scope = memory
+            return error_result(
+                exc.code,
+                f"The memory {key!r} in {scope} scope exists but could not be read: it was "
+                "written under another secret or is damaged. It is not absent; the memory "
+                "tools leave it unchanged.",
+            )
         return error_result(exc.code, _DECRYPT_MESSAGE)
     log.error("remember: tool %r failed unexpectedly", tool, exc_info=exc)
     return error_result(INTERNAL_ERROR_CODE, _INTERNAL_MESSAGE)

@@ -1,0 +1,817 @@
+"""Verified memory: per-namespace manifests, entry digests and the witness.
+
+With ``integrity="verified"`` every namespace has a **manifest**, stored
+beside its entries under ``P + "__manifest__:" + <namespace>`` and sealed
+with the namespace's key (the manifest's storage key is the associated data,
+so a manifest moved to another namespace does not open).  It records::
+
+    {"c": counter, "x": deadline or 0, "e": {bare key: [digest, deadline or 0, [alts]]}}
+
+``digest`` is a truncated SHA-256 of the entry's stored string exactly as it
+was written: an older genuine ciphertext of the same key, a value moved in
+from another key and any edit all have another digest.  ``counter`` grows
+with every write (``max(previous + 1, now in ms)``, so a namespace that
+expired and started over still counts upwards); ``x`` is when the manifest
+itself expires.  ``alts`` are the other versions a read accepts while a
+two-step write is under way on Redis Cluster (``""``: absent), and that
+writer's lease (``"~<epoch ms>"``): until it ends, other writers of the key
+wait instead of building on the version being replaced.
+
+A read refuses (:class:`~remember_sync.errors.RememberIntegrityError`) an
+entry the manifest lists as live that is missing or has another digest, an
+entry the manifest does not list (unless it is a genuine, expired one), a
+manifest that does not open, and a manifest older than the **witness**: a
+small record outside the store of each namespace's latest counter.  The
+memory store needs none of it: nothing outside the process can edit it.
+
+Writes keep the manifest in step: one script (:meth:`commit_manifest`) on a
+standalone server, Sentinel and Vercel KV; elsewhere (Redis Cluster, any
+other store) an intent-then-commit sequence of single-key steps, argued in
+``docs/verified.rst``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import operator
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from ._bounded import BoundedCache
+from ._clock import Clock
+from ._codec import EntryCodec
+from ._crypto import Keyring
+from ._fork import after_fork_in_child
+from ._text import TEXT_ERRORS
+from .errors import (
+    RememberConfigurationError,
+    RememberConflictError,
+    RememberDecryptionError,
+    RememberIntegrityError,
+)
+from .stores.base import Store
+from .types import Namespace
+
+__all__ = [
+    "INTEGRITY_MODES",
+    "FileWitness",
+    "Manifest",
+    "Record",
+    "StoreWitness",
+    "Verifier",
+    "Witness",
+    "digest",
+    "in_process",
+    "manifest_deadline",
+    "token",
+    "witness_from",
+]
+
+T = TypeVar("T")
+
+#: The values of the ``integrity`` option.
+INTEGRITY_MODES = ("default", "verified")
+#: How long a manifest outlives the latest deadline it records (and how long an emptied one stays).
+MANIFEST_GRACE_MS = 60_000
+#: How often a namespace's witness floor is read again (a plugin keeps the last one).
+WITNESS_REFRESH_MS = 1_000
+#: Attempts of a commit against a manifest other writers keep changing.
+COMMIT_ATTEMPTS = 64
+#: Above this many bytes a cached manifest is not fetched with every read (see ``fetch``).
+FETCH_WHOLE_BYTES = 16_384
+#: HKDF ``info`` of the key that names namespaces in a witness (never a namespace's info).
+WITNESS_INFO = b"remember:witness-names:v1"
+_CACHED = 4096
+
+#: A manifest record: (digest or "" when the entry must be absent, deadline, other
+#: versions accepted while a two-step write is under way).
+Record = tuple[str, int | None, tuple[str, ...]]
+
+
+def token(manifest: str | None) -> str | None:
+    """What identifies a stored manifest to the store's scripts: its start, through the tag.
+
+    Every manifest is sealed with a fresh random IV, and its GCM tag covers the
+    rest, so no two manifests a writer with the secret stored share it.  A
+    string someone else made with the same start can only make a reader or
+    writer act on the manifest this token came from -- one that was stored
+    and that they could have put back whole.
+    """
+    if manifest is None:
+        return None
+    cut = manifest.find(',"data":"')
+    return manifest if cut < 0 else manifest[:cut]
+
+
+def digest(stored: str) -> str:
+    """The version of a stored string: base64url of the first 16 bytes of its SHA-256."""
+    raw = hashlib.sha256(stored.encode("utf-8", TEXT_ERRORS)).digest()[:16]
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _record_json(key: str, rec: Record) -> str:
+    """One record as its manifest JSON member: ``"key":["digest",deadline(,[alts])]``."""
+    d, dl, alts = rec
+    tail = f",{json.dumps(list(alts))}" if alts else ""
+    return f'{_json_string(key)}:[{_json_string(d)},{dl or 0}{tail}]'
+
+
+_json_string = json.encoder.encode_basestring
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What must exist in one namespace, as the last writer with the secret left it."""
+
+    counter: int = 0
+    deadline: int | None = None
+    records: Mapping[str, Record] = field(default_factory=dict)
+    #: Each record's JSON member, carried from manifest to manifest: a write re-encodes
+    #: the records it changes, not the whole namespace.  Complete (one per record) or
+    #: empty (a manifest read from the store: replaced by the first ``member_texts``);
+    #: never modified once the manifest exists.
+    texts: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def member_texts(self) -> dict[str, str]:
+        """:attr:`texts`, filled in for every record (never modify the result)."""
+        texts = self.texts
+        if len(texts) != len(self.records):
+            # A new dict, swapped in whole: threads sharing a cached manifest each
+            # see a complete one, never another thread's half-filled dict.
+            texts = {key: _record_json(key, rec) for key, rec in self.records.items()}
+            object.__setattr__(self, "texts", texts)
+        return texts
+
+    def to_json(self) -> bytes:
+        members = ",".join(self.member_texts().values())  # a JSON object: order is free
+        body = f'{{"c":{self.counter},"x":{self.deadline or 0},"e":{{{members}}}}}'
+        return body.encode("utf-8", TEXT_ERRORS)
+
+    @classmethod
+    def from_json(cls, text: bytes) -> Manifest:
+        try:
+            obj = json.loads(text)
+            records: dict[str, Record] = {}
+            for key, rec in obj["e"].items():
+                d, dl = rec[0], rec[1]
+                alts = tuple(rec[2]) if len(rec) > 2 else ()
+                if not isinstance(d, str) or type(dl) is not int:
+                    raise ValueError("record")
+                if not all(isinstance(a, str) for a in alts):
+                    raise ValueError("alts")
+                records[key] = (d, dl or None, alts)
+            counter, deadline = obj["c"], obj["x"]
+            if type(counter) is not int or type(deadline) is not int:
+                raise ValueError("counter")
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            raise RememberIntegrityError("the namespace's manifest is not a manifest") from exc
+        return cls(counter, deadline or None, records)
+
+    def live(self, now: int) -> dict[str, Record]:
+        """The records a write carries over: pending ones, and those not yet expired."""
+        soonest = min(filter(None, map(_DEADLINE, self.records.values())), default=None)
+        if soonest is None or now < soonest:  # the usual case, decided in C
+            return dict(self.records)
+        return {
+            k: r for k, r in self.records.items() if r[2] or r[1] is None or now < r[1]
+        }
+
+
+_DEADLINE = operator.itemgetter(1)
+
+
+_EMPTY = Manifest()
+
+
+def in_process(store: Store) -> bool:
+    """Whether *store* lives in this process's memory, where nobody else can edit it."""
+    from .stores.memory import MemoryStore
+
+    return isinstance(store, MemoryStore)
+
+
+# -- witnesses --------------------------------------------------------------------------------
+
+
+class Witness(Protocol):
+    """A record outside the store of each namespace's latest manifest counter.
+
+    Names are keyed hashes (no session id or user id reaches the witness).
+    ``advance`` only ever raises what is kept (max-only); ``floor`` returns
+    ``(counter, manifest deadline or None)``, ``(0, None)`` for a name never seen.
+    """
+
+    def floor(self, name: str) -> tuple[int, int | None]:
+        """The highest counter recorded for *name*, and that manifest's deadline."""
+        ...
+
+    def advance(self, name: str, counter: int, deadline: int | None) -> None:
+        """Record *counter* for *name* unless a higher one is recorded."""
+        ...
+
+    def close(self) -> None:
+        """Release what the witness opened."""
+        ...
+
+
+#: Connections a forked child inherited: kept, never used or closed (see FileWitness).
+_INHERITED: list[sqlite3.Connection] = []
+
+
+class FileWitness:
+    """A witness in a local SQLite file (single host): 0600, WAL, ``synchronous=NORMAL``.
+
+    A committed ``advance`` survives the process being killed; the last ones
+    before a power loss may not (the write-ahead log is synced at checkpoints,
+    not per commit): see ``docs/verified.rst``.  ``synchronous="FULL"`` syncs
+    every advance.
+    """
+
+    def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise RememberConfigurationError("witness synchronous must be 'NORMAL' or 'FULL'")
+        self.path = path
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(fd)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS heads (name TEXT PRIMARY KEY, counter INTEGER, "
+                "deadline INTEGER)"
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise RememberConfigurationError(f"witness file {path!r} is unusable: {exc}") from exc
+        self._lock = threading.Lock()
+        self._synchronous = synchronous
+        after_fork_in_child(self._reopen)
+
+    def _reopen(self) -> None:
+        # An SQLite connection must not cross a fork: the child opens its own, and never
+        # closes the parent's (closing it could release locks the parent holds).
+        _INHERITED.append(self._db)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute(f"PRAGMA synchronous={self._synchronous}")
+
+    def floor(self, name: str) -> tuple[int, int | None]:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT counter, deadline FROM heads WHERE name = ?", (name,)
+            ).fetchone()
+        return (0, None) if row is None else (int(row[0]), row[1] or None)
+
+    def advance(self, name: str, counter: int, deadline: int | None) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO heads VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                "counter = excluded.counter, deadline = excluded.deadline "
+                "WHERE excluded.counter > heads.counter",
+                (name, counter, deadline or 0),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __repr__(self) -> str:
+        return f"FileWitness({self.path!r})"
+
+
+class StoreWitness:
+    """A witness in a second store (another Redis, another Vercel KV database).
+
+    Useful only when the main store's writers cannot reach it.  One key per
+    namespace, ``P + "witness:" + name`` = ``"<counter>:<deadline>"``, raised
+    by compare-and-set (max-only).
+    """
+
+    def __init__(self, store: Store, *, prefix: str = "remember:", owns: bool = True) -> None:
+        self.store = store
+        self.prefix = prefix
+        self._owns = owns
+        # name -> the value this process last saw: a warm advance is one compare-and-set.
+        self._seen: BoundedCache[str, str] = BoundedCache(_CACHED)
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}witness:{name}"
+
+    @staticmethod
+    def _parse(raw: str | None) -> tuple[int, int | None]:
+        if raw is None:
+            return 0, None
+        counter, _, deadline = raw.partition(":")
+        return int(counter), int(deadline or 0) or None
+
+    def floor(self, name: str) -> tuple[int, int | None]:
+        raw = self.store.get(self._key(name))
+        if raw is not None:
+            self._seen.put(name, raw)
+        return self._parse(raw)
+
+    def advance(self, name: str, counter: int, deadline: int | None) -> None:
+        key, value = self._key(name), f"{counter}:{deadline or 0}"
+        raw = self._seen.get(name)
+        for _ in range(COMMIT_ATTEMPTS):
+            if raw is None:
+                if self.store.set(key, value, only_if_absent=True):
+                    self._seen.put(name, value)
+                    return
+            elif self._parse(raw)[0] >= counter:
+                return
+            elif self.store.compare_and_set(key, raw, value):
+                self._seen.put(name, value)
+                return
+            raw = self.store.get(key)
+        raise RememberConflictError("the witness changed during every attempt to advance it")
+
+    def close(self) -> None:
+        if self._owns:
+            self.store.close()
+
+    def __repr__(self) -> str:
+        return f"StoreWitness({self.store!r})"
+
+
+def witness_from(
+    spec: object, store_from_url: Callable[[str], Store]
+) -> Witness | None:
+    """The witness a ``witness=`` option names.
+
+    ``None``; a path (``str``); a ``redis://``/``rediss://``/``unix://`` URL (a
+    second store, built by *store_from_url*); a dict ``{"type": "file", "path":
+    ..., "synchronous": ...}``, ``{"type": "store", "url": ...}`` or
+    ``{"type": "store", "store": <Store>}`` (a Vercel KV database, say, which the
+    caller builds and closes); or any object with ``floor``, ``advance`` and ``close``.
+    """
+    if spec is None or spec == "":
+        return None
+    if isinstance(spec, str):
+        if spec.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://")):
+            return StoreWitness(store_from_url(spec))
+        return FileWitness(spec)
+    if isinstance(spec, dict):
+        kind = spec.get("type")
+        if kind == "file" and isinstance(spec.get("path"), str):
+            return FileWitness(spec["path"], synchronous=spec.get("synchronous", "NORMAL"))
+        if kind == "store" and isinstance(spec.get("url"), str):
+            return StoreWitness(store_from_url(spec["url"]), prefix=spec.get("prefix", "remember:"))
+        if kind == "store" and isinstance(spec.get("store"), Store):
+            return StoreWitness(spec["store"], prefix=spec.get("prefix", "remember:"), owns=False)
+        raise RememberConfigurationError(
+            "witness must be {'type': 'file', 'path': ...} or {'type': 'store', 'url': ...} "
+            "(or 'store': a Store)"
+        )
+    if all(callable(getattr(spec, name, None)) for name in ("floor", "advance", "close")):
+        return spec  # type: ignore[return-value]
+    raise RememberConfigurationError(
+        f"witness must be a path, a redis:// URL, a dict with 'type', or a "
+        f"witness object; got {type(spec).__name__}"
+    )
+
+
+# -- the verifier -----------------------------------------------------------------------------
+
+
+#: A change of one entry: its new stored string (``None``: delete it) and deadline.
+Change = tuple[str | None, int | None]
+
+
+class Verifier:
+    """Verified mode's reads and writes for one plugin.
+
+    :param store: where entries and manifests live.
+    :param codec: the plugin's codec (its keyring seals the manifests).
+    :param prefix: the key prefix ``P``.
+    :param clock: epoch milliseconds.
+    :param witness: the record outside the store, or ``None``.
+    :param owns_witness: :meth:`close` closes the witness (``False``: the caller's).
+    :param sleep: how a writer waits for another one between its steps (tests inject it).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        codec: EntryCodec,
+        *,
+        prefix: str,
+        clock: Clock,
+        witness: Witness | None = None,
+        owns_witness: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if codec.keyring is None:
+            raise RememberConfigurationError(
+                "integrity='verified' needs encryption: the secret authenticates the manifests"
+            )
+        if not codec.bind_key:
+            raise RememberConfigurationError(
+                "integrity='verified' cannot be combined with encryption.frontmcp_compatible: "
+                "a 1.8.0 writer keeps no manifests"
+            )
+        self.store = store
+        self.codec = codec
+        self.keyring: Keyring = codec.keyring
+        self.prefix = prefix
+        self.clock = clock
+        self.witness = witness
+        self._owns_witness = owns_witness
+        self.sleep = sleep
+        commit = getattr(store, "commit_manifest", None)
+        self._atomic = callable(commit) and not getattr(store, "is_cluster", False)
+        self._names_key = self.keyring.purpose_keys(WITNESS_INFO)[0]
+        self._reads = callable(getattr(store, "read_with_manifest", None)) and self._atomic
+        #: How often a read that found the store inconsistent looks again before refusing:
+        #: on a store whose manifest and entries are not read at one instant (Redis
+        #: Cluster), an honest writer between its steps can look like an edit once.
+        self.read_attempts = 1 if self._atomic else 5
+        self._new_caches()
+        after_fork_in_child(self._new_caches)
+
+    def _new_caches(self) -> None:
+        # Another thread of the parent may have held a cache's lock at the fork (see _fork).
+        # manifest key -> (stored string, parsed manifest): reused while the store agrees.
+        self._manifests: BoundedCache[str, tuple[str | None, Manifest]] = BoundedCache(_CACHED)
+        # manifest key -> (counter, deadline, read at): the witness's floor, refreshed.
+        self._floors: BoundedCache[str, tuple[int, int | None, int]] = BoundedCache(_CACHED)
+
+    def close(self) -> None:
+        """Close the witness if it was built here (the plugin closes its store)."""
+        if self.witness is not None and self._owns_witness:
+            self.witness.close()
+
+    # -- manifests ----------------------------------------------------------------------------
+
+    def _aad(self, mkey: str) -> bytes:
+        return mkey[len(self.prefix) :].encode("utf-8", TEXT_ERRORS)
+
+    def _seal(self, ns: Namespace, mkey: str, manifest: Manifest) -> str:
+        return self.codec.seal_text(manifest.to_json(), ns, mkey)
+
+    def witness_name(self, mkey: str) -> str:
+        """The keyed name of a namespace in the witness (it never sees the namespace)."""
+        mac = hmac.new(self._names_key, mkey.encode("utf-8", TEXT_ERRORS), hashlib.sha256)
+        return mac.hexdigest()[:40]
+
+    def open_manifest(self, ns: Namespace, mkey: str, raw: str | None) -> Manifest:
+        """The manifest stored as *raw* (``None``: none), checked against the witness.
+
+        :raises RememberIntegrityError: it does not open, or is older than the witness.
+        """
+        cached = self._manifests.get(mkey)
+        if cached is not None and cached[0] == raw:
+            manifest = cached[1]
+        elif raw is None:
+            manifest = _EMPTY
+        else:
+            try:
+                text = self.keyring.open(raw, ns, self._aad(mkey), bound_only=True)[0]
+            except RememberDecryptionError as exc:
+                raise RememberIntegrityError(
+                    f"the manifest of {self._where(ns)} fails its check ({exc.message}): "
+                    "it was altered, or moved from another namespace"
+                ) from exc
+            manifest = Manifest.from_json(text)
+            self._manifests.put(mkey, (raw, manifest))
+        if self.witness is not None:
+            self._check_floor(ns, mkey, manifest, raw is None)
+        return manifest
+
+    def _check_floor(self, ns: Namespace, mkey: str, manifest: Manifest, absent: bool) -> None:
+        assert self.witness is not None
+        now = self.clock()
+        floor = self._floors.get(mkey)
+        if floor is None or now - floor[2] >= WITNESS_REFRESH_MS:
+            counter, deadline = self.witness.floor(self.witness_name(mkey))
+            if floor is not None and floor[0] > counter:
+                counter, deadline = floor[0], floor[1]  # what this process saw is a floor too
+            floor = (counter, deadline, now)
+            self._floors.put(mkey, floor)
+        if manifest.counter >= floor[0]:
+            return
+        if absent and floor[1] is not None and now >= floor[1]:
+            return  # the namespace expired as a whole
+        raise RememberIntegrityError(
+            f"the store holds an older state of {self._where(ns)} than its witness "
+            f"recorded (manifest {manifest.counter} < {floor[0]}): the store was rolled "
+            "back or its manifest deleted"
+        )
+
+    def _raise_floor(self, mkey: str, manifest: Manifest) -> None:
+        floor = self._floors.get(mkey)
+        if floor is None or floor[0] < manifest.counter:
+            read_at = floor[2] if floor is not None else self.clock()
+            self._floors.put(mkey, (manifest.counter, manifest.deadline, read_at))
+
+    @staticmethod
+    def _where(ns: Namespace) -> str:
+        return f"the {ns.scope} namespace"
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def accept(
+        self,
+        ns: Namespace,
+        manifest: Manifest,
+        bare: str,
+        raw: str | None,
+        now: int,
+        expired: Callable[[str], bool],
+    ) -> str | None:
+        """*raw*, the stored string of *bare*, if the manifest vouches for it; ``None`` if absent.
+
+        :param expired: whether a stored string is a genuine entry past its deadline
+            (an entry the manifest dropped at its deadline that the store has
+            not expired yet is absent, not an error).
+        :raises RememberIntegrityError: deleted, replayed, altered or inserted.
+        """
+        rec = manifest.records.get(bare)
+        if rec is None:
+            if raw is None or expired(raw):
+                return None
+            raise RememberIntegrityError(
+                f"{bare!r} in {self._where(ns)} is in the store but not in its manifest: "
+                "written without the secret, or a forgotten entry put back"
+            )
+        version, deadline, alts = rec
+        if deadline is not None and now >= deadline:
+            return None
+        if raw is None:
+            if version == "" or "" in alts:
+                return None
+            raise RememberIntegrityError(
+                f"{bare!r} in {self._where(ns)} is live in its manifest but missing from the "
+                "store: deleted without the secret (or evicted: verified mode needs "
+                "maxmemory-policy noeviction)"
+            )
+        found = digest(raw)
+        if found == version or found in alts:
+            return raw
+        raise RememberIntegrityError(
+            f"{bare!r} in {self._where(ns)} is not the version its manifest records: "
+            "an older copy put back, or another value written without the secret"
+        )
+
+    def read_manifest(self, ns: Namespace, mkey: str) -> tuple[str | None, Manifest]:
+        """The stored manifest of a namespace and what it says."""
+        raw = self.store.get(mkey)
+        return raw, self.open_manifest(ns, mkey, raw)
+
+    def fetch(self, mkey: str, keys: Sequence[str]) -> tuple[str | None, list[str | None]]:
+        """The stored manifest and the values of *keys*, in one round trip.
+
+        A small manifest comes with the values (``get_many``: the cheapest
+        request).  Once the manifest this plugin last saw is over
+        :data:`FETCH_WHOLE_BYTES`, a store with ``read_with_manifest``
+        (standalone, Sentinel, Vercel KV) sends it back only when it changed.
+        """
+        cached = self._manifests.get(mkey)
+        if self._reads and cached is not None and len(cached[0] or "") > FETCH_WHOLE_BYTES:
+            same, raw, values = self.store.read_with_manifest(  # type: ignore[attr-defined]
+                mkey, token(cached[0]), keys
+            )
+            return (cached[0] if same else raw), values
+        got = self.store.get_many([mkey, *keys])
+        return got[0], got[1:]
+
+    def cached_keys(self, mkey: str) -> list[str] | None:
+        """The bare keys of the manifest this plugin last saw for *mkey*, if any."""
+        cached = self._manifests.get(mkey)
+        return None if cached is None else list(cached[1].records)
+
+    def checked(self, read: Callable[[], T]) -> T:
+        """``read()``, looked at again (up to :attr:`read_attempts`) while it finds the store
+        inconsistent: a lasting edit is refused every time, a writer between its steps
+        moves on."""
+        for attempt in range(self.read_attempts - 1):
+            try:
+                return read()
+            except RememberIntegrityError:
+                self.sleep(0.001 * (attempt + 1))
+        return read()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def commit(
+        self,
+        ns: Namespace,
+        head: str,
+        mkey: str,
+        changes: Callable[[Manifest], Mapping[str, Change] | None],
+        *,
+        known: tuple[str | None, Manifest] | None = None,
+    ) -> Manifest | None:
+        """Apply ``changes(manifest)`` to the namespace and its manifest; the manifest it changed.
+
+        *changes* sees the current manifest and returns the entries to write
+        (bare key -> (stored string or ``None`` to delete, deadline)), or
+        ``None`` to give up (the caller's precondition no longer holds): then
+        nothing is written and ``None`` is returned.  It may be called again
+        with a newer manifest when another writer got there first.
+
+        :param known: the stored manifest and its meaning, when the caller just read them.
+        :raises RememberConflictError: other writers changed the manifest every time.
+        """
+        if known is None:
+            cached = self._manifests.get(mkey)
+            known = cached if cached is not None else self.read_manifest(ns, mkey)
+        raw, base = known
+        attempt = waited = 0
+        while attempt < COMMIT_ATTEMPTS:
+            wanted = changes(base)
+            if wanted is None:
+                return None
+            now = self.clock()
+            wait = 0 if self._atomic or waited >= LEASE_MS else _leased(base, wanted, now)
+            if wait:
+                # Another writer is between its steps on one of these keys: building on
+                # the version it is replacing would lose its write.  Wait for it (until
+                # its lease ends, and never longer than a lease), then look again.
+                pause = min(wait, _LEASE_POLL_MS)
+                waited += pause
+                self.sleep(pause / 1000)
+                raw = self.store.get(mkey)
+                base = self.open_manifest(ns, mkey, raw)
+                continue
+            attempt += 1
+            final = self._next(base, wanted, now)
+            final_raw = self._seal(ns, mkey, final)
+            writes = [(head + bare, value, self._ttl(deadline, now)) for bare, (value, deadline)
+                      in wanted.items()]
+            if self._atomic:
+                current = self.store.commit_manifest(  # type: ignore[attr-defined]
+                    mkey, token(raw), final_raw, self._ttl(final.deadline, now), writes
+                )
+                if current is None:
+                    self._committed(mkey, final_raw, final)
+                    return base
+                current = current or None
+                if current == final_raw:  # a resent script found its own first run's result
+                    self._committed(mkey, final_raw, final)
+                    return base
+            else:
+                current = self._two_steps(ns, mkey, raw, base, final, wanted, writes, now)
+                if current is _DONE:
+                    return base
+            raw, base = current, self.open_manifest(ns, mkey, current)
+        raise RememberConflictError(
+            f"the manifest of {self._where(ns)} was changed by other writers during each of "
+            f"{COMMIT_ATTEMPTS} attempts; nothing was written"
+        )
+
+    def _committed(self, mkey: str, raw: str, manifest: Manifest) -> None:
+        self._manifests.put(mkey, (raw, manifest))
+        self._raise_floor(mkey, manifest)
+        if self.witness is not None:
+            self.witness.advance(self.witness_name(mkey), manifest.counter, manifest.deadline)
+
+    @staticmethod
+    def _ttl(deadline: int | None, now: int) -> int | None:
+        return None if deadline is None else max(1, deadline - now)
+
+    @staticmethod
+    def _next(base: Manifest, wanted: Mapping[str, Change], now: int) -> Manifest:
+        records = base.live(now)
+        texts = base.member_texts().copy()
+        if len(records) != len(texts):  # expired records dropped
+            texts = {k: t for k, t in texts.items() if k in records}
+        for bare, (value, deadline) in wanted.items():
+            if value is None:
+                records.pop(bare, None)
+                texts.pop(bare, None)
+            else:
+                rec = records[bare] = (digest(value), deadline, ())
+                texts[bare] = _record_json(bare, rec)
+        return Manifest(
+            max(base.counter + 1, now), manifest_deadline(records, now), records, texts
+        )
+
+    def _two_steps(
+        self,
+        ns: Namespace,
+        mkey: str,
+        raw: str | None,
+        base: Manifest,
+        final: Manifest,
+        wanted: Mapping[str, Change],
+        writes: Sequence[tuple[str, str | None, int | None]],
+        now: int,
+    ) -> Any:
+        """A commit as single-key steps (Redis Cluster, other stores): intent, entries, commit.
+
+        1. The manifest records the new versions *and* the old ones as
+           acceptable (compare-and-set on the manifest alone).
+        2. The entries are written.
+        3. The manifest drops the old versions.
+
+        A writer stopped after 1 leaves the old entry, which reads as before;
+        after 2, the new one.  Either way an honest entry stays readable, and
+        ``verify --repair`` (or the next write of the key) settles the record.
+        """
+        records = dict(final.records)
+        lease = f"{LEASE_MARK}{now + LEASE_MS}"
+        for bare in wanted:
+            old = base.records.get(bare)
+            before = {old[0], *old[2]} if old is not None else {""}
+            after = records.get(bare, ("", None, ()))
+            deadline = after[1] if old is None or old[1] is None or after[1] is None else max(
+                after[1], old[1]
+            )
+            others = sorted(v for v in before - {after[0]} if not v.startswith(LEASE_MARK))
+            records[bare] = (after[0], deadline, (*others, lease))
+        intent = Manifest(final.counter, manifest_deadline(records, now), records)
+        if not self.write_manifest(ns, mkey, raw, intent):
+            return self.store.get(mkey)
+        intent_raw = self._manifests.get(mkey)[0]  # type: ignore[index]
+        for key, value, ttl_ms in writes:
+            if value is None:
+                self.store.delete(key)
+            else:
+                self.store.set(key, value, ttl_ms=ttl_ms)
+        self.settle(ns, mkey, {bare: records[bare] for bare in wanted}, intent_raw)
+        return _DONE
+
+    def write_manifest(
+        self, ns: Namespace, mkey: str, raw: str | None, manifest: Manifest
+    ) -> bool:
+        """Replace the stored manifest *raw* (``None``: none) by *manifest*; whether it was.
+
+        A compare-and-set on the manifest alone, for ``verify --repair``.
+        """
+        sealed = self._seal(ns, mkey, manifest)
+        ttl = self._ttl(manifest.deadline, self.clock())
+        if raw is None:
+            placed = self.store.set(mkey, sealed, ttl_ms=ttl, only_if_absent=True)
+        else:
+            placed = self.store.compare_and_set(mkey, raw, sealed, ttl_ms=ttl)
+        if placed:
+            self._committed(mkey, sealed, manifest)
+        return placed
+
+    def settle(
+        self, ns: Namespace, mkey: str, pending: Mapping[str, Record], raw: str | None
+    ) -> bool:
+        """Step 3: drop the old versions of *pending* records the manifest still holds as is.
+
+        Other writers may have changed the manifest meanwhile: their records
+        are kept, only ours are settled.  Returns whether the manifest was written.
+        """
+        for _ in range(COMMIT_ATTEMPTS):
+            manifest = self.open_manifest(ns, mkey, raw)
+            now = self.clock()
+            records = dict(manifest.records)
+            touched = False
+            for bare, rec in pending.items():
+                if records.get(bare) != rec:
+                    continue  # another writer's record now
+                touched = True
+                if rec[0] == "":
+                    del records[bare]
+                else:
+                    records[bare] = (rec[0], rec[1], ())
+            if not touched:
+                return False
+            settled = Manifest(
+                max(manifest.counter + 1, now), manifest_deadline(records, now), records
+            )
+            if raw is not None and self.write_manifest(ns, mkey, raw, settled):
+                return True
+            raw = self.store.get(mkey)
+        return False
+
+
+_DONE = object()
+#: How long other writers wait for a two-step writer to finish a key (then take over).
+LEASE_MS = 2_000
+#: An item of a record's ``alts`` that is a lease, not a version: ``"~<epoch ms>"``.
+LEASE_MARK = "~"
+_LEASE_POLL_MS = 20
+
+
+def _leased(manifest: Manifest, wanted: Mapping[str, Change], now: int) -> int:
+    """Milliseconds until no key of *wanted* is leased by a writer between its steps (0: none)."""
+    wait = 0
+    for bare in wanted:
+        rec = manifest.records.get(bare)
+        if rec is not None:
+            for item in rec[2]:
+                if item.startswith(LEASE_MARK):
+                    wait = max(wait, int(item[1:]) - now)
+    return wait
+
+
+def manifest_deadline(records: Mapping[str, Record], now: int) -> int | None:
+    """When a manifest holding *records* may expire: after its last entry, plus a grace."""
+    deadlines = list(map(_DEADLINE, records.values()))
+    if None in deadlines:
+        return None
+    return max(max(deadlines, default=now), now) + MANIFEST_GRACE_MS

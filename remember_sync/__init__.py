@@ -25,7 +25,7 @@ from .errors import (
 )
 from .identity import current_identity, identity
 from .plugin import RememberPlugin
-from .types import BRANDS, SCOPES, Identity, RememberEntry
+from .types import BRANDS, SCOPES, Identity, RememberEntry, SearchHit
 
 __all__ = [
     "BRANDS",
@@ -44,6 +44,7 @@ __all__ = [
     "RememberStoreError",
     "RememberUnavailableError",
     "SCOPES",
+    "SearchHit",
     "current_identity",
     "generate_secret",
     "identity",

@@ -35,16 +35,18 @@ from ._keys import (
     scope_glob,
     scope_prefix,
 )
+from ._search import Hit, SearchCache, SearchSettings, check_query, embedding_member
 from .errors import (
     RememberConfigurationError,
     RememberConflictError,
     RememberDecryptionError,
+    RememberIdentityError,
     RememberInputError,
     RememberInputTypeError,
 )
 from .identity import current_identity, resolve_namespace
 from .stores.base import NamespaceIndex, Store
-from .types import Identity, Namespace, RememberEntry, check_brand, check_scope
+from .types import SCOPES, Identity, Namespace, RememberEntry, Scope, check_brand, check_scope
 
 __all__ = [
     "CAS_ATTEMPTS",
@@ -124,6 +126,8 @@ class AccessorCore:
     :param read_doubled_prefix: also read keys written by 1.8.0's Redis and
         Vercel KV stores, which doubled the prefix (``P + P + ...``).
     :param sleep: pauses between compare-and-set retries (inject in tests).
+    :param search: the ``search`` option (embedder); its per-process cache of
+        decrypted search data is :attr:`search_cache`.
     :param listing: ``"index"`` (default): writes keep a per-namespace listing
         index and ``list``/``entries``/``forget_many`` read it, at a cost that
         depends on the namespace, not the database -- once the fleet's older
@@ -146,6 +150,7 @@ class AccessorCore:
         read_doubled_prefix: bool = False,
         sleep: Callable[[float], None] | None = None,
         listing: str = "index",
+        search: SearchSettings | None = None,
     ) -> None:
         if listing not in LISTING_MODES:
             raise RememberConfigurationError(f"listing must be 'index' or 'scan'; got {listing!r}")
@@ -160,6 +165,8 @@ class AccessorCore:
         self.sleep = sleep or time.sleep
         self._stats = _Stats()
         self._lock = threading.Lock()
+        self.search_settings = search or SearchSettings()
+        self.search_cache = SearchCache(self.search_settings)
         self._new_caches()
         self.listing = listing
         #: Whether reads may trust the index: every older entry is in it.
@@ -208,6 +215,7 @@ class AccessorCore:
         # parent's thread was counting, or reports an unreadable key once more.
         self._lock = threading.Lock()
         self._new_caches()
+        self.search_cache = SearchCache(self.search_settings)
 
     def namespace(self, ident: Identity | None, scope: object) -> tuple[Namespace, str]:
         """The namespace of *scope* for *ident*, and its storage-key head (cached).
@@ -456,8 +464,26 @@ class AccessorCore:
             check_json_value(metadata, "metadata")
         now = self.clock()
         expires = self.deadline(ttl, now)
-        stored = self.seal_checked(entry_json(value, brand, now, now, expires, metadata), ns, skey)
+        extras = self.search_extras(key, value, brand, metadata)
+        stored = self.seal_checked(
+            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey
+        )
         self.store.set(skey, stored, ttl_ms=self.ttl_ms(expires, now))
+
+    def search_extras(
+        self, key: str, value: Any, brand: str | None, metadata: dict[str, Any] | None,
+        written_by: str | None = None,
+    ) -> dict[str, Any] | None:
+        """The entry members kept for search: who wrote it (a tool; absent for the host)
+        and, with an embedder, its vector -- both sealed inside the entry."""
+        extras: dict[str, Any] = {}
+        if written_by is not None:
+            extras["writtenBy"] = written_by
+        if self.search_settings.embedder is not None:
+            extras["embedding"] = embedding_member(
+                self.search_settings, key, value, brand, metadata
+            )
+        return extras or None
 
     def get_fields(self, ident: Identity | None, key: str, scope: object) -> EntryFields | None:
         """The live entry under *key* as its fields, or ``None`` (the path of every read)."""
@@ -545,7 +571,12 @@ class AccessorCore:
                 if ttl is not None or expires is None:
                     expires = self.deadline(ttl, now)  # else: keep the deadline
             stored = self.seal_checked(
-                entry_json(value, brand, created_at, now, expires, metadata), ns, skey
+                entry_json(
+                    value, brand, created_at, now, expires, metadata,
+                    self.search_extras(key, value, brand, metadata),
+                ),
+                ns,
+                skey,
             )
             ttl_ms = self.ttl_ms(expires, now)
             if raw is None or source != skey:
@@ -603,6 +634,17 @@ class AccessorCore:
         keys = [skey, self.prefix + skey] if self.read_doubled_prefix else [skey]
         return self.store.delete(*keys) > 0
 
+    def _raw_pages(
+        self, ns: Namespace, head: str, pattern: str
+    ) -> Iterator[tuple[list[tuple[str, str]], list[str]]]:
+        """Pages read from the store: (page, storage keys).
+
+        1.8.0's doubled-prefix keys are given their storage key.
+        """
+        cut_doubled = len(self.prefix + head)
+        for batch in self.scan_pages(ns, pattern):
+            yield batch, [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
+
     def _decoded_pages(
         self, ident: Identity | None, scope: object, pattern: str, brand: str | None
     ) -> Iterator[tuple[int, list[tuple[str, str]], list[str], list[_Decoded]]]:
@@ -611,10 +653,8 @@ class AccessorCore:
         1.8.0's doubled-prefix keys are decoded as ours (under their storage key).
         """
         ns, head = self.namespace(ident, scope)
-        cut_doubled = len(self.prefix + head)
-        for batch in self.scan_pages(ns, pattern):
+        for batch, skeys in self._raw_pages(ns, head, pattern):
             now = self.clock()
-            skeys = [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
             yield now, batch, skeys, self.codec.decode_many([v for _, v in batch], ns, skeys)
 
     def entries(
@@ -698,3 +738,66 @@ class AccessorCore:
                 "" if include_unreadable else " (include_unreadable=True deletes them)",
             )
         return deleted
+
+    def search(
+        self,
+        ident: Identity | None,
+        query: object,
+        scope: object,
+        brand: object,
+        limit: object,
+        host_only: object,
+        *,
+        scopes: tuple[Scope, ...] = SCOPES,
+        max_limit: int = 1000,
+    ) -> list[Hit]:
+        """``RememberAccessor.search``: rank the caller's readable, live entries for *query*.
+
+        Reads every namespace searched through :meth:`scan_pages` (its listing
+        index), so the cost depends on the caller's namespaces, not the database;
+        what was decrypted is kept in :attr:`search_cache` (see
+        :class:`~remember_sync._search.SearchCache`).  *scope* ``None`` searches each
+        of *scopes* this identity may use and skips the others.
+
+        :raises RememberIdentityError: an explicit *scope* this identity cannot use.
+        """
+        query, limit = check_query(query, limit, max_limit=max_limit)
+        brand = None if brand is None else check_brand(brand)
+        if type(host_only) is not bool:
+            raise RememberInputTypeError(
+                f"host_only must be a bool; got {type(host_only).__name__}"
+            )
+        if scope is None:
+            wanted: list[Scope] = list(scopes)
+        else:
+            wanted = [check_scope(scope)]
+        parts = []
+        for name in wanted:
+            try:
+                ns, head = self.namespace(ident, name)
+            except RememberIdentityError:
+                if scope is not None:
+                    raise
+                continue
+            items: list[tuple[str, str]] = []
+            cut = len(head)
+            for batch, skeys in self._raw_pages(ns, head, "*"):
+                items.extend((skey[cut:], raw) for skey, (_, raw) in zip(skeys, batch, strict=True))
+            parts.append((name, head, items, functools.partial(self._open_records, ns, head)))
+        heads: dict[str, str] = {name: head for name, head, _, _ in parts}
+
+        def unreadable(scope: str, bare: str, exc: Exception) -> None:
+            # Left out of the results, logged and counted once per key -- or raised,
+            # with on_decrypt_error="raise", as every other read does.
+            if isinstance(exc, RememberDecryptionError):
+                self._unreadable(heads[scope] + bare, exc)
+
+        return self.search_cache.search(
+            parts, query, brand=brand, limit=limit, now=self.clock(),
+            host_only=host_only, on_unreadable=unreadable,
+        )
+
+    def _open_records(
+        self, ns: Namespace, head: str, bares: list[str], raws: list[str]
+    ) -> list[tuple[EntryFields, dict[str, Any]] | RememberDecryptionError]:
+        return self.codec.records_many(raws, ns, [head + b for b in bares])

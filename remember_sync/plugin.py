@@ -20,6 +20,7 @@ from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
 from ._keys import storage_namespace
 from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
+from ._search import build_settings
 from ._secrets import resolve_keyring
 from .accessor import RememberAccessor
 from .errors import RememberConfigurationError
@@ -55,6 +56,7 @@ _OPTIONS = frozenset(
         "read_doubled_prefix",
         "listing",
         "background_reindex",
+        "search",
         "clock",
         "environ",
     }
@@ -70,7 +72,7 @@ _ENCRYPTION_OPTIONS = frozenset(
         "require_secret",
     }
 )
-_TOOLS_OPTIONS = frozenset({"enabled", "allowed_scopes", "prefix"})
+_TOOLS_OPTIONS = frozenset({"enabled", "allowed_scopes", "prefix", "search"})
 _REDIS_CONFIG = frozenset(
     {
         "host",
@@ -151,7 +153,9 @@ class RememberPlugin:
         self._tools: MemoryTools | None = None
         if tools.get("enabled"):
             scopes = tools["allowed_scopes"]
-            self._tools = MemoryTools(core, prefix=tools["prefix"], allowed_scopes=scopes)
+            self._tools = MemoryTools(
+                core, prefix=tools["prefix"], allowed_scopes=scopes, search=tools["search"]
+            )
         self.purge_options: dict[str, Any] = dict(purge_options)
         self._closed = False
         self._purge: LegacyPurge | None = None
@@ -241,6 +245,7 @@ class RememberPlugin:
         if listing not in ("index", "scan"):
             raise _config_error("listing", f"must be 'index' or 'scan'; got {listing!r}")
         backfill = _check_bool(options.get("background_reindex", True), "background_reindex")
+        search = build_settings(options.get("search"))
 
         store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:
@@ -266,6 +271,7 @@ class RememberPlugin:
                 on_decrypt_error=on_decrypt_error,
                 read_doubled_prefix=read_doubled,
                 listing=listing,
+                search=search,
             )
         except BaseException:
             if owns:
@@ -291,7 +297,8 @@ class RememberPlugin:
         if isinstance(allowed, str) or not isinstance(allowed, (list, tuple)):
             raise _config_error("tools.allowed_scopes", "must be a non-empty list of scopes")
         scopes = scope_list(allowed, "RememberPlugin.init option 'tools.allowed_scopes'")
-        return {"enabled": enabled, "prefix": prefix, "allowed_scopes": scopes}
+        search = _check_bool(tools.get("search", True), "tools.search")
+        return {"enabled": enabled, "prefix": prefix, "allowed_scopes": scopes, "search": search}
 
     # -- the public surface -------------------------------------------------------------
 
@@ -413,6 +420,7 @@ class RememberPlugin:
             self._purge.stop()
         if self._key_check is not None:
             self._key_check.stop()
+        self._core.search_cache.clear()
         if self._owns_store:
             self._core.store.close()
 
@@ -423,10 +431,11 @@ class RememberPlugin:
         self.close()
 
     def tool_definitions(self) -> list[dict[str, Any]]:
-        """The MCP definitions of the four memory tools (SPEC section 8.1).
+        """The MCP definitions of the memory tools (SPEC sections 8.1 and 11).
 
-        ``<prefix>remember_this``, ``<prefix>recall``, ``<prefix>forget`` and
-        ``<prefix>list_memories``; an empty list unless ``tools.enabled``.
+        ``<prefix>remember_this``, ``<prefix>recall``, ``<prefix>forget``,
+        ``<prefix>list_memories`` and (unless ``tools={"search": False}``)
+        ``<prefix>search_memories``; an empty list unless ``tools.enabled``.
         """
         return [] if self._tools is None else self._tools.definitions()
 

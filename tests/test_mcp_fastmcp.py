@@ -51,7 +51,8 @@ def test_tools_are_listed_beside_the_servers_own(
         async with Client(server, mode=mode) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert list(tools) == ["add", "memory_remember_this", "memory_recall",
-                                   "memory_forget", "memory_list_memories"]
+                                   "memory_forget", "memory_list_memories",
+                                   "memory_search_memories"]
             ours = {d["name"]: d for d in tools_plugin.tool_definitions()}
             for name, definition in ours.items():
                 assert tools[name].input_schema == definition["inputSchema"]
@@ -146,7 +147,7 @@ def test_low_level_server_without_tools_of_its_own(tools_plugin: RememberPlugin)
     app: Server[Any] = Server("bare")
     names = register_memory_tools(app, tools_plugin)
     assert names == ["memory_remember_this", "memory_recall", "memory_forget",
-                     "memory_list_memories"]
+                     "memory_list_memories", "memory_search_memories"]
 
     async def main() -> None:
         for mode in ("legacy", MODERN):

@@ -165,7 +165,9 @@ def test_lists_the_memory_tools(server: Served, mode: str) -> None:
                 assert client.server_info is not None
                 assert client.server_info.name == "remember-sync"
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert list(tools) == ["remember_this", "recall", "forget", "list_memories"]
+            assert list(tools) == [
+                "remember_this", "recall", "forget", "list_memories", "search_memories"
+            ]
             assert tools["remember_this"].input_schema["required"] == ["key", "value"]
             assert tools["forget"].annotations is not None
             assert tools["forget"].annotations.destructive_hint is True

@@ -359,7 +359,7 @@ def test_ping_and_tools_list(client: Wsgi) -> None:
     """ping answers {}, tools/list the memory tools."""
     assert client.request(rpc("ping")).result == {}
     names = [t["name"] for t in client.request(rpc("tools/list")).result["tools"]]
-    assert names == ["remember_this", "recall", "forget", "list_memories"]
+    assert names == ["remember_this", "recall", "forget", "list_memories", "search_memories"]
 
 
 @pytest.mark.parametrize(

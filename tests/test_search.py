@@ -1,0 +1,295 @@
+"""accessor.search and the search_memories tool, on every store.
+
+Ranking, isolation between identities, expiry, unreadable entries, what the
+raw store holds, the per-process cache across writers, provenance, the tool.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from remember_sync import Identity, RememberPlugin, SearchHit
+from remember_sync._clock import FakeClock
+from remember_sync._search import stem, tokens
+from remember_sync.errors import RememberIdentityError, RememberInputError, RememberStoreError
+from remember_sync.testing import HashingEmbedder
+from tests.conftest import TEST_SECRET
+
+Factory = Callable[..., RememberPlugin]
+ALICE = Identity(session_id="s-alice", user_id="alice")
+BOB = Identity(session_id="s-bob", user_id="bob")
+EVAL = Path(__file__).parent / "data" / "search_eval.json"
+
+
+def keys(hits: list[SearchHit]) -> list[str]:
+    return [h.key for h in hits]
+
+
+def test_finds_by_words_in_value_key_brand_and_metadata(make_plugin: Factory) -> None:
+    """Words anywhere in the entry (nested strings, object keys, key, metadata) find it."""
+    plugin = make_plugin()
+    mem = plugin.accessor(ALICE)
+    mem.set("favorite_color", "deep blue", scope="user", brand="preference")
+    mem.set("trip", {"plan": [{"city": "Lisbon", "notes": "visit the tiled churches"}]},
+            scope="user")
+    mem.set("misc", "nothing here", scope="user", metadata={"source": "onboarding form"})
+    assert keys(mem.search("what is the favourite colour")) == ["favorite_color"]
+    assert keys(mem.search("tiled church")) == ["trip"]
+    assert keys(mem.search("city")) == ["trip"]
+    assert keys(mem.search("onboarding")) == ["misc"]
+    hit = mem.search("blue")[0]
+    assert hit.scope == "user" and hit.entry.value == "deep blue" and hit.score > 0
+    assert hit.written_by == "host" and hit.written_at == hit.entry.updated_at
+
+
+def test_folding_stemming_prefix_and_typo(make_plugin: Factory) -> None:
+    """Case, accents, English endings, prefixes and one-letter typos still match."""
+    plugin = make_plugin()
+    mem = plugin.accessor(ALICE)
+    mem.set("cafe", "Meets at the Café Majestic on Fridays", scope="user")
+    mem.set("deploys", "Deployments run through Argo", scope="user")
+    mem.set("diet", "Strictly vegetarian", scope="user")
+    assert keys(mem.search("CAFE majestic")) == ["cafe"]
+    assert keys(mem.search("friday meeting")) == ["cafe"]
+    assert keys(mem.search("deploy")) == ["deploys"]
+    assert keys(mem.search("deployment")) == ["deploys"]
+    assert keys(mem.search("vegetarain")) == ["diet"]  # one transposition
+    assert stem("likes") == stem("liked") == stem("liking") == stem("like")
+    assert tokens("userDietPreference") == ["user", "diet", "preferenc"]
+
+
+def test_two_identities_sharing_words_never_see_each_other(make_plugin: Factory) -> None:
+    """Bob's search never returns Alice's entries, whatever words they share."""
+    plugin = make_plugin()
+    alice, bob = plugin.accessor(ALICE), plugin.accessor(BOB)
+    for scope in ("session", "user"):
+        alice.set("secret_plan", "the launch code word is pineapple", scope=scope)
+    bob.set("fruit", "pineapple smoothie recipe", scope="user")
+    for _ in range(2):  # cold, then through the per-process cache
+        found = bob.search("pineapple launch code word")
+        assert [(h.key, h.scope) for h in found] == [("fruit", "user")]
+        assert all(h.entry.value != "the launch code word is pineapple" for h in found)
+        assert keys(alice.search("pineapple launch")) == ["secret_plan", "secret_plan"]
+    # Global memory is shared by design; tool memory is per tool and per session.
+    alice.set("shared", "pineapple", scope="global")
+    assert ("shared", "global") in [(h.key, h.scope) for h in bob.search("pineapple")]
+
+
+def test_scope_rules(make_plugin: Factory) -> None:
+    """scope=None skips scopes the caller cannot use; an explicit one raises as elsewhere."""
+    plugin = make_plugin()
+    anon = plugin.accessor(Identity(session_id="s-anon"))
+    anon.set("note", "anonymous note about tea", scope="session")
+    assert keys(anon.search("tea")) == ["note"]
+    with pytest.raises(RememberIdentityError):
+        anon.search("tea", scope="user")
+    assert keys(anon.search("tea", scope="session")) == ["note"]
+    with pytest.raises(RememberInputError):
+        anon.search("   ")
+    with pytest.raises(RememberInputError):
+        anon.search("tea", limit=0)
+    with pytest.raises(TypeError):
+        anon.search(b"tea")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        anon.search("tea", brand="nope")
+
+
+def test_expired_and_unreadable_entries_are_left_out(
+    make_plugin: Factory, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An expired entry or one sealed under another secret is never a result."""
+    plugin = make_plugin()
+    mem = plugin.accessor(ALICE)
+    mem.set("short", "ephemeral walrus", scope="user", ttl=60)
+    mem.set("long", "durable walrus", scope="user")
+    assert sorted(keys(mem.search("walrus"))) == ["long", "short"]
+    clock.advance(s=61)
+    assert keys(mem.search("walrus")) == ["long"]
+    other = make_plugin(encryption={"secrets": ["another-secret-0123456789abcdef0123"]})
+    other.accessor(ALICE).set("foreign", "foreign walrus", scope="user")
+    assert keys(mem.search("walrus")) == ["long"]
+    assert plugin.stats()["unreadable"] >= 1
+    assert "search leaves it out" not in caplog.text or "foreign walrus" not in caplog.text
+
+
+def test_brand_limit_and_host_only(make_plugin: Factory) -> None:
+    """brand filters, limit bounds, host_only drops what a model wrote through the tools."""
+    plugin = make_plugin(tools={"enabled": True})
+    mem = plugin.accessor(ALICE)
+    mem.set("pref", "likes green tea", scope="session", brand="preference")
+    mem.set("cache", "green tea prices", scope="session", brand="cache")
+    result = plugin.call_tool("remember_this", {"key": "model_note", "value": "green tea is best"},
+                              identity=ALICE)
+    assert not result["isError"]
+    assert sorted(keys(mem.search("green tea"))) == ["cache", "model_note", "pref"]
+    assert keys(mem.search("green tea", brand="preference")) == ["pref"]
+    assert len(mem.search("green tea", limit=1)) == 1
+    assert sorted(keys(mem.search("green tea", host_only=True))) == ["cache", "pref"]
+    by = {h.key: h.written_by for h in mem.search("green tea")}
+    assert by == {"pref": "host", "cache": "host", "model_note": "remember_this"}
+    # The host rewriting it makes it host-written.
+    mem.set("model_note", "green tea is best", scope="session")
+    assert "model_note" in keys(mem.search("green tea", host_only=True))
+
+
+def test_search_memories_tool(make_plugin: Factory) -> None:
+    """The fifth tool: schema, results with preview and provenance, scopes, turning it off."""
+    plugin = make_plugin(tools={"enabled": True})
+    definition = next(d for d in plugin.tool_definitions() if d["name"] == "search_memories")
+    assert definition["annotations"]["readOnlyHint"] is True
+    assert definition["inputSchema"]["required"] == ["query"]
+    assert "search_memories" in plugin.tool_definitions()[1]["description"]
+    plugin.accessor(ALICE).set("diet", {"notes": "Vegetarian, allergic to peanuts"}, scope="user",
+                               brand="preference")
+    plugin.call_tool("remember_this", {"key": "k", "value": "peanut butter jar", "scope": "user"},
+                     identity=ALICE)
+    result = plugin.call_tool("search_memories", {"query": "peanut allergy"}, identity=ALICE)
+    assert not result["isError"]
+    out = result["structuredContent"]
+    assert out["count"] == 2 and out["results"][0]["key"] == "diet"
+    first = out["results"][0]
+    assert first["scope"] == "user" and first["brand"] == "preference"
+    assert first["preview"] == "notes Vegetarian, allergic to peanuts"
+    assert first["writtenBy"] == "host" and isinstance(first["writtenAt"], int)
+    assert out["results"][1]["writtenBy"] == "remember_this"
+    assert json.loads(result["content"][0]["text"]) == out
+    only = plugin.call_tool("search_memories", {"query": "peanut", "host_only": True},
+                            identity=ALICE)["structuredContent"]
+    assert [r["key"] for r in only["results"]] == ["diet"]
+    bob = plugin.call_tool("search_memories", {"query": "peanut"}, identity=BOB)
+    assert bob["structuredContent"] == {"results": [], "count": 0}
+    refused = plugin.call_tool("search_memories", {"query": "x", "scope": "global"},
+                               identity=ALICE)
+    assert refused["isError"] and "REMEMBER_SCOPE_NOT_ALLOWED" in refused["content"][0]["text"]
+    bad = plugin.call_tool("search_memories", {"query": ""}, identity=ALICE)
+    assert bad["isError"]
+    off = make_plugin(tools={"enabled": True, "search": False})
+    assert "search_memories" not in [d["name"] for d in off.tool_definitions()]
+    assert "search_memories" not in off.tool_definitions()[0]["description"]
+    assert off.call_tool("search_memories", {"query": "x"}, identity=ALICE)["isError"]
+
+
+def test_raw_store_holds_no_word_and_no_vector(make_plugin: Factory, store: Any) -> None:
+    """Every word written, and the embedding, is sealed: the raw store contains none of them."""
+    plugin = make_plugin(search={"embedder": HashingEmbedder()}, tools={"enabled": True})
+    mem = plugin.accessor(ALICE)
+    words = {"zanzibar": "user", "quixotic": "session", "marmalade": "global"}
+    for word, scope in words.items():
+        mem.set(f"k_{scope}", f"{word} notes", scope=scope, metadata={"tag": f"{word}tag"})
+    plugin.call_tool("remember_this", {"key": "toolkey", "value": "xylophone lesson"},
+                     identity=ALICE)
+    assert keys(mem.search("zanzibar")) == ["k_user"]
+    assert keys(mem.search("xylophone")) == ["toolkey"]
+    raw = []
+    for key in store.scan("*"):
+        raw.append(key)
+        try:
+            value = store.get(key)
+        except RememberStoreError:  # a listing index (a sorted set of key names)
+            continue
+        if value is not None:
+            raw.append(value)
+    blob = "\n".join(raw).casefold()
+    for word in [*words, "xylophone", "lesson", "notes", "embedding", "writtenby",
+                 "remember_this", "hashing-trigram"]:
+        assert word not in blob, word
+
+
+def test_embedder_vectors_sealed_in_entry_and_hybrid_ranking(make_plugin: Factory) -> None:
+    """With an embedder the vector is computed at write time and kept inside the envelope."""
+    calls: list[str] = []
+    inner = HashingEmbedder(64)
+
+    def embedder(text: str) -> list[float]:
+        calls.append(text)
+        return inner(text)
+
+    plugin = make_plugin(search={"embedder": embedder, "model": "test-64"})
+    mem = plugin.accessor(ALICE)
+    mem.set("pets", "a tabby kitten called Miso", scope="user")
+    assert len(calls) == 1 and "kitten" in calls[0]
+    hits = mem.search("kittens")
+    assert keys(hits)[0] == "pets"
+    assert len(calls) == 2  # the query only: the entry's vector came from the store
+    # A plugin without the embedder reads the same entry (extra members are ignored).
+    plain = make_plugin()
+    assert plain.accessor(ALICE).get("pets", scope="user") == "a tabby kitten called Miso"
+    # Written before the embedder was configured: embedded on first search.
+    plain.accessor(ALICE).set("old", "a golden retriever puppy", scope="user")
+    assert "old" in keys(mem.search("retriever"))
+
+
+def test_other_writer_is_seen_and_cache_dropped_on_close(make_plugin: Factory) -> None:
+    """A write by another plugin (process) is seen at once; close() drops decrypted data."""
+    reader = make_plugin()
+    writer = make_plugin()
+    mem = reader.accessor(ALICE)
+    writer.accessor(ALICE).set("note", "the walrus sings", scope="user")
+    assert keys(mem.search("walrus")) == ["note"]
+    writer.accessor(ALICE).set("note", "the otter sings", scope="user")
+    assert keys(mem.search("walrus")) == []
+    assert keys(mem.search("otter")) == ["note"]
+    writer.accessor(ALICE).forget("note", scope="user")
+    assert keys(mem.search("otter")) == []
+    mem.set("again", "otter", scope="user")
+    mem.search("otter")
+    assert len(reader._core.search_cache) > 0
+    reader.close()
+    assert len(reader._core.search_cache) == 0
+
+
+def test_another_process_write_is_seen(redis_url: str, redis_client: redis.Redis) -> None:
+    """A forked writer process's new and replaced entries are found by the next search."""
+    plugin = RememberPlugin.init(type="redis", config={"url": redis_url},
+                                 encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True)
+    try:
+        if plugin.index_backfill is not None:
+            assert plugin.index_backfill.wait(30)
+        mem = plugin.accessor(ALICE)
+        mem.set("a", "first heron", scope="user")
+        assert keys(mem.search("heron")) == ["a"]
+        code = (
+            "from remember_sync import RememberPlugin, Identity\n"
+            f"p = RememberPlugin.init(type='redis', config={{'url': {redis_url!r}}}, "
+            f"encryption={{'secrets': [{TEST_SECRET!r}]}}, skip_legacy_purge=True)\n"
+            "m = p.accessor(Identity(session_id='s-alice', user_id='alice'))\n"
+            "m.set('a', 'now a pelican', scope='user')\n"
+            "m.set('b', 'second heron', scope='user')\n"
+            "p.close()\n"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+        assert keys(mem.search("heron")) == ["b"]
+        assert keys(mem.search("pelican")) == ["a"]
+    finally:
+        plugin.close()
+
+
+def test_eval_set_lexical_recall_at_5() -> None:
+    """Lexical ranking keeps recall@5 >= 0.75 on the committed evaluation set."""
+    from benchmarks.search import evaluate  # noqa: PLC0415
+
+    result = evaluate(json.loads(EVAL.read_text(encoding="utf-8")))
+    assert result["questions"] >= 100 and result["memories"] >= 250
+    assert result["recall@5"] >= 0.75, result
+    assert result["mrr"] >= 0.6, result
+
+
+def test_search_option_is_validated() -> None:
+    """A bad search option names itself."""
+    from remember_sync.errors import RememberConfigurationError  # noqa: PLC0415
+
+    with pytest.raises(RememberConfigurationError, match="search.embedder"):
+        RememberPlugin.init(search={"embedder": 3}, encryption={"secrets": [TEST_SECRET]})
+    with pytest.raises(RememberConfigurationError, match="unknown key"):
+        RememberPlugin.init(search={"embeder": len}, encryption={"secrets": [TEST_SECRET]})
+    with pytest.raises(RememberConfigurationError, match="tools.search"):
+        RememberPlugin.init(tools={"enabled": True, "search": "yes"},
+                            encryption={"secrets": [TEST_SECRET]})

@@ -123,7 +123,8 @@ def speed(sizes: Sequence[int], rounds: int, others: int) -> list[dict[str, Any]
             for plugin, who in cases.values():  # warm the decrypted cache
                 plugin.accessor(who).search(queries[0])
 
-            def run(case: str, plugin: RememberPlugin, who: Identity, r: int) -> None:
+            def run(case: str, plugin: RememberPlugin, who: Identity, r: int,
+                    samples: dict[str, list[float]] = samples) -> None:
                 began = time.perf_counter()
                 plugin.accessor(who).search(queries[r % len(queries)])
                 samples[case].append((time.perf_counter() - began) * 1000)

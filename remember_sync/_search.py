@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import math
 import re
 import struct
@@ -55,6 +56,9 @@ _MAX_QUERY_TERMS: Final = 32
 DEFAULT_CACHE_ENTRIES: Final = 100_000
 #: Characters of one entry's text that are indexed (a bound on memory per entry).
 _MAX_TEXT_CHARS: Final = 65_536
+#: Stored texts up to this many characters are kept as they are to recognise them
+#: unchanged; longer ones by their digest.
+_MAX_KEPT_TEXT: Final = 1024
 #: Tokens longer than this are not words (hashes, base64) and are not indexed.
 _MAX_TOKEN: Final = 40
 _K1: Final = 1.2
@@ -446,7 +450,7 @@ def _stored_vector(member: object, model: str) -> tuple[float, ...] | None:
 
 @dataclass
 class _Doc:
-    digest: bytes
+    digest: str | bytes
     fields: EntryFields
     terms: dict[str, float]
     length: float
@@ -463,11 +467,13 @@ class _Corpus:
         self.total_length = 0.0
         # Vocabulary lookups: prefix (3..6 characters) -> terms, and for one-edit
         # matches, (first two letters, length) and (last two letters, length) -> terms.
-        self.by_prefix: dict[str, set[str]] = {}
-        self.by_head: dict[tuple[str, int], set[str]] = {}
-        self.by_tail: dict[tuple[str, int], set[str]] = {}
+        # Buckets are dicts of str -> None, not sets: a dict holding only strings is
+        # not tracked by the garbage collector, so a large corpus costs no GC passes.
+        self.by_prefix: dict[str, dict[str, None]] = {}
+        self.by_head: dict[tuple[str, int], dict[str, None]] = {}
+        self.by_tail: dict[tuple[str, int], dict[str, None]] = {}
 
-    def _vocab_keys(self, term: str) -> Iterable[tuple[dict[Any, set[str]], Any]]:
+    def _vocab_keys(self, term: str) -> Iterable[tuple[dict[Any, dict[str, None]], Any]]:
         n = len(term)
         for k in range(3, min(n, 7)):
             yield self.by_prefix, term[:k]
@@ -483,7 +489,7 @@ class _Corpus:
             if posting is None:
                 posting = self.postings[term] = {}
                 for table, k in self._vocab_keys(term):
-                    table.setdefault(k, set()).add(term)
+                    table.setdefault(k, {})[term] = None
             posting[bare] = tf
 
     def remove(self, bare: str) -> None:
@@ -496,13 +502,13 @@ class _Corpus:
                 del self.postings[term]
                 for table, k in self._vocab_keys(term):
                     bucket = table[k]
-                    bucket.discard(term)
+                    del bucket[term]
                     if not bucket:
                         del table[k]
 
     def prefixed(self, term: str) -> Iterable[str]:
         """Vocabulary terms longer than *term* that start with it (*term* >= 3 characters)."""
-        bucket = self.by_prefix.get(term[:6], ())
+        bucket = self.by_prefix.get(term[:6], {})
         return (t for t in bucket if len(t) > len(term) and t.startswith(term))
 
     def near(self, term: str) -> Iterable[str]:
@@ -511,7 +517,7 @@ class _Corpus:
         seen: set[str] = set()
         for size in (n - 1, n, n + 1):
             for table, k in ((self.by_head, (term[:2], size)), (self.by_tail, (term[-2:], size))):
-                for t in table.get(k, ()):
+                for t in table.get(k, {}):
                     if t not in seen:
                         seen.add(t)
                         if t != term and _one_edit(term, t):
@@ -536,7 +542,7 @@ def _one_edit(a: str, b: str) -> bool:
 
 
 def _document(
-    bare: str, digest: bytes, fields: EntryFields, obj: Mapping[str, Any],
+    bare: str, digest: str | bytes, fields: EntryFields, obj: Mapping[str, Any],
     settings: SearchSettings,
 ) -> _Doc:
     value, brand, _, _, _, metadata = fields
@@ -633,6 +639,13 @@ class SearchCache:
             finally:
                 self._trim({head for _, head, _, _ in parts})
 
+    @staticmethod
+    def _fingerprint(raw: str) -> str | bytes:
+        """What identifies a stored text: itself when short, else its BLAKE2b-128 digest."""
+        if len(raw) <= _MAX_KEPT_TEXT:
+            return raw
+        return hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
     def _refresh(
         self, head: str, items: Sequence[tuple[str, str]], opener: Opener, label: str,
         on_unreadable: Callable[[str, str, Exception], None],
@@ -642,14 +655,12 @@ class SearchCache:
             corpus = self._corpora[head] = _Corpus()
         self._corpora.move_to_end(head)
         listed: set[str] = set()
-        stale: list[tuple[str, str, bytes]] = []
+        stale: list[tuple[str, str, str | bytes]] = []
         for bare, raw in items:
             if bare in listed:
                 continue  # 1.8.0's doubled-prefix twin of a key already read
             listed.add(bare)
-            digest = hashlib.blake2b(
-                raw.encode("utf-8", "surrogatepass"), digest_size=16
-            ).digest()
+            digest = self._fingerprint(raw)
             doc = corpus.docs.get(bare)
             if doc is None or doc.digest != digest:
                 stale.append((bare, raw, digest))
@@ -730,54 +741,82 @@ def _rank(
     if n_docs == 0:
         return []
     avg = max(sum(c.total_length for c in bodies) / n_docs, 1.0)
-    lexical: dict[tuple[int, str], float] = {}
+    # Per corpus: bare key -> score; each query term adds its best matching term's BM25.
+    lexical: list[dict[str, float]] = [{} for _ in bodies]
+    norms = [
+        {bare: _K1 * (1.0 - _B + _B * doc.length / avg) for bare, doc in c.docs.items()}
+        for c in bodies
+    ]
     for term in terms:
-        best: dict[tuple[int, str], float] = {}
-        for match, weight in _expand(bodies, term).items():
-            df = sum(len(c.postings.get(match, ())) for c in bodies)
-            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-            for i, c in enumerate(bodies):
+        expanded = _expand(bodies, term)
+        for i, c in enumerate(bodies):
+            best: dict[str, float] = {}
+            get, norm = best.get, norms[i]
+            for match, weight in expanded.items():
                 posting = c.postings.get(match)
                 if not posting:
                     continue
-                docs = c.docs
+                df = sum(len(o.postings.get(match, ())) for o in bodies)
+                factor = weight * math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)) * (_K1 + 1.0)
                 for bare, tf in posting.items():
-                    norm = _K1 * (1.0 - _B + _B * docs[bare].length / avg)
-                    score = weight * idf * tf * (_K1 + 1.0) / (tf + norm)
-                    slot = (i, bare)
-                    if best.get(slot, 0.0) < score:
-                        best[slot] = score
-        for slot, score in best.items():
-            lexical[slot] = lexical.get(slot, 0.0) + score
-    scores = lexical
+                    score = factor * tf / (tf + norm[bare])
+                    if score > get(bare, 0.0):
+                        best[bare] = score
+            total = lexical[i]
+            for bare, score in best.items():
+                total[bare] = total.get(bare, 0.0) + score
+    scores: dict[tuple[int, str], float] = {
+        (i, bare): score for i, per in enumerate(lexical) for bare, score in per.items()
+    }
     if qvec is not None:
-        top = max(lexical.values(), default=0.0) or 1.0
+        top = max(scores.values(), default=0.0) or 1.0
         semantic: dict[tuple[int, str], float] = {}
         for i, c in enumerate(bodies):
             for bare, doc in c.docs.items():
                 if doc.vector is not None and len(doc.vector) == len(qvec):
                     semantic[(i, bare)] = max(0.0, sum(map(float.__mul__, qvec, doc.vector)))
         scores = {
-            slot: (1.0 - _SEMANTIC_SHARE) * lexical.get(slot, 0.0) / top
+            slot: (1.0 - _SEMANTIC_SHARE) * scores.get(slot, 0.0) / top
             + _SEMANTIC_SHARE * semantic.get(slot, 0.0)
-            for slot in lexical.keys() | semantic.keys()
+            for slot in scores.keys() | semantic.keys()
         }
-    ranked: list[Hit] = []
-    for (i, bare), score in sorted(
-        scores.items(),
-        key=lambda item: (-item[1], -bodies[item[0][0]].docs[item[0][1]].fields[3], item[0][1]),
-    ):
-        if score <= 0.0:
-            break
-        doc = bodies[i].docs[bare]
+    def admitted(slot: tuple[int, str]) -> bool:
+        doc = bodies[slot[0]].docs[slot[1]]
         fields = doc.fields
-        if fields[4] is not None and now >= fields[4]:
-            continue
-        if brand is not None and fields[1] != brand:
-            continue
-        if host_only and doc.written_by is not None:
-            continue
-        ranked.append(Hit(corpora[i][0], bare, round(score, 6), fields, doc.written_by))
-        if len(ranked) >= limit:
-            break
+        return not (
+            (fields[4] is not None and now >= fields[4])
+            or (brand is not None and fields[1] != brand)
+            or (host_only and doc.written_by is not None)
+        )
+
+    def order(item: tuple[tuple[int, str], float]) -> tuple[float, int, str]:
+        # Best score first; on a tie the most recently written, then the key.
+        (i, bare), score = item
+        return (score, bodies[i].docs[bare].fields[3], _Reversed(bare))
+
+    # The best scores first by score alone (C-level), then only those ordered and
+    # filtered; when filters leave too few, everything is filtered and ordered.
+    positive = [item for item in scores.items() if item[1] > 0.0]
+    chosen: list[tuple[tuple[int, str], float]] = []
+    if len(positive) > limit:
+        cut = heapq.nlargest(limit, [score for _, score in positive])[-1]
+        chosen = [item for item in positive if item[1] >= cut and admitted(item[0])]
+    if len(chosen) < limit:
+        chosen = [item for item in positive if admitted(item[0])]
+    ranked: list[Hit] = []
+    for (i, bare), score in heapq.nlargest(limit, chosen, key=order):
+        doc = bodies[i].docs[bare]
+        ranked.append(Hit(corpora[i][0], bare, round(score, 6), doc.fields, doc.written_by))
     return ranked
+
+
+class _Reversed(str):
+    """A key that sorts in reverse, so ties go to the alphabetically first key under nlargest."""
+
+    __slots__ = ()
+
+    def __lt__(self, other: str) -> bool:
+        return str.__gt__(self, other)
+
+    def __gt__(self, other: str) -> bool:
+        return str.__lt__(self, other)

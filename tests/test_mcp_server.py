@@ -365,7 +365,8 @@ def test_user_tools_in_both_styles_read_and_write_memory(tmp_path: Path) -> None
             async with connect(served.url) as client:
                 names = [t.name for t in (await client.list_tools()).tools]
                 assert names == ["memory_remember_this", "memory_recall", "memory_forget",
-                                 "memory_list_memories", "greet", "set_theme"]
+                                 "memory_list_memories", "memory_search_memories", "greet",
+                                 "set_theme"]
                 first = await structured(client, "greet", {"name": "Ada"})
                 second = await structured(client, "greet", {"name": "Grace"})
                 assert first == {"previous": None, "count": 1}

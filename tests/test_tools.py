@@ -170,6 +170,11 @@ def test_scope_schema_lists_only_allowed_scopes(make_plugin: Factory) -> None:
     assert "session:" not in text and "tool:" not in text
     assert "always pass one of: user, global" in text
     for d in restricted.tool_definitions():
+        if d["name"] == "search_memories":  # the shared text, after what searching does
+            searched = d["inputSchema"]["properties"]["scope"]
+            assert searched["description"].endswith(scope["description"])
+            assert searched["enum"] == scope["enum"] and "default" not in searched
+            continue
         assert d["inputSchema"]["properties"]["scope"] == scope  # one shared description
 
 

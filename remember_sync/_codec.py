@@ -285,6 +285,21 @@ class EntryCodec:
         """The entry stored under *storage_key*; :class:`RememberDecryptionError` if unreadable."""
         return RememberEntry(*self.open_fields(stored, ns, storage_key)[0])
 
+    def reseal(self, stored: str, ns: Namespace, storage_key: str) -> str:
+        """*stored* sealed anew under the primary secret and envelope form, its entry
+        text unchanged (every member kept, the search data included).
+
+        :raises RememberDecryptionError: *stored* is unreadable or not an entry.
+        """
+        keyring = self.keyring
+        if keyring is None:
+            entry_fields(stored)
+            return stored
+        aad = storage_key[len(self.prefix) :].encode("utf-8", TEXT_ERRORS)
+        text = keyring.open(stored, ns, aad, bound_only=not self.accept_unbound)[0]
+        entry_fields(text)
+        return self.seal_text(text, ns, storage_key)
+
     def decode_many(
         self, stored: Sequence[str], ns: Namespace, storage_keys: Sequence[str]
     ) -> list[EntryFields | RememberDecryptionError]:

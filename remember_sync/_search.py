@@ -44,7 +44,9 @@ __all__ = [
     "check_query",
     "embedding_member",
     "entry_text",
+    "load_embedder",
     "preview",
+    "stored_vector",
     "tokens",
 ]
 
@@ -378,6 +380,31 @@ def build_settings(options: object) -> SearchSettings:
     return SearchSettings(embedder, model, size)
 
 
+def load_embedder(spec: str) -> Embedder:
+    """The embedder named ``"module:attribute"`` (a class is instantiated without arguments).
+
+    :raises RememberConfigurationError: it cannot be imported or is not callable.
+    """
+    import importlib  # noqa: PLC0415 - only the command line names embedders
+
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise RememberConfigurationError(
+            f"an embedder is named 'module:attribute' (e.g. 'mypkg.embed:embedder'); got {spec!r}"
+        )
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise RememberConfigurationError(f"cannot load the embedder {spec!r}: {exc}") from exc
+    if isinstance(found, type):
+        found = found()
+    if not callable(found):
+        raise RememberConfigurationError(f"the embedder {spec!r} is not callable")
+    return found  # type: ignore[no-any-return]
+
+
 def _callable_name(fn: Callable[..., Any]) -> str:
     name = getattr(fn, "model_name", None)
     if isinstance(name, str) and name:
@@ -430,7 +457,7 @@ def embedding_member(
     }
 
 
-def _stored_vector(member: object, model: str) -> tuple[float, ...] | None:
+def stored_vector(member: object, model: str) -> tuple[float, ...] | None:
     """The vector of an ``embedding`` member written for *model*, or ``None``."""
     if not isinstance(member, dict) or member.get("model") != model:
         return None
@@ -555,7 +582,7 @@ def _document(
     written_by = obj.get("writtenBy")
     vector = None
     if settings.embedder is not None:
-        vector = _stored_vector(obj.get("embedding"), settings.model)
+        vector = stored_vector(obj.get("embedding"), settings.model)
         if vector is None:  # written before the embedder, or by another model: embed now
             vector = embed(settings, entry_text(bare, value, brand, metadata))
     return _Doc(

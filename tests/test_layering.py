@@ -45,7 +45,8 @@ ALLOWED: dict[str, set[str]] = {
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
     "_ops": CORE
-    | {"stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config"},
+    | {"stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config",
+       "_search"},
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",
        "_config"},

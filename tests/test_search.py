@@ -293,3 +293,74 @@ def test_search_option_is_validated() -> None:
     with pytest.raises(RememberConfigurationError, match="tools.search"):
         RememberPlugin.init(tools={"enabled": True, "search": "yes"},
                             encryption={"secrets": [TEST_SECRET]})
+
+
+def test_rotate_keeps_who_wrote_and_the_vector(redis_url: str, redis_client: redis.Redis) -> None:
+    """rotate re-seals the entry text as it is: a model's write stays a model's write."""
+    from remember_sync._ops.rotate import rotate  # noqa: PLC0415
+
+    old_secret, new_secret = TEST_SECRET, "rotated-secret-0123456789abcdef0123"
+
+    def plugin(*secrets: str, **options: Any) -> RememberPlugin:
+        return RememberPlugin.init(type="redis", config={"url": redis_url},
+                                   encryption={"secrets": list(secrets)},
+                                   skip_legacy_purge=True, tools={"enabled": True}, **options)
+
+    with plugin(old_secret, search={"embedder": HashingEmbedder(32)}) as before:
+        before.call_tool("remember_this", {"key": "note", "value": "model wrote this heron",
+                                           "scope": "user"}, identity=ALICE)
+    with plugin(new_secret, old_secret) as both:
+        assert rotate(both._core).rotated == 1
+    calls: list[str] = []
+    inner = HashingEmbedder(32)
+
+    def counting(text: str) -> list[float]:
+        calls.append(text)
+        return inner(text)
+
+    with plugin(new_secret, search={"embedder": counting, "model": inner.model_name}) as after:
+        hits = after.accessor(ALICE).search("heron", host_only=False)
+        assert [(h.key, h.written_by) for h in hits] == [("note", "remember_this")]
+        assert after.accessor(ALICE).search("heron", host_only=True) == []
+        assert calls == ["heron", "heron"]  # queries only: the stored vector survived
+
+
+def test_reindex_embeddings_seals_vectors_into_older_entries(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """remember-sync reindex --embeddings embeds entries written before the embedder, once."""
+    with RememberPlugin.init(type="redis", config={"url": redis_url},
+                             encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True,
+                             tools={"enabled": True}) as plain:
+        plain.accessor(ALICE).set("old", "an old heron note", scope="user", ttl=3600)
+        plain.call_tool("remember_this", {"key": "tooled", "value": "model heron", "scope": "user"},
+                        identity=ALICE)
+    before = {k: redis_client.pttl(k) for k in redis_client.scan_iter("remember:v2:*")}
+    env = {k: v for k, v in __import__("os").environ.items()}
+    env.update(REMEMBER_SECRET=TEST_SECRET, PYTHONPATH=str(Path(__file__).parent.parent))
+    command = [sys.executable, "-m", "remember_sync", "reindex", "--redis-url", redis_url,
+               "--embeddings", "--embedder", "remember_sync.testing:HashingEmbedder", "--json"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["embedded"] == 2 and report["unreadable"] == 0
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
+                           cwd=tmp_path)
+    assert json.loads(again.stdout)["current"] == 2 and json.loads(again.stdout)["embedded"] == 0
+    ttl = redis_client.pttl(b"remember:v2:user:alice:old")
+    assert 0 < ttl <= before[b"remember:v2:user:alice:old"]
+    calls: list[str] = []
+    inner = HashingEmbedder()
+
+    def counting(text: str) -> list[float]:
+        calls.append(text)
+        return inner(text)
+
+    with RememberPlugin.init(type="redis", config={"url": redis_url},
+                             encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True,
+                             search={"embedder": counting, "model": inner.model_name}) as after:
+        hits = after.accessor(ALICE).search("heron")
+        assert sorted((h.key, h.written_by) for h in hits) == [
+            ("old", "host"), ("tooled", "remember_this")]
+        assert calls == ["heron"]

@@ -77,6 +77,9 @@ _BATCH = 500
 LISTING_MODES = ("index", "scan")
 #: While the fleet's older entries are not yet indexed, the record is read at most this often.
 _INDEX_RECHECK_MS = 5_000
+#: Search reads a namespace's index of up to this many members whole (on Redis: one
+#: ZRANGE pipelined with the MGET of the members it read last time).
+_SEARCH_PAGE = 10_000
 #: Resolved (identity, scope) pairs kept per plugin (oldest dropped first).
 _NAMESPACE_CACHE = 4096
 #: Distinct unreadable keys a plugin remembers (as 16-byte hashes, oldest forgotten
@@ -387,7 +390,9 @@ class AccessorCore:
                     found.setdefault(key, None)
         return list(found)
 
-    def scan_pages(self, ns: Namespace, pattern: str) -> Iterator[list[tuple[str, str]]]:
+    def scan_pages(
+        self, ns: Namespace, pattern: str, count: int = 1000
+    ) -> Iterator[list[tuple[str, str]]]:
         """:meth:`scan_keys` with the stored values: pages of (full key, value).
 
         Through the store's :meth:`~remember_sync.stores.base.ItemScanner.scan_pages`
@@ -395,7 +400,7 @@ class AccessorCore:
         ``get_many`` per batch.  Keys whose value vanished in between are left out.
         """
         if self.index_usable():
-            yield from self._index_pages(ns, pattern)
+            yield from self._index_pages(ns, pattern, count)
             return
         scanner = getattr(self.store, "scan_pages", None)
         if scanner is None:
@@ -421,14 +426,17 @@ class AccessorCore:
                     yield kept
 
 
-    def _index_pages(self, ns: Namespace, pattern: str) -> Iterator[list[tuple[str, str]]]:
+    def _index_pages(
+        self, ns: Namespace, pattern: str, count: int = 1000
+    ) -> Iterator[list[tuple[str, str]]]:
         """:meth:`scan_pages` through the namespace's listing index (1.8.0's keys are not in it)."""
         head = scope_prefix(self.prefix, ns)
         cut = len(head)
         # (cast, not an assert: isinstance of a runtime-checkable Protocol costs ~10 us;
         # __init__ checked it once)
         pages = cast(NamespaceIndex, self.store).index_pages(
-            namespace_index_key(self.prefix, head), scope_glob(self.prefix, ns, pattern)
+            namespace_index_key(self.prefix, head), scope_glob(self.prefix, ns, pattern),
+            count=count,
         )
         for page in pages:
             kept = [item for item in page if item[0].startswith(head)]
@@ -635,14 +643,14 @@ class AccessorCore:
         return self.store.delete(*keys) > 0
 
     def _raw_pages(
-        self, ns: Namespace, head: str, pattern: str
+        self, ns: Namespace, head: str, pattern: str, count: int = 1000
     ) -> Iterator[tuple[list[tuple[str, str]], list[str]]]:
         """Pages read from the store: (page, storage keys).
 
         1.8.0's doubled-prefix keys are given their storage key.
         """
         cut_doubled = len(self.prefix + head)
-        for batch in self.scan_pages(ns, pattern):
+        for batch in self.scan_pages(ns, pattern, count):
             yield batch, [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
 
     def _decoded_pages(
@@ -781,7 +789,7 @@ class AccessorCore:
                 continue
             items: list[tuple[str, str]] = []
             cut = len(head)
-            for batch, skeys in self._raw_pages(ns, head, "*"):
+            for batch, skeys in self._raw_pages(ns, head, "*", _SEARCH_PAGE):
                 items.extend((skey[cut:], raw) for skey, (_, raw) in zip(skeys, batch, strict=True))
             parts.append((name, head, items, functools.partial(self._open_records, ns, head)))
         heads: dict[str, str] = {name: head for name, head, _, _ in parts}

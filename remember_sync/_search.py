@@ -36,6 +36,7 @@ from ._codec import EntryFields
 from .errors import RememberConfigurationError, RememberInputError, RememberInputTypeError
 
 __all__ = [
+    "DEFAULT_CACHE_BYTES",
     "DEFAULT_CACHE_ENTRIES",
     "MAX_QUERY_CHARS",
     "SearchCache",
@@ -56,6 +57,8 @@ MAX_QUERY_CHARS: Final = 2_000
 _MAX_QUERY_TERMS: Final = 32
 #: Decoded entries a plugin keeps for search, over all namespaces, by default.
 DEFAULT_CACHE_ENTRIES: Final = 100_000
+#: Stored bytes (their texts' length) whose decoded entries a plugin keeps, by default.
+DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
 #: Characters of one entry's text that are indexed (a bound on memory per entry).
 _MAX_TEXT_CHARS: Final = 65_536
 #: Stored texts up to this many characters are kept as they are to recognise them
@@ -336,11 +339,13 @@ class SearchSettings:
     :param model: the name stored with each vector; a vector stored under
         another name is recomputed (in memory) on search.
     :param cache_entries: decoded entries kept for search over all namespaces.
+    :param cache_bytes: the same, counted in the length of their stored texts.
     """
 
     embedder: Embedder | None = None
     model: str = ""
     cache_entries: int = DEFAULT_CACHE_ENTRIES
+    cache_bytes: int = DEFAULT_CACHE_BYTES
 
 
 def build_settings(options: object) -> SearchSettings:
@@ -354,11 +359,11 @@ def build_settings(options: object) -> SearchSettings:
         raise RememberConfigurationError(
             f"RememberPlugin.init option 'search': must be a dict; got {type(options).__name__}"
         )
-    unknown = sorted(set(options) - {"embedder", "model", "cache_entries"})
+    unknown = sorted(set(options) - {"embedder", "model", "cache_entries", "cache_bytes"})
     if unknown:
         raise RememberConfigurationError(
             f"RememberPlugin.init option 'search': unknown key(s) {', '.join(map(repr, unknown))}"
-            "; allowed: ['cache_entries', 'embedder', 'model']"
+            "; allowed: ['cache_bytes', 'cache_entries', 'embedder', 'model']"
         )
     embedder = options.get("embedder")
     if embedder is not None and not callable(embedder):
@@ -372,12 +377,16 @@ def build_settings(options: object) -> SearchSettings:
         raise RememberConfigurationError(
             "RememberPlugin.init option 'search.model': must be a non-empty str"
         )
-    size = options.get("cache_entries", DEFAULT_CACHE_ENTRIES)
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise RememberConfigurationError(
-            f"RememberPlugin.init option 'search.cache_entries': must be an int >= 1; got {size!r}"
-        )
-    return SearchSettings(embedder, model, size)
+    bounds = []
+    for name, default in (("cache_entries", DEFAULT_CACHE_ENTRIES),
+                          ("cache_bytes", DEFAULT_CACHE_BYTES)):
+        size = options.get(name, default)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise RememberConfigurationError(
+                f"RememberPlugin.init option 'search.{name}': must be an int >= 1; got {size!r}"
+            )
+        bounds.append(size)
+    return SearchSettings(embedder, model, bounds[0], bounds[1])
 
 
 def load_embedder(spec: str) -> Embedder:
@@ -478,6 +487,7 @@ def stored_vector(member: object, model: str) -> tuple[float, ...] | None:
 @dataclass
 class _Doc:
     digest: str | bytes
+    size: int
     fields: EntryFields
     terms: dict[str, float]
     length: float
@@ -492,6 +502,7 @@ class _Corpus:
         self.docs: dict[str, _Doc] = {}
         self.postings: dict[str, dict[str, float]] = {}
         self.total_length = 0.0
+        self.size = 0  # the stored texts' length
         # Vocabulary lookups: prefix (3..6 characters) -> terms, and for one-edit
         # matches, (first two letters, length) and (last two letters, length) -> terms.
         # Buckets are dicts of str -> None, not sets: a dict holding only strings is
@@ -511,6 +522,7 @@ class _Corpus:
     def add(self, bare: str, doc: _Doc) -> None:
         self.docs[bare] = doc
         self.total_length += doc.length
+        self.size += doc.size
         for term, tf in doc.terms.items():
             posting = self.postings.get(term)
             if posting is None:
@@ -522,6 +534,7 @@ class _Corpus:
     def remove(self, bare: str) -> None:
         doc = self.docs.pop(bare)
         self.total_length -= doc.length
+        self.size -= doc.size
         for term in doc.terms:
             posting = self.postings[term]
             del posting[bare]
@@ -569,7 +582,7 @@ def _one_edit(a: str, b: str) -> bool:
 
 
 def _document(
-    bare: str, digest: str | bytes, fields: EntryFields, obj: Mapping[str, Any],
+    bare: str, digest: str | bytes, size: int, fields: EntryFields, obj: Mapping[str, Any],
     settings: SearchSettings,
 ) -> _Doc:
     value, brand, _, _, _, metadata = fields
@@ -586,7 +599,7 @@ def _document(
         if vector is None:  # written before the embedder, or by another model: embed now
             vector = embed(settings, entry_text(bare, value, brand, metadata))
     return _Doc(
-        digest, fields, terms, sum(terms.values()),
+        digest, size, fields, terms, sum(terms.values()),
         written_by if isinstance(written_by, str) else None, vector,
     )
 
@@ -612,10 +625,11 @@ class SearchCache:
     """Per-process search data of one plugin: a corpus per namespace, bounded, thread-safe.
 
     Each search hands :meth:`refresh` the namespace's stored values as the
-    store returned them; an entry whose stored text has the same BLAKE2b
-    digest as the one cached is not decrypted again, any other is (and one no
-    longer listed is dropped).  At most ``settings.cache_entries`` entries are
-    kept over all namespaces (the namespaces searched longest ago go first).
+    store returned them; an entry whose stored text is the one cached (compared
+    whole up to 1 KiB, else by BLAKE2b-128 digest) is not decrypted again, any other is (and one no
+    longer listed is dropped).  At most ``settings.cache_entries`` entries, and
+    stored texts of at most ``settings.cache_bytes`` in all, are kept over all
+    namespaces (the namespaces searched longest ago go first).
     """
 
     def __init__(self, settings: SearchSettings) -> None:
@@ -695,30 +709,32 @@ class SearchCache:
             corpus.remove(bare)
         if stale:
             opened = opener([b for b, _, _ in stale], [r for _, r, _ in stale])
-            for (bare, _, digest), item in zip(stale, opened, strict=True):
+            for (bare, raw, digest), item in zip(stale, opened, strict=True):
                 if bare in corpus.docs:
                     corpus.remove(bare)
                 if isinstance(item, Exception):
                     on_unreadable(label, bare, item)
                     continue
                 fields, obj = item
-                corpus.add(bare, _document(bare, digest, fields, obj, self.settings))
+                corpus.add(
+                    bare, _document(bare, digest, len(raw), fields, obj, self.settings)
+                )
         return corpus
 
     def _trim(self, keep: set[str]) -> None:
-        limit = self.settings.cache_entries
-        total = len(self)
-        for head in list(self._corpora):
-            if total <= limit:
-                return
-            if head not in keep:
-                total -= len(self._corpora.pop(head).docs)
-        for head in keep:  # still too many: what was just searched is not kept either
-            if total <= limit:
+        entries, size = self.settings.cache_entries, self.settings.cache_bytes
+        count = sum(len(c.docs) for c in self._corpora.values())
+        total = sum(c.size for c in self._corpora.values())
+        # Oldest searched first; what was just searched last, and not kept either
+        # when it alone is over the bounds.
+        order = [h for h in self._corpora if h not in keep] + [h for h in keep]
+        for head in order:
+            if count <= entries and total <= size:
                 return
             corpus = self._corpora.pop(head, None)
             if corpus is not None:
-                total -= len(corpus.docs)
+                count -= len(corpus.docs)
+                total -= corpus.size
 
 
 def _expand(corpora: Sequence[_Corpus], term: str) -> dict[str, float]:

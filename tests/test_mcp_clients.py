@@ -308,7 +308,7 @@ def assert_tool_error(run: ClientRun, step: str, tool: str, code: str, mention: 
 
 
 def test_lists_the_memory_tools(runs: Runs, client: str) -> None:
-    """tools/list: the four memory tools, each with an input and an output schema."""
+    """tools/list: the memory tools, each with an input and an output schema."""
     run = runs[client]
     tools = run.tools
     assert list(tools) == TOOLS

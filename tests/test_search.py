@@ -364,3 +364,19 @@ def test_reindex_embeddings_seals_vectors_into_older_entries(
         assert sorted((h.key, h.written_by) for h in hits) == [
             ("old", "host"), ("tooled", "remember_this")]
         assert calls == ["heron"]
+
+
+def test_cache_is_bounded_and_results_stay_right(make_plugin: Factory) -> None:
+    """With a tiny cache budget every search is still complete; the cache never exceeds it."""
+    plugin = make_plugin(search={"cache_entries": 3, "cache_bytes": 10_000_000})
+    mem = plugin.accessor(ALICE)
+    for i in range(5):
+        mem.set(f"n{i}", f"otter number {i}", scope="user")
+    mem.set("s", "otter in session", scope="session")
+    for _ in range(2):
+        assert sorted(keys(mem.search("otter"))) == ["n0", "n1", "n2", "n3", "n4", "s"]
+        assert len(plugin._core.search_cache) <= 3
+    small = make_plugin(search={"cache_bytes": 1})
+    small.accessor(BOB).set("x", "otter", scope="user")
+    assert keys(small.accessor(BOB).search("otter")) == ["x"]
+    assert len(small._core.search_cache) == 0

@@ -2,10 +2,10 @@
 
 Nothing here touches a store.  The core lists a namespace's stored values
 (through its listing index) and hands them to :class:`SearchCache`, which
-keeps, per namespace, what it decrypted and tokenised, keyed by the storage
-key and a digest of the stored text: a value another process rewrote has
-another digest and is decrypted again, so the store read on every search stays
-the source of truth.
+keeps, per namespace, what it decrypted and tokenised, by key and stored text
+(the text itself, or its digest when long): a value another process rewrote
+has another text (a fresh IV on every write) and is decrypted again, so the
+store read on every search stays the source of truth.
 
 Ranking is BM25 over the key (weighted up), every string and object key at
 any depth of the value, the brand and the metadata, after Unicode folding
@@ -604,7 +604,8 @@ def _document(
     )
 
 
-#: What the core hands over per stored value: (bare key, stored text).
+#: Opens stored texts of one namespace (given their bare keys and the texts): each
+#: entry's fields and parsed object, or the error that made it unreadable.
 Opener = Callable[
     [Sequence[str], Sequence[str]], Sequence[tuple[EntryFields, dict[str, Any]] | Exception]
 ]
@@ -624,10 +625,10 @@ class Hit:
 class SearchCache:
     """Per-process search data of one plugin: a corpus per namespace, bounded, thread-safe.
 
-    Each search hands :meth:`refresh` the namespace's stored values as the
-    store returned them; an entry whose stored text is the one cached (compared
-    whole up to 1 KiB, else by BLAKE2b-128 digest) is not decrypted again, any other is (and one no
-    longer listed is dropped).  At most ``settings.cache_entries`` entries, and
+    Each search hands over every namespace's stored texts as the store returned
+    them; an entry whose stored text is the one cached (compared whole up to
+    1 KiB, else by BLAKE2b-128 digest) is not decrypted again, any other is,
+    and an entry no longer listed is dropped.  At most ``settings.cache_entries`` entries, and
     stored texts of at most ``settings.cache_bytes`` in all, are kept over all
     namespaces (the namespaces searched longest ago go first).
     """

@@ -380,3 +380,29 @@ def test_cache_is_bounded_and_results_stay_right(make_plugin: Factory) -> None:
     small.accessor(BOB).set("x", "otter", scope="user")
     assert keys(small.accessor(BOB).search("otter")) == ["x"]
     assert len(small._core.search_cache) == 0
+
+
+def test_entry_with_search_members_reads_by_the_reference_rules(memory_store: Any) -> None:
+    """frontmcp_compatible: a tool-written, embedded entry opens by 1.8.0's read path alone
+    (HKDF, AES-GCM without AAD, JSON.parse); its six fields are where 1.8.0 looks."""
+    from tests.test_crypto import reference_decrypt  # noqa: PLC0415
+
+    plugin = RememberPlugin.init(
+        store=memory_store, encryption={"secrets": [TEST_SECRET], "frontmcp_compatible": True},
+        skip_legacy_purge=True, tools={"enabled": True},
+        search={"embedder": HashingEmbedder(16)},
+    )
+    with plugin:
+        plugin.call_tool("remember_this", {"key": "k", "value": {"q": "heron"}, "scope": "user",
+                                           "brand": "state", "metadata": {"src": "chat"}},
+                         identity=ALICE)
+        raw = memory_store.get("remember:v2:user:alice:k")
+        plain = json.loads(reference_decrypt(raw, TEST_SECRET, TEST_SECRET + "alice",
+                                             "remember:user:alice"))
+        assert list(plain)[:6] == ["value", "brand", "createdAt", "updatedAt", "metadata",
+                                   "writtenBy"]
+        assert plain["value"] == {"q": "heron"} and plain["brand"] == "state"
+        assert plain["metadata"] == {"src": "chat"} and plain["writtenBy"] == "remember_this"
+        assert plain["embedding"]["model"] == "hashing-trigram-16"
+        entry = plugin.accessor(ALICE).get_entry("k", scope="user")
+        assert entry is not None and entry.metadata == {"src": "chat"}

@@ -503,6 +503,8 @@ class _Corpus:
         self.postings: dict[str, dict[str, float]] = {}
         self.total_length = 0.0
         self.size = 0  # the stored texts' length
+        # BM25's length normalisation per entry, for the average length it was made for.
+        self._norms: tuple[float, dict[str, float]] = (-1.0, {})
         # Vocabulary lookups: prefix (3..6 characters) -> terms, and for one-edit
         # matches, (first two letters, length) and (last two letters, length) -> terms.
         # Buckets are dicts of str -> None, not sets: a dict holding only strings is
@@ -520,6 +522,7 @@ class _Corpus:
             yield self.by_tail, (term[-2:], n)
 
     def add(self, bare: str, doc: _Doc) -> None:
+        self._norms = (-1.0, {})
         self.docs[bare] = doc
         self.total_length += doc.length
         self.size += doc.size
@@ -532,6 +535,7 @@ class _Corpus:
             posting[bare] = tf
 
     def remove(self, bare: str) -> None:
+        self._norms = (-1.0, {})
         doc = self.docs.pop(bare)
         self.total_length -= doc.length
         self.size -= doc.size
@@ -545,6 +549,14 @@ class _Corpus:
                     del bucket[term]
                     if not bucket:
                         del table[k]
+
+    def norms(self, avg: float) -> dict[str, float]:
+        """``k1 * (1 - b + b * length / avg)`` of every entry (kept while nothing changes)."""
+        if self._norms[0] != avg:
+            self._norms = (avg, {
+                bare: _K1 * (1.0 - _B + _B * doc.length / avg) for bare, doc in self.docs.items()
+            })
+        return self._norms[1]
 
     def prefixed(self, term: str) -> Iterable[str]:
         """Vocabulary terms longer than *term* that start with it (*term* >= 3 characters)."""
@@ -787,10 +799,7 @@ def _rank(
     avg = max(sum(c.total_length for c in bodies) / n_docs, 1.0)
     # Per corpus: bare key -> score; each query term adds its best matching term's BM25.
     lexical: list[dict[str, float]] = [{} for _ in bodies]
-    norms = [
-        {bare: _K1 * (1.0 - _B + _B * doc.length / avg) for bare, doc in c.docs.items()}
-        for c in bodies
-    ]
+    norms = [c.norms(avg) for c in bodies]
     for term in terms:
         expanded = _expand(bodies, term)
         for i, c in enumerate(bodies):

@@ -8,7 +8,7 @@ by most IDEs and desktop hosts); the TypeScript SDK 2.x client (``@modelcontextp
 bridge desktop hosts run, spoken to over its stdin/stdout. The npm packages are pinned in
 ``tests/package.json`` + ``package-lock.json`` (``npm ci --prefix tests``; ``.ci/run`` does it).
 
-For every client: the four tools are listed with both schemas; every tool's success path; and
+For every client: the memory tools are listed with both schemas; every tool's success path; and
 every error path arrives as the tool's error *text* (``"<CODE>: <message>"``, ``isError``) that the
 model can read and act on -- not as an exception the host swallows (SDK 1.x and the Inspector
 raise ``-32602`` when an error result carries ``structuredContent`` that breaks the output schema)

@@ -156,7 +156,7 @@ async def tool_error(client: Client, name: str, args: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
 def test_lists_the_memory_tools(server: Served, mode: str) -> None:
-    """The client lists the four tools with their schemas and annotations, in both eras."""
+    """The client lists the memory tools with their schemas and annotations, in both eras."""
 
     async def main() -> None:
         async with connect(server.url, mode=mode) as client:

@@ -11,6 +11,7 @@ Retrieval is ``accessor.search``, with or without ``host_only``.
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 import pytest
@@ -18,7 +19,9 @@ import pytest
 from remember_sync import Identity, RememberPlugin
 from tests.conftest import TEST_SECRET
 
-agmi = pytest.importorskip("agmi.attacks.memory_specific")
+if not os.environ.get("CI"):  # under CI a missing agmi fails the collection, never skips
+    pytest.importorskip("agmi", reason="pip install agent-memory-integrity==0.6.3 (test extra)")
+import agmi.attacks.memory_specific as agmi  # noqa: E402
 from agmi.adapters.semantic_base import (  # noqa: E402
     MemoryItem,
     Retrieved,

@@ -406,3 +406,42 @@ def test_entry_with_search_members_reads_by_the_reference_rules(memory_store: An
         assert plain["embedding"]["model"] == "hashing-trigram-16"
         entry = plugin.accessor(ALICE).get_entry("k", scope="user")
         assert entry is not None and entry.metadata == {"src": "chat"}
+
+
+def test_threads_searching_while_another_writes(make_plugin: Factory) -> None:
+    """Searches from several threads beside a writer never fail and end on the final state."""
+    import threading  # noqa: PLC0415
+
+    plugin = make_plugin()
+    mem = plugin.accessor(ALICE)
+    for i in range(40):
+        mem.set(f"k{i}", f"otter {i}", scope="user")
+    errors: list[BaseException] = []
+    start = threading.Barrier(5)
+
+    def reader() -> None:
+        try:
+            start.wait()
+            for _ in range(30):
+                for hit in mem.search("otter", limit=50):
+                    assert hit.entry.value.startswith(("otter", "heron"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def writer() -> None:
+        try:
+            start.wait()
+            for i in range(40):
+                mem.set(f"k{i}", f"heron {i}", scope="user")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    threads.append(threading.Thread(target=writer))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert mem.search("otter") == []
+    assert len(mem.search("heron", limit=100)) == 40

@@ -472,7 +472,11 @@ class AccessorCore:
             check_json_value(metadata, "metadata")
         now = self.clock()
         expires = self.deadline(ttl, now)
-        extras = self.search_extras(key, value, brand, metadata)
+        # Host writes record no writer: only a vector, with an embedder.
+        extras = (
+            None if self.search_settings.embedder is None
+            else self.search_extras(key, value, brand, metadata)
+        )
         stored = self.seal_checked(
             entry_json(value, brand, now, now, expires, metadata, extras), ns, skey
         )
@@ -581,7 +585,8 @@ class AccessorCore:
             stored = self.seal_checked(
                 entry_json(
                     value, brand, created_at, now, expires, metadata,
-                    self.search_extras(key, value, brand, metadata),
+                    None if self.search_settings.embedder is None
+                    else self.search_extras(key, value, brand, metadata),
                 ),
                 ns,
                 skey,

@@ -77,6 +77,22 @@ def test_one_connection_is_one_session(server: MCPServer) -> None:
     run(main)
 
 
+def test_search_memories_through_the_sdk(server: MCPServer) -> None:
+    """memory_search_memories finds what this session's model stored, marked as a tool write."""
+
+    async def main() -> None:
+        async with Client(server, mode="legacy") as first, Client(server, mode="legacy") as second:
+            await structured(first, "memory_remember_this",
+                             {"key": "trip", "value": "Flight to Lisbon on Friday"})
+            found = await structured(first, "memory_search_memories", {"query": "lisbon flight"})
+            assert [(r["key"], r["writtenBy"]) for r in found["results"]] == [
+                ("trip", "memory_remember_this")]
+            other = await structured(second, "memory_search_memories", {"query": "lisbon"})
+            assert other == {"results": [], "count": 0}
+
+    run(main)
+
+
 def test_tool_scope_is_per_memory_tool(server: MCPServer) -> None:
     """memory_recall does not see what memory_remember_this stored in tool scope."""
 

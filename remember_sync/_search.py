@@ -23,6 +23,7 @@ import base64
 import hashlib
 import heapq
 import math
+import operator
 import re
 import struct
 import threading
@@ -827,7 +828,7 @@ def _rank(
         for i, c in enumerate(bodies):
             for bare, doc in c.docs.items():
                 if doc.vector is not None and len(doc.vector) == len(qvec):
-                    semantic[(i, bare)] = max(0.0, sum(map(float.__mul__, qvec, doc.vector)))
+                    semantic[(i, bare)] = max(0.0, sum(map(operator.mul, qvec, doc.vector)))
         scores = {
             slot: (1.0 - _SEMANTIC_SHARE) * scores.get(slot, 0.0) / top
             + _SEMANTIC_SHARE * semantic.get(slot, 0.0)

@@ -793,17 +793,18 @@ class AccessorCore:
                     raise
                 continue
             items: list[tuple[str, str]] = []
-            cut = len(head)
             for batch, skeys in self._raw_pages(ns, head, "*", _SEARCH_PAGE):
-                items.extend((skey[cut:], raw) for skey, (_, raw) in zip(skeys, batch, strict=True))
-            parts.append((name, head, items, functools.partial(self._open_records, ns, head)))
-        heads: dict[str, str] = {name: head for name, head, _, _ in parts}
+                if self.read_doubled_prefix:  # a doubled-prefix key reads as its storage key
+                    items.extend(zip(skeys, [raw for _, raw in batch], strict=True))
+                else:
+                    items.extend(batch)
+            parts.append((name, head, items, functools.partial(self._open_records, ns)))
 
-        def unreadable(scope: str, bare: str, exc: Exception) -> None:
+        def unreadable(scope: str, skey: str, exc: Exception) -> None:
             # Left out of the results, logged and counted once per key -- or raised,
             # with on_decrypt_error="raise", as every other read does.
             if isinstance(exc, RememberDecryptionError):
-                self._unreadable(heads[scope] + bare, exc)
+                self._unreadable(skey, exc)
 
         return self.search_cache.search(
             parts, query, brand=brand, limit=limit, now=self.clock(),
@@ -811,6 +812,6 @@ class AccessorCore:
         )
 
     def _open_records(
-        self, ns: Namespace, head: str, bares: list[str], raws: list[str]
+        self, ns: Namespace, skeys: list[str], raws: list[str]
     ) -> list[tuple[EntryFields, dict[str, Any]] | RememberDecryptionError]:
-        return self.codec.records_many(raws, ns, [head + b for b in bares])
+        return self.codec.records_many(raws, ns, skeys)

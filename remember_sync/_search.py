@@ -617,7 +617,7 @@ def _document(
     )
 
 
-#: Opens stored texts of one namespace (given their bare keys and the texts): each
+#: Opens stored texts of one namespace (given their storage keys and the texts): each
 #: entry's fields and parsed object, or the error that made it unreadable.
 Opener = Callable[
     [Sequence[str], Sequence[str]], Sequence[tuple[EntryFields, dict[str, Any]] | Exception]
@@ -672,11 +672,12 @@ class SearchCache:
     ) -> list[Hit]:
         """Rank the entries of *parts* for *query*, best first.
 
-        :param parts: per namespace: a label (its scope), the namespace's cache
-            key (its storage-key head), its stored (bare key, text) pairs and a
-            function opening texts (given bare keys and texts).
-        :param on_unreadable: told (label, bare key, error) of each value that
-            does not decrypt; such an entry is left out.
+        :param parts: per namespace: a label (its scope), its storage-key head
+            (the cache's key; storage keys start with it), its stored (storage
+            key, text) pairs and a function opening texts (given storage keys
+            and texts).
+        :param on_unreadable: told (label, storage key, error) of each value
+            that does not decrypt; such an entry is left out.
         """
         terms = list(dict.fromkeys(tokens(query)))[:_MAX_QUERY_TERMS]
         qvec = None
@@ -686,7 +687,7 @@ class SearchCache:
             return []
         with self._lock:
             corpora = [
-                (label, self._refresh(head, items, opener, label, on_unreadable))
+                (label, self._refresh(head, items, opener, label, on_unreadable), len(head))
                 for label, head, items, opener in parts
             ]
             try:
@@ -711,27 +712,31 @@ class SearchCache:
         self._corpora.move_to_end(head)
         listed: set[str] = set()
         stale: list[tuple[str, str, str | bytes]] = []
-        for bare, raw in items:
-            if bare in listed:
+        docs = corpus.docs
+        fingerprint = self._fingerprint
+        for key, raw in items:
+            if key in listed:
                 continue  # 1.8.0's doubled-prefix twin of a key already read
-            listed.add(bare)
-            digest = self._fingerprint(raw)
-            doc = corpus.docs.get(bare)
+            listed.add(key)
+            digest = fingerprint(raw)
+            doc = docs.get(key)
             if doc is None or doc.digest != digest:
-                stale.append((bare, raw, digest))
-        for bare in [b for b in corpus.docs if b not in listed]:
-            corpus.remove(bare)
+                stale.append((key, raw, digest))
+        if len(listed) != len(docs):
+            for key in [k for k in docs if k not in listed]:
+                corpus.remove(key)
         if stale:
-            opened = opener([b for b, _, _ in stale], [r for _, r, _ in stale])
-            for (bare, raw, digest), item in zip(stale, opened, strict=True):
-                if bare in corpus.docs:
-                    corpus.remove(bare)
+            cut = len(head)
+            opened = opener([k for k, _, _ in stale], [r for _, r, _ in stale])
+            for (key, raw, digest), item in zip(stale, opened, strict=True):
+                if key in docs:
+                    corpus.remove(key)
                 if isinstance(item, Exception):
-                    on_unreadable(label, bare, item)
+                    on_unreadable(label, key, item)
                     continue
                 fields, obj = item
                 corpus.add(
-                    bare, _document(bare, digest, len(raw), fields, obj, self.settings)
+                    key, _document(key[cut:], digest, len(raw), fields, obj, self.settings)
                 )
         return corpus
 
@@ -785,7 +790,7 @@ def _expand(corpora: Sequence[_Corpus], term: str) -> dict[str, float]:
 
 
 def _rank(
-    corpora: Sequence[tuple[str, _Corpus]],
+    corpora: Sequence[tuple[str, _Corpus, int]],
     terms: Sequence[str],
     qvec: tuple[float, ...] | None,
     brand: str | None,
@@ -793,12 +798,12 @@ def _rank(
     now: int,
     host_only: bool,
 ) -> list[Hit]:
-    bodies = [c for _, c in corpora]
+    bodies = [c for _, c, _ in corpora]
     n_docs = sum(len(c.docs) for c in bodies)
     if n_docs == 0:
         return []
     avg = max(sum(c.total_length for c in bodies) / n_docs, 1.0)
-    # Per corpus: bare key -> score; each query term adds its best matching term's BM25.
+    # Per corpus: storage key -> score; each query term adds its best matching term's BM25.
     lexical: list[dict[str, float]] = [{} for _ in bodies]
     norms = [c.norms(avg) for c in bodies]
     for term in terms:
@@ -860,7 +865,8 @@ def _rank(
     ranked: list[Hit] = []
     for (i, bare), score in heapq.nlargest(limit, chosen, key=order):
         doc = bodies[i].docs[bare]
-        ranked.append(Hit(corpora[i][0], bare, round(score, 6), doc.fields, doc.written_by))
+        label, _, cut = corpora[i]
+        ranked.append(Hit(label, bare[cut:], round(score, 6), doc.fields, doc.written_by))
     return ranked
 
 

@@ -445,3 +445,18 @@ def test_threads_searching_while_another_writes(make_plugin: Factory) -> None:
     assert not errors, errors
     assert mem.search("otter") == []
     assert len(mem.search("heron", limit=100)) == 40
+
+
+def test_finds_an_entry_in_1_8_0_doubled_prefix_layout(memory_store: Any) -> None:
+    """read_doubled_prefix: an entry 1.8.0's Redis store wrote under P+P+key is searched too."""
+    options: dict[str, Any] = {"store": memory_store, "skip_legacy_purge": True}
+    with RememberPlugin.init(encryption={"secrets": [TEST_SECRET], "frontmcp_compatible": True},
+                             **options) as old:
+        old.accessor(ALICE).set("k", "written by the reference heron", scope="user")
+    skey = "remember:v2:user:alice:k"
+    memory_store.set("remember:" + skey, memory_store.get(skey))
+    memory_store.delete(skey)
+    with RememberPlugin.init(encryption={"secrets": [TEST_SECRET]}, read_doubled_prefix=True,
+                             **options) as reader:
+        hits = reader.accessor(ALICE).search("heron")
+        assert [(h.key, h.scope, h.written_by) for h in hits] == [("k", "user", "host")]

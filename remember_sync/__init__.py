@@ -9,7 +9,7 @@ Quick start::
         plugin.remember.set("theme", "dark", scope="user")
 """
 
-from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
+from ._options import EncryptionOptions, RedisConfig, SearchOptions, StoreType, ToolsOptions
 from ._secrets import generate_secret
 from .accessor import RememberAccessor
 from .errors import (
@@ -27,7 +27,7 @@ from .errors import (
 )
 from .identity import current_identity, identity
 from .plugin import RememberPlugin
-from .types import BRANDS, SCOPES, Identity, RememberEntry
+from .types import BRANDS, SCOPES, Identity, RememberEntry, SearchHit
 
 __all__ = [
     "BRANDS",
@@ -49,6 +49,8 @@ __all__ = [
     "RememberStoreError",
     "RememberUnavailableError",
     "SCOPES",
+    "SearchHit",
+    "SearchOptions",
     "StoreType",
     "ToolsOptions",
     "current_identity",

@@ -29,6 +29,7 @@ __all__ = [
     "check_json_value",
     "entry_fields",
     "entry_from_json",
+    "entry_record",
     "entry_json",
     "entry_to_json",
 ]
@@ -112,12 +113,20 @@ def entry_json(
     updated_at: int,
     expires_at: int | None,
     metadata: dict[str, Any] | None,
+    extras: dict[str, Any] | None = None,
 ) -> str:
-    """:func:`entry_to_json` from the fields, without building a :class:`RememberEntry`."""
+    """:func:`entry_to_json` from the fields, without building a :class:`RememberEntry`.
+
+    :param extras: optional members written after ``metadata`` (the search data:
+        ``writtenBy``, the tool that wrote the entry, and ``embedding``, its sealed
+        vector).  Readers that follow the reference's rules ignore members they do
+        not know; :func:`entry_record` returns them.
+    """
     try:
         if (
             brand is None
             and metadata is None
+            and not extras
             and type(created_at) is int
             and type(updated_at) is int
             and (expires_at is None or type(expires_at) is int)
@@ -137,6 +146,10 @@ def entry_json(
             obj["expiresAt"] = expires_at
         if metadata is not None:
             obj["metadata"] = metadata
+        if extras:
+            for name, extra in extras.items():
+                if name not in obj:
+                    obj[name] = extra
         return str(_dumps(obj))
     except RecursionError as exc:
         # check_json_value walks iteratively; json's encoder recurses.
@@ -168,6 +181,14 @@ EntryFields = tuple[Any, str | None, int, int, int | None, dict[str, Any] | None
 
 def entry_fields(text: str | bytes) -> EntryFields:
     """Parse and check an entry: ``(value, brand, created_at, updated_at, expires_at, metadata)``.
+
+    :raises RememberDecryptionError: if *text* is not an entry.
+    """
+    return entry_record(text)[0]
+
+
+def entry_record(text: str | bytes) -> tuple[EntryFields, dict[str, Any]]:
+    """:func:`entry_fields` and the parsed entry object (its optional extra members too).
 
     :raises RememberDecryptionError: if *text* is not an entry.
     """
@@ -212,7 +233,7 @@ def entry_fields(text: str | bytes) -> EntryFields:
         updated if type(updated) is int else _ms(updated, "updatedAt"),
         None if expires is None else expires if type(expires) is int else _ms(expires, "expiresAt"),
         metadata,
-    )
+    ), obj
 
 
 def entry_from_json(text: str | bytes) -> RememberEntry:
@@ -264,10 +285,34 @@ class EntryCodec:
         """The entry stored under *storage_key*; :class:`RememberDecryptionError` if unreadable."""
         return RememberEntry(*self.open_fields(stored, ns, storage_key)[0])
 
+    def reseal(self, stored: str, ns: Namespace, storage_key: str) -> str:
+        """*stored* sealed anew under the primary secret and envelope form, its entry
+        text unchanged (every member kept, the search data included).
+
+        :raises RememberDecryptionError: *stored* is unreadable or not an entry.
+        """
+        keyring = self.keyring
+        if keyring is None:
+            entry_fields(stored)
+            return stored
+        aad = storage_key[len(self.prefix) :].encode("utf-8", TEXT_ERRORS)
+        text = keyring.open(stored, ns, aad, bound_only=not self.accept_unbound)[0]
+        entry_fields(text)
+        return self.seal_text(text, ns, storage_key)
+
     def decode_many(
         self, stored: Sequence[str], ns: Namespace, storage_keys: Sequence[str]
     ) -> list[EntryFields | RememberDecryptionError]:
         """The entries of many stored values of *ns*: each one's fields, or its error."""
+        return [
+            item if isinstance(item, RememberDecryptionError) else item[0]
+            for item in self.records_many(stored, ns, storage_keys)
+        ]
+
+    def records_many(
+        self, stored: Sequence[str], ns: Namespace, storage_keys: Sequence[str]
+    ) -> list[tuple[EntryFields, dict[str, Any]] | RememberDecryptionError]:
+        """:meth:`decode_many` with each entry's parsed object (see :func:`entry_record`)."""
         keyring = self.keyring
         if keyring is None:
             opened: Sequence[tuple[str | bytes, int, bool] | RememberDecryptionError]
@@ -276,13 +321,13 @@ class EntryCodec:
             cut = len(self.prefix)
             aads = [key[cut:].encode("utf-8", TEXT_ERRORS) for key in storage_keys]
             opened = keyring.open_many(stored, ns, aads, bound_only=not self.accept_unbound)
-        out: list[EntryFields | RememberDecryptionError] = []
+        out: list[tuple[EntryFields, dict[str, Any]] | RememberDecryptionError] = []
         for item in opened:
             if isinstance(item, RememberDecryptionError):
                 out.append(item)
                 continue
             try:
-                out.append(entry_fields(item[0]))
+                out.append(entry_record(item[0]))
             except RememberDecryptionError as exc:
                 out.append(exc)
         return out

@@ -38,16 +38,18 @@ from ._keys import (
     scope_glob,
     scope_prefix,
 )
+from ._search import Hit, SearchCache, SearchSettings, check_query, embedding_member
 from .errors import (
     RememberConfigurationError,
     RememberConflictError,
     RememberDecryptionError,
+    RememberIdentityError,
     RememberInputError,
     RememberInputTypeError,
 )
 from .identity import current_identity, resolve_namespace
 from .stores.base import CasMarkers, NamespaceIndex, Store
-from .types import Identity, Namespace, RememberEntry, check_brand, check_scope
+from .types import SCOPES, Identity, Namespace, RememberEntry, Scope, check_brand, check_scope
 
 __all__ = [
     "CAS_ATTEMPTS",
@@ -78,6 +80,9 @@ _BATCH = 500
 LISTING_MODES = ("index", "scan")
 #: While the fleet's older entries are not yet indexed, the record is read at most this often.
 _INDEX_RECHECK_MS = 5_000
+#: Search reads a namespace's index of up to this many members whole (on Redis: one
+#: ZRANGE pipelined with the MGET of the members it read last time).
+_SEARCH_PAGE = 10_000
 #: Resolved (identity, scope) pairs kept per plugin (oldest dropped first).
 _NAMESPACE_CACHE = 4096
 #: Distinct unreadable keys a plugin remembers (as 16-byte hashes, oldest forgotten
@@ -130,6 +135,8 @@ class AccessorCore:
     :param verifier: verified mode (:mod:`remember_sync._integrity`): every read
         and write goes through the namespace's manifest, and listing reads it
         instead of the index or the database.  ``None``: the default mode.
+    :param search: the ``search`` option (embedder); its per-process cache of
+        decrypted search data is :attr:`search_cache`.
     :param listing: ``"index"`` (default): writes keep a per-namespace listing
         index and ``list``/``entries``/``forget_many`` read it, at a cost that
         depends on the namespace, not the database -- once the fleet's older
@@ -153,6 +160,7 @@ class AccessorCore:
         sleep: Callable[[float], None] | None = None,
         listing: str = "index",
         verifier: Verifier | None = None,
+        search: SearchSettings | None = None,
     ) -> None:
         if listing not in LISTING_MODES:
             raise RememberConfigurationError(f"listing must be 'index' or 'scan'; got {listing!r}")
@@ -172,6 +180,8 @@ class AccessorCore:
         # Re-entrant: a signal handler's call may count while its thread, interrupted,
         # holds it (a plain lock would wait for ever).
         self._lock = threading.RLock()
+        self.search_settings = search or SearchSettings()
+        self.search_cache = SearchCache(self.search_settings)
         self._new_caches()
         self.listing = listing
         #: Whether reads may trust the index: every older entry is in it.
@@ -222,6 +232,7 @@ class AccessorCore:
         # parent's thread was counting, or reports an unreadable key once more.
         self._lock = threading.RLock()
         self._new_caches()
+        self.search_cache = SearchCache(self.search_settings)
 
     def namespace(self, ident: Identity | None, scope: object) -> tuple[Namespace, str]:
         """The namespace of *scope* for *ident*, and its storage-key head (cached).
@@ -405,7 +416,9 @@ class AccessorCore:
                     found.setdefault(key, None)
         return list(found)
 
-    def scan_pages(self, ns: Namespace, pattern: str) -> Iterator[list[tuple[str, str]]]:
+    def scan_pages(
+        self, ns: Namespace, pattern: str, count: int = 1000
+    ) -> Iterator[list[tuple[str, str]]]:
         """:meth:`scan_keys` with the stored values: pages of (full key, value).
 
         Through the store's :meth:`~remember_sync.stores.base.ItemScanner.scan_pages`
@@ -416,7 +429,7 @@ class AccessorCore:
             yield from self._verified_pages(ns, scope_prefix(self.prefix, ns), pattern)
             return
         if self.index_usable():
-            yield from self._index_pages(ns, pattern)
+            yield from self._index_pages(ns, pattern, count)
             return
         scanner = getattr(self.store, "scan_pages", None)
         if scanner is None:
@@ -442,14 +455,17 @@ class AccessorCore:
                     yield kept
 
 
-    def _index_pages(self, ns: Namespace, pattern: str) -> Iterator[list[tuple[str, str]]]:
+    def _index_pages(
+        self, ns: Namespace, pattern: str, count: int = 1000
+    ) -> Iterator[list[tuple[str, str]]]:
         """:meth:`scan_pages` through the namespace's listing index (1.8.0's keys are not in it)."""
         head = scope_prefix(self.prefix, ns)
         cut = len(head)
         # (cast, not an assert: isinstance of a runtime-checkable Protocol costs ~10 us;
         # __init__ checked it once)
         pages = cast(NamespaceIndex, self.store).index_pages(
-            namespace_index_key(self.prefix, head), scope_glob(self.prefix, ns, pattern)
+            namespace_index_key(self.prefix, head), scope_glob(self.prefix, ns, pattern),
+            count=count,
         )
         for page in pages:
             kept = [item for item in page if item[0].startswith(head)]
@@ -485,7 +501,14 @@ class AccessorCore:
             check_json_value(metadata, "metadata")
         now = self.clock()
         expires = self.deadline(ttl, now)
-        stored = self.seal_checked(entry_json(value, brand, now, now, expires, metadata), ns, skey)
+        # Host writes record no writer: only a vector, with an embedder.
+        extras = (
+            None if self.search_settings.embedder is None
+            else self.search_extras(key, value, brand, metadata)
+        )
+        stored = self.seal_checked(
+            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey
+        )
         if self.verifier is not None:
             head = skey[: len(skey) - len(key)]
             self.verifier.commit(
@@ -493,6 +516,21 @@ class AccessorCore:
             )
             return
         self.store.set(skey, stored, ttl_ms=self.ttl_ms(expires, now))
+
+    def search_extras(
+        self, key: str, value: Any, brand: str | None, metadata: dict[str, Any] | None,
+        written_by: str | None = None,
+    ) -> dict[str, Any] | None:
+        """The entry members kept for search: who wrote it (a tool; absent for the host)
+        and, with an embedder, its vector -- both sealed inside the entry."""
+        extras: dict[str, Any] = {}
+        if written_by is not None:
+            extras["writtenBy"] = written_by
+        if self.search_settings.embedder is not None:
+            extras["embedding"] = embedding_member(
+                self.search_settings, key, value, brand, metadata
+            )
+        return extras or None
 
     def get_fields(
         self, ident: Identity | None, key: str, scope: object, *, strict: bool = False
@@ -669,7 +707,13 @@ class AccessorCore:
                 if ttl is not None or expires is None:
                     expires = self.deadline(ttl, now)  # else: keep the deadline
             stored = self.seal_checked(
-                entry_json(value, brand, created_at, now, expires, metadata), ns, skey
+                entry_json(
+                    value, brand, created_at, now, expires, metadata,
+                    None if self.search_settings.embedder is None
+                    else self.search_extras(key, value, brand, metadata),
+                ),
+                ns,
+                skey,
             )
             ttl_ms = self.ttl_ms(expires, now)
             if verifier is not None:
@@ -771,6 +815,17 @@ class AccessorCore:
         keys = [skey, self.prefix + skey] if self.read_doubled_prefix else [skey]
         return self.store.delete(*keys) > 0
 
+    def _raw_pages(
+        self, ns: Namespace, head: str, pattern: str, count: int = 1000
+    ) -> Iterator[tuple[list[tuple[str, str]], list[str]]]:
+        """Pages read from the store: (page, storage keys).
+
+        1.8.0's doubled-prefix keys are given their storage key.
+        """
+        cut_doubled = len(self.prefix + head)
+        for batch in self.scan_pages(ns, pattern, count):
+            yield batch, [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
+
     def _decoded_pages(
         self, ident: Identity | None, scope: object, pattern: str, brand: str | None
     ) -> Iterator[tuple[int, list[tuple[str, str]], list[str], list[_Decoded]]]:
@@ -779,10 +834,8 @@ class AccessorCore:
         1.8.0's doubled-prefix keys are decoded as ours (under their storage key).
         """
         ns, head = self.namespace(ident, scope)
-        cut_doubled = len(self.prefix + head)
-        for batch in self.scan_pages(ns, pattern):
+        for batch, skeys in self._raw_pages(ns, head, pattern):
             now = self.clock()
-            skeys = [k if k.startswith(head) else head + k[cut_doubled:] for k, _ in batch]
             yield now, batch, skeys, self.codec.decode_many([v for _, v in batch], ns, skeys)
 
     def entries(
@@ -909,3 +962,67 @@ class AccessorCore:
         return sum(
             1 for r in live if r is not None and r[0] != "" and (r[1] is None or now < r[1])
         )
+
+    def search(
+        self,
+        ident: Identity | None,
+        query: object,
+        scope: object,
+        brand: object,
+        limit: object,
+        host_only: object,
+        *,
+        scopes: tuple[Scope, ...] = SCOPES,
+        max_limit: int = 1000,
+    ) -> list[Hit]:
+        """``RememberAccessor.search``: rank the caller's readable, live entries for *query*.
+
+        Reads every namespace searched through :meth:`scan_pages` (its listing
+        index), so the cost depends on the caller's namespaces, not the database;
+        what was decrypted is kept in :attr:`search_cache` (see
+        :class:`~remember_sync._search.SearchCache`).  *scope* ``None`` searches each
+        of *scopes* this identity may use and skips the others.
+
+        :raises RememberIdentityError: an explicit *scope* this identity cannot use.
+        """
+        query, limit = check_query(query, limit, max_limit=max_limit)
+        brand = None if brand is None else check_brand(brand)
+        if type(host_only) is not bool:
+            raise RememberInputTypeError(
+                f"host_only must be a bool; got {type(host_only).__name__}"
+            )
+        if scope is None:
+            wanted: list[Scope] = list(scopes)
+        else:
+            wanted = [check_scope(scope)]
+        parts = []
+        for name in wanted:
+            try:
+                ns, head = self.namespace(ident, name)
+            except RememberIdentityError:
+                if scope is not None:
+                    raise
+                continue
+            items: list[tuple[str, str]] = []
+            for batch, skeys in self._raw_pages(ns, head, "*", _SEARCH_PAGE):
+                if self.read_doubled_prefix:  # a doubled-prefix key reads as its storage key
+                    items.extend(zip(skeys, [raw for _, raw in batch], strict=True))
+                else:
+                    items.extend(batch)
+            parts.append((name, head, items, functools.partial(self._open_records, ns)))
+
+        def unreadable(scope: str, skey: str, exc: Exception) -> None:
+            # Left out of the results, logged and counted once per key -- or raised,
+            # with on_decrypt_error="raise", as every other read does.
+            if isinstance(exc, RememberDecryptionError):
+                self._unreadable(skey, exc)
+
+        return self.search_cache.search(
+            parts, query, brand=brand, limit=limit, now=self.clock(),
+            host_only=host_only, on_unreadable=unreadable,
+        )
+
+    def _open_records(
+        self, ns: Namespace, skeys: list[str], raws: list[str]
+    ) -> list[tuple[EntryFields, dict[str, Any]] | RememberDecryptionError]:
+        return self.codec.records_many(raws, ns, skeys)

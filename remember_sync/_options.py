@@ -11,7 +11,7 @@ callers that build their options dynamically.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from .types import Scope
@@ -47,11 +47,28 @@ class ToolsOptions(TypedDict, total=False):
     :key enabled: expose the tools (default ``False``).
     :key allowed_scopes: the scopes a model may use (default session, user, tool).
     :key prefix: prepended to every tool name.
+    :key search: offer ``search_memories`` (default ``True``).
     """
 
     enabled: bool
     allowed_scopes: Sequence[Scope] | None
     prefix: str
+    search: bool
+
+
+class SearchOptions(TypedDict, total=False):
+    """``search=``: ranking by meaning and the search cache (``docs/search.rst``).
+
+    :key embedder: a callable text -> vector (``None``: lexical ranking only).
+    :key model: the embedder's name, stored beside each vector.
+    :key cache_entries: entries of decrypted search data kept per process.
+    :key cache_bytes: bytes of decrypted search data kept per process.
+    """
+
+    embedder: Callable[[str], Sequence[float]] | None
+    model: str | None
+    cache_entries: int
+    cache_bytes: int
 
 
 class RedisConfig(TypedDict, total=False):

@@ -17,7 +17,7 @@ from typing import Any
 from ._core import AccessorCore
 from .errors import RememberIdentityError, RememberInputError, RememberInputTypeError
 from .identity import current_identity
-from .types import Identity, RememberEntry, Scope
+from .types import Identity, RememberEntry, Scope, SearchHit
 
 __all__ = ["RememberAccessor"]
 
@@ -227,6 +227,40 @@ class RememberAccessor:
             and not *include_unreadable* (nothing was deleted).
         """
         return self._core.forget_many(self._identity, scope, pattern, brand, include_unreadable)
+
+    def search(
+        self,
+        query: str,
+        *,
+        scope: Scope | None = None,
+        brand: str | None = None,
+        limit: int = 10,
+        host_only: bool = False,
+    ) -> builtins.list[SearchHit]:
+        """The entries that best match *query*, best first (see ``docs/search.rst``).
+
+        Ranked over this identity's own namespaces only: with *scope* ``None``,
+        every scope it may use (a scope it cannot use, such as ``user`` for an
+        anonymous caller, is skipped); an explicit *scope* it cannot use raises
+        as the other methods do.  Expired and unreadable entries are never
+        returned.  Matching folds case and accents, stems English endings, and
+        tolerates prefixes and one-letter typos; with ``search={"embedder": ...}``
+        it also ranks by meaning.
+
+        :param brand: only entries of this brand.
+        :param limit: at most this many results (1 to 1000).
+        :param host_only: only entries the application wrote, none a model wrote
+            through the memory tools.
+        :raises ValueError: an empty or too long query, a bad scope, brand or limit.
+        :raises TypeError: a query that is not a ``str``.
+        :raises RememberIdentityError: *scope* needs an identity this caller lacks.
+        """
+        hits = self._core.search(self._identity, query, scope, brand, limit, host_only)
+        return [
+            SearchHit(h.key, h.label, h.score, RememberEntry(*h.fields),  # type: ignore[arg-type]
+                      h.written_by or "host")
+            for h in hits
+        ]
 
     # -- presentation -------------------------------------------------------------------
 

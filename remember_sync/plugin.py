@@ -20,8 +20,9 @@ from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
 from ._integrity import INTEGRITY_MODES, Verifier, in_process, witness_from
 from ._keys import storage_namespace
-from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
+from ._options import EncryptionOptions, RedisConfig, SearchOptions, StoreType, ToolsOptions
 from ._purge import DoubledPrefixCheck, IndexBackfill, KeyIdCheck, LegacyPurge
+from ._search import build_settings
 from ._secrets import resolve_keyring
 from .accessor import RememberAccessor
 from .errors import RememberConfigurationError
@@ -95,7 +96,9 @@ class RememberPlugin:
         self._tools: MemoryTools | None = None
         if tools.get("enabled"):
             scopes = tools["allowed_scopes"]
-            self._tools = MemoryTools(core, prefix=tools["prefix"], allowed_scopes=scopes)
+            self._tools = MemoryTools(
+                core, prefix=tools["prefix"], allowed_scopes=scopes, search=tools["search"]
+            )
         self.purge_options: dict[str, Any] = dict(purge_options)
         self._closed = False
         self._purge: LegacyPurge | None = None
@@ -133,6 +136,7 @@ class RememberPlugin:
         background_reindex: bool = True,
         integrity: Literal["default", "verified"] | None = None,
         witness: object = None,
+        search: SearchOptions | None = None,
         clock: Clock | None = None,
         environ: Mapping[str, str] | None = None,
         **unknown: NoReturn,
@@ -172,6 +176,9 @@ class RememberPlugin:
             counters are kept outside the store: a file path, a ``redis://`` URL,
             a dict with ``type`` (``"file"`` or ``"store"``), or an object with
             ``floor``, ``advance`` and ``close``; default ``REMEMBER_WITNESS``.
+        :param search: a :class:`~remember_sync.SearchOptions`: how
+            :meth:`RememberAccessor.search <remember_sync.RememberAccessor.search>`
+            ranks by meaning (``docs/search.rst``).
         :param clock: epoch-millisecond clock (tests).
         :param environ: the environment to read (default :data:`os.environ`).
 
@@ -199,6 +206,7 @@ class RememberPlugin:
             "on_decrypt_error": on_decrypt_error,
             "read_doubled_prefix": read_doubled_prefix,
             "background_reindex": background_reindex,
+            "search": search,
         }
         # Options whose absence means something of its own (None: not given).
         absent = {
@@ -285,6 +293,7 @@ class RememberPlugin:
         if listing not in ("index", "scan"):
             raise _config_error("listing", f"must be 'index' or 'scan'; got {listing!r}")
         backfill = _check_bool(options.get("background_reindex", True), "background_reindex")
+        search = build_settings(options.get("search"))
 
         store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:
@@ -312,6 +321,7 @@ class RememberPlugin:
                 read_doubled_prefix=read_doubled,
                 listing=listing,
                 verifier=verifier,
+                search=search,
             )
         except BaseException:
             if owns:
@@ -337,7 +347,8 @@ class RememberPlugin:
         if isinstance(allowed, str) or not isinstance(allowed, (list, tuple)):
             raise _config_error("tools.allowed_scopes", "must be a non-empty list of scopes")
         scopes = scope_list(allowed, "RememberPlugin.init option 'tools.allowed_scopes'")
-        return {"enabled": enabled, "prefix": prefix, "allowed_scopes": scopes}
+        search = _check_bool(tools.get("search", True), "tools.search")
+        return {"enabled": enabled, "prefix": prefix, "allowed_scopes": scopes, "search": search}
 
     # -- the public surface -------------------------------------------------------------
 
@@ -474,6 +485,7 @@ class RememberPlugin:
             self._key_check.stop()
         if self._core.verifier is not None:
             self._core.verifier.close()
+        self._core.search_cache.clear()
         if self._owns_store:
             self._core.store.close()
 
@@ -484,10 +496,11 @@ class RememberPlugin:
         self.close()
 
     def tool_definitions(self) -> list[dict[str, Any]]:
-        """The MCP definitions of the four memory tools (SPEC section 8.1).
+        """The MCP definitions of the memory tools (SPEC sections 8.1 and 11).
 
-        ``<prefix>remember_this``, ``<prefix>recall``, ``<prefix>forget`` and
-        ``<prefix>list_memories``; an empty list unless ``tools.enabled``.
+        ``<prefix>remember_this``, ``<prefix>recall``, ``<prefix>forget``,
+        ``<prefix>list_memories`` and (unless ``tools={"search": False}``)
+        ``<prefix>search_memories``; an empty list unless ``tools.enabled``.
         """
         return [] if self._tools is None else self._tools.definitions()
 

@@ -16,6 +16,7 @@ __all__ = [
     "Namespace",
     "RememberEntry",
     "Scope",
+    "SearchHit",
     "check_brand",
     "check_scope",
     "identity_part",
@@ -142,3 +143,27 @@ class RememberEntry:
     def is_expired(self, now_ms: int) -> bool:
         """``True`` when ``now_ms >= expires_at`` (the rule on every store)."""
         return self.expires_at is not None and now_ms >= self.expires_at
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One result of :meth:`RememberAccessor.search <remember_sync.RememberAccessor.search>`.
+
+    :param key: the bare key, as given to ``set``.
+    :param scope: the scope it was found in.
+    :param score: its relevance (higher is better; comparable within one search only).
+    :param entry: the whole entry (value, brand, times, metadata).
+    :param written_by: ``"host"`` (application code through an accessor) or the
+        name of the memory tool a model called to write it (``"remember_this"``).
+    """
+
+    key: str
+    scope: Scope
+    score: float
+    entry: RememberEntry
+    written_by: str = "host"
+
+    @property
+    def written_at(self) -> int:
+        """When the entry was last written (epoch milliseconds; ``entry.updated_at``)."""
+        return self.entry.updated_at

@@ -379,6 +379,7 @@ def test_flask_mcp_bridge_serves_mcp_with_verified_sessions(
         "recall",
         "forget",
         "list_memories",
+        "search_memories",
     }
     stored = mcp_call(
         f"{base}/mcp",

@@ -31,6 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "_crypto": {"errors", "types", "_fork", "_clock", "_bounded"},
     "identity": {"errors", "types"},
     "_codec": {"errors", "types", "_crypto", "_text"},
+    "_search": {"errors", "_codec"},
     "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded", "_config"},
     "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},
     # _config: the environment variables' names (named constructors read them).
@@ -41,18 +42,21 @@ ALLOWED: dict[str, set[str]] = {
     "_integrity": {
         "errors", "types", "_crypto", "_codec", "_text", "_clock", "_bounded", "_fork", "stores",
     },
-    "_core": CORE | {"stores", "_fork", "_integrity"},
+    "_core": CORE | {"stores", "_fork", "_integrity", "_search"},
     "accessor": {"_core", "errors", "types", "identity"},
-    "tools": CORE | {"stores", "_core", "accessor"},
+    "tools": CORE | {"stores", "_core", "accessor", "_search"},
     "plugin": CORE
-    | {"stores", "_core", "accessor", "_purge", "tools", "_config", "_options", "_integrity"},
+    | {
+        "stores", "_core", "accessor", "_purge", "tools", "_config", "_options", "_integrity",
+        "_search",
+    },
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
     "_options": {"types"},
     "_ops": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config",
-        "_options", "_integrity",
+        "_options", "_integrity", "_search",
     },
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",

@@ -8,7 +8,7 @@ by most IDEs and desktop hosts); the TypeScript SDK 2.x client (``@modelcontextp
 bridge desktop hosts run, spoken to over its stdin/stdout. The npm packages are pinned in
 ``tests/package.json`` + ``package-lock.json`` (``npm ci --prefix tests``; ``.ci/run`` does it).
 
-For every client: the four tools are listed with both schemas; every tool's success path; and
+For every client: the memory tools are listed with both schemas; every tool's success path; and
 every error path arrives as the tool's error *text* (``"<CODE>: <message>"``, ``isError``) that the
 model can read and act on -- not as an exception the host swallows (SDK 1.x and the Inspector
 raise ``-32602`` when an error result carries ``structuredContent`` that breaks the output schema)
@@ -63,8 +63,8 @@ NODE_CLIENTS = ("ts-sdk-1", "ts-client-2", "inspector-cli", "mcp-remote")
 INSPECTOR_NODE = (22, 19)
 
 #: How many steps of the token plan are tools/list and the success path (they run in order).
-SUCCESS_STEPS = 6
-TOOLS = ["remember_this", "recall", "forget", "list_memories"]
+SUCCESS_STEPS = 7
+TOOLS = ["remember_this", "recall", "forget", "list_memories", "search_memories"]
 VALUE = {"theme": "dark", "sizes": [1, 2.5], "nested": {"ok": True, "none": None}}
 #: A value whose serialised entry is just over max_value_bytes (serve's default, 1 MiB).
 OVERSIZED = "x" * DEFAULT_MAX_VALUE_BYTES
@@ -101,6 +101,7 @@ def token_plan(client: str) -> tuple[list[str], list[Step]]:
         ("remember", _call("remember_this", key=key, value=VALUE, ttl=600)),
         ("recall", _call("recall", key=key)),
         ("list_memories", _call("list_memories")),
+        ("search_memories", _call("search_memories", query="dark theme")),
         ("forget", _call("forget", key=key)),
         ("recall-gone", _call("recall", key=key)),
     ]
@@ -307,7 +308,7 @@ def assert_tool_error(run: ClientRun, step: str, tool: str, code: str, mention: 
 
 
 def test_lists_the_memory_tools(runs: Runs, client: str) -> None:
-    """tools/list: the four memory tools, each with an input and an output schema."""
+    """tools/list: the memory tools, each with an input and an output schema."""
     run = runs[client]
     tools = run.tools
     assert list(tools) == TOOLS
@@ -321,7 +322,8 @@ def test_lists_the_memory_tools(runs: Runs, client: str) -> None:
 
 
 def test_every_tool_succeeds(runs: Runs, client: str) -> None:
-    """remember_this, recall (found), list_memories (shows the key), forget, recall (gone)."""
+    """remember_this, recall (found), list_memories (shows the key), search_memories (finds
+    it, written by remember_this), forget, recall (gone)."""
     run = runs[client]
     key = key_of(client)
     stored = structured(run, "remember", "remember_this")
@@ -330,6 +332,9 @@ def test_every_tool_succeeds(runs: Runs, client: str) -> None:
     found = structured(run, "recall", "recall")
     assert found["found"] is True and found["value"] == VALUE
     assert key in structured(run, "list_memories", "list_memories")["keys"]
+    results = structured(run, "search_memories", "search_memories")["results"]
+    assert key in [r["key"] for r in results]
+    assert next(r for r in results if r["key"] == key)["writtenBy"] == "remember_this"
     assert structured(run, "forget", "forget")["existed"] is True
     assert structured(run, "recall-gone", "recall")["found"] is False
 

@@ -51,7 +51,8 @@ def test_tools_are_listed_beside_the_servers_own(
         async with Client(server, mode=mode) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert list(tools) == ["add", "memory_remember_this", "memory_recall",
-                                   "memory_forget", "memory_list_memories"]
+                                   "memory_forget", "memory_list_memories",
+                                   "memory_search_memories"]
             ours = {d["name"]: d for d in tools_plugin.tool_definitions()}
             for name, definition in ours.items():
                 assert tools[name].input_schema == definition["inputSchema"]
@@ -72,6 +73,22 @@ def test_one_connection_is_one_session(server: MCPServer) -> None:
             found = await structured(first, "memory_recall", {"key": "k"})
             assert found["found"] is True and found["value"] == [1, 2]
             assert (await structured(second, "memory_recall", {"key": "k"}))["found"] is False
+
+    run(main)
+
+
+def test_search_memories_through_the_sdk(server: MCPServer) -> None:
+    """memory_search_memories finds what this session's model stored, marked as a tool write."""
+
+    async def main() -> None:
+        async with Client(server, mode="legacy") as first, Client(server, mode="legacy") as second:
+            await structured(first, "memory_remember_this",
+                             {"key": "trip", "value": "Flight to Lisbon on Friday"})
+            found = await structured(first, "memory_search_memories", {"query": "lisbon flight"})
+            assert [(r["key"], r["writtenBy"]) for r in found["results"]] == [
+                ("trip", "memory_remember_this")]
+            other = await structured(second, "memory_search_memories", {"query": "lisbon"})
+            assert other == {"results": [], "count": 0}
 
     run(main)
 
@@ -146,7 +163,7 @@ def test_low_level_server_without_tools_of_its_own(tools_plugin: RememberPlugin)
     app: Server[Any] = Server("bare")
     names = register_memory_tools(app, tools_plugin)
     assert names == ["memory_remember_this", "memory_recall", "memory_forget",
-                     "memory_list_memories"]
+                     "memory_list_memories", "memory_search_memories"]
 
     async def main() -> None:
         for mode in ("legacy", MODERN):

@@ -216,7 +216,7 @@ def test_protocol_version_header(wire: Wire) -> None:
     session = wire.initialize("2025-06-18")
     known = wire.send(body=rpc("tools/list"), headers={"Mcp-Session-Id": session,
                                                       "MCP-Protocol-Version": "2025-06-18"})
-    assert known.status == 200 and len(known.result["tools"]) == 4
+    assert known.status == 200 and len(known.result["tools"]) == 5
     unknown = wire.send(body=rpc("tools/list"), headers={"Mcp-Session-Id": session,
                                                         "MCP-Protocol-Version": "2099-01-01"})
     assert unknown.status == 400 and unknown.error["code"] == -32022

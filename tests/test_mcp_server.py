@@ -156,7 +156,7 @@ async def tool_error(client: Client, name: str, args: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
 def test_lists_the_memory_tools(server: Served, mode: str) -> None:
-    """The client lists the four tools with their schemas and annotations, in both eras."""
+    """The client lists the memory tools with their schemas and annotations, in both eras."""
 
     async def main() -> None:
         async with connect(server.url, mode=mode) as client:
@@ -165,7 +165,9 @@ def test_lists_the_memory_tools(server: Served, mode: str) -> None:
                 assert client.server_info is not None
                 assert client.server_info.name == "remember-sync"
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert list(tools) == ["remember_this", "recall", "forget", "list_memories"]
+            assert list(tools) == [
+                "remember_this", "recall", "forget", "list_memories", "search_memories"
+            ]
             assert tools["remember_this"].input_schema["required"] == ["key", "value"]
             assert tools["forget"].annotations is not None
             assert tools["forget"].annotations.destructive_hint is True
@@ -363,7 +365,8 @@ def test_user_tools_in_both_styles_read_and_write_memory(tmp_path: Path) -> None
             async with connect(served.url) as client:
                 names = [t.name for t in (await client.list_tools()).tools]
                 assert names == ["memory_remember_this", "memory_recall", "memory_forget",
-                                 "memory_list_memories", "greet", "set_theme"]
+                                 "memory_list_memories", "memory_search_memories", "greet",
+                                 "set_theme"]
                 first = await structured(client, "greet", {"name": "Ada"})
                 second = await structured(client, "greet", {"name": "Grace"})
                 assert first == {"previous": None, "count": 1}

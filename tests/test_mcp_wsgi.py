@@ -359,7 +359,7 @@ def test_ping_and_tools_list(client: Wsgi) -> None:
     """ping answers {}, tools/list the memory tools."""
     assert client.request(rpc("ping")).result == {}
     names = [t["name"] for t in client.request(rpc("tools/list")).result["tools"]]
-    assert names == ["remember_this", "recall", "forget", "list_memories"]
+    assert names == ["remember_this", "recall", "forget", "list_memories", "search_memories"]
 
 
 @pytest.mark.parametrize(
@@ -486,7 +486,7 @@ def test_modern_tools_list_and_call_carry_the_envelope(client: Wsgi) -> None:
     listed = client.modern("tools/list").result
     assert (listed["resultType"], listed["ttlMs"], listed["cacheScope"]) == ("complete", 0,
                                                                              "public")
-    assert len(listed["tools"]) == 4
+    assert len(listed["tools"]) == 5
     called = client.modern("tools/call", {"name": "recall", "arguments": {"key": "k"}}).result
     assert called["resultType"] == "complete" and "io.modelcontextprotocol/serverInfo" in called[
         "_meta"]
@@ -630,7 +630,7 @@ def test_function_tool_gets_a_tool_scoped_accessor(client: Wsgi, app: McpServer)
     assert bad.result["isError"] is True
     assert tool_code(bad.result) == "REMEMBER_INVALID_INPUT"
     names = [t["name"] for t in client.request(rpc("tools/list")).result["tools"]]
-    assert names[-1] == "counter" and len(names) == 5
+    assert names[-1] == "counter" and len(names) == 6
 
 
 def test_class_tool_uses_self_remember(client: Wsgi, app: McpServer) -> None:

@@ -67,6 +67,7 @@ def test_defaults() -> None:
         "enabled": False,
         "prefix": "",
         "allowed_scopes": ["session", "user", "tool"],
+        "search": True,
     }
     plugin.close()
 

@@ -30,7 +30,7 @@ from tests.conftest import STORE_KINDS, TEST_SECRET, FakeClock
 SESSION = Identity(session_id="s-1", user_id="alice")
 OTHER_SESSION = Identity(session_id="s-2", user_id="alice")
 ANONYMOUS = Identity()
-NAMES = ("remember_this", "recall", "forget", "list_memories")
+NAMES = ("remember_this", "recall", "forget", "list_memories", "search_memories")
 
 Factory = Callable[..., RememberPlugin]
 
@@ -104,7 +104,8 @@ def test_four_tools_named_with_the_prefix(make_plugin: Factory, prefix: str) -> 
 
 
 def test_annotations_mark_readers_and_forget_as_destructive(tools_plugin: RememberPlugin) -> None:
-    """recall/list_memories are read-only; forget is destructive; remember_this is neither."""
+    """recall/list_memories/search_memories are read-only; forget is destructive;
+    remember_this is neither."""
     hints = {
         d["name"]: (d["annotations"]["readOnlyHint"], d["annotations"]["destructiveHint"])
         for d in tools_plugin.tool_definitions()
@@ -114,11 +115,12 @@ def test_annotations_mark_readers_and_forget_as_destructive(tools_plugin: Rememb
         "recall": (True, False),
         "forget": (False, True),
         "list_memories": (True, False),
+        "search_memories": (True, False),
     }
 
 
 def test_descriptions_name_the_prefixed_siblings(make_plugin: Factory) -> None:
-    """Each tool's description names the other three by their prefixed names."""
+    """Each tool's description names the others by their prefixed names."""
     plugin = make_plugin(tools={"enabled": True, "prefix": "mem_"})
     for d in plugin.tool_definitions():
         others = [f"mem_{n}" for n in NAMES if f"mem_{n}" != d["name"]]
@@ -168,6 +170,11 @@ def test_scope_schema_lists_only_allowed_scopes(make_plugin: Factory) -> None:
     assert "session:" not in text and "tool:" not in text
     assert "always pass one of: user, global" in text
     for d in restricted.tool_definitions():
+        if d["name"] == "search_memories":  # the shared text, after what searching does
+            searched = d["inputSchema"]["properties"]["scope"]
+            assert searched["description"].endswith(scope["description"])
+            assert searched["enum"] == scope["enum"] and "default" not in searched
+            continue
         assert d["inputSchema"]["properties"]["scope"] == scope  # one shared description
 
 

@@ -82,8 +82,8 @@ def _rotate_one(core: AccessorCore, item: Item, dry_run: bool, *, in_place: bool
             return "current"
         if dry_run:
             return "rotated"
-        # Re-serialise the decoded entry: same fields, same key order, new envelope.
-        fresh = core.codec.encode(item.entry, parsed.namespace, item.key)
+        # The same entry text (every member: search data too) in a new envelope.
+        fresh = core.codec.reseal(item.raw, parsed.namespace, item.key)
         ttl_ms = core.ttl_ms(item.entry.expires_at, now)
         if core.store.compare_and_set(item.stored_at, item.raw, fresh, ttl_ms=ttl_ms):
             return "rotated"
@@ -103,7 +103,7 @@ def _move_doubled(core: AccessorCore, item: Item, dry_run: bool) -> str:
     if dry_run:
         return "moved"
     now = core.clock()
-    fresh = core.codec.encode(item.entry, item.parsed.namespace, item.key)
+    fresh = core.codec.reseal(item.raw, item.parsed.namespace, item.key)
     ttl_ms = core.ttl_ms(item.entry.expires_at, now)
     if not core.store.set(item.key, fresh, ttl_ms=ttl_ms, only_if_absent=True):
         # The single-layout twin appeared meanwhile: it wins, as on read, and this

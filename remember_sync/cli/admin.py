@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import RememberError
+from ..errors import RememberConfigurationError, RememberError
 from ._common import (
     EXIT_FAIL,
     EXIT_OK,
@@ -69,13 +69,22 @@ def add_maintenance_commands(c: Commands) -> None:
             "be read (they are listed) or kept changing.")
     p.add_argument("--dry-run", action="store_true", help="only count what would be rotated")
 
-    add("reindex", _cmd_reindex, "builds/repairs the per-namespace listing index",
-        [store, as_json], needs_store=True,
-        description="Walk the store under the prefix once and put every entry into its "
-        "namespace's listing index (entries written by FrontMCP 1.8.0, by releases before the "
-        "index, or by a plugin with listing='scan' are in none), then record that the fleet is "
-        "indexed: plugins then list each namespace without scanning the database. Idempotent "
-        "and safe beside running applications. Needs no secret: values are not read.")
+    p = add("reindex", _cmd_reindex, "builds/repairs the per-namespace listing index",
+            [store, writes, as_json], needs_store=True,
+            description="Walk the store under the prefix once and put every entry into its "
+            "namespace's listing index (entries written by FrontMCP 1.8.0, by releases before "
+            "the index, or by a plugin with listing='scan' are in none), then record that the "
+            "fleet is indexed: plugins then list each namespace without scanning the database. "
+            "Idempotent and safe beside running applications. Needs no secret: values are not "
+            "read. With --embeddings, also seal a search vector into every entry that has none "
+            "for the model (needs the secret and --embedder).")
+    p.add_argument("--embeddings", action="store_true",
+                   help="also embed entries for search (see docs/search.rst)")
+    p.add_argument("--embedder", metavar="MODULE:NAME",
+                   help="the embedder the application configures as search={'embedder': ...}; "
+                   "a class is instantiated without arguments")
+    p.add_argument("--model", metavar="NAME",
+                   help="the application's search={'model': ...}, if it sets one")
 
     p = add("purge-legacy", _cmd_purge_legacy,
             "delete pre-v2 keys now, without waiting for the purge window",
@@ -249,6 +258,9 @@ def _cmd_reindex(args: argparse.Namespace) -> int:
     from .._ops.context import open_store
     from .._ops.reindex import reindex
 
+    if args.embeddings or args.embedder:
+        return _cmd_embed(args)
+
     store = open_store(args.store_choice)
     try:
         result = reindex(store, args.prefix, progress_stream=_progress_stream())
@@ -270,6 +282,28 @@ def _cmd_reindex(args: argparse.Namespace) -> int:
             f"prefix {args.prefix!r}) in {result.seconds:.1f} s, {result.rate:,.0f} entries/s\n"
         )
     return EXIT_OK
+
+
+def _cmd_embed(args: argparse.Namespace) -> int:
+    from .._ops.embed import embed_entries, embedder_settings
+
+    if not (args.embeddings and args.embedder):
+        raise RememberConfigurationError("--embeddings and --embedder go together")
+    settings = embedder_settings(args.embedder, args.model)
+    with _opened(args, writes=True) as opened:
+        result = embed_entries(opened.plugin._core, settings, progress_stream=_progress_stream())
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        sys.stdout.write(
+            f"embedded {result.embedded} of {result.examined} entries; {result.current} "
+            f"already embedded, {result.expired} expired\n"
+        )
+        _report_keys(result.unreadable, result.unreadable_keys,
+                     f"could not read {result.unreadable} entries (left untouched): ")
+        _report_keys(result.contended, result.contended_keys,
+                     f"{result.contended} entries kept changing; run again: ")
+    return EXIT_OK if not (result.unreadable or result.contended) else EXIT_FAIL
 
 
 def _cmd_purge_legacy(args: argparse.Namespace) -> int:

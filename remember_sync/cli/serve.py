@@ -261,7 +261,8 @@ def add_serve_command(c: Commands) -> None:
         "run an MCP server giving models encrypted memory (Streamable HTTP)",
         [],
         description="Run an MCP server (Streamable HTTP, JSON responses) hosting the memory "
-        "tools remember_this, recall, forget and list_memories. Point any MCP client at "
+        "tools remember_this, recall, forget, list_memories and search_memories. Point any "
+        "MCP client at "
         "http://HOST:PORT/mcp. Secrets come from REMEMBER_SECRET; with --redis-url or "
         "--vercel-kv it is required, while the in-memory store falls back to the development "
         "file .frontmcp/remember-secret.json in the working directory.",

@@ -10,7 +10,7 @@
     server = MCPServer("my-server")
     register_memory_tools(server, plugin)
 
-The four tools are served by a middleware on the SDK server (``server.middleware``),
+The memory tools are served by a middleware on the SDK server (``server.middleware``),
 so they keep the exact schemas, descriptions and results of
 :meth:`~remember_sync.RememberPlugin.tool_definitions` and
 :meth:`~remember_sync.RememberPlugin.call_tool`: ``tools/list`` gets them
@@ -104,7 +104,7 @@ def register_memory_tools(
     *,
     principal: PrincipalResolver | None = None,
 ) -> list[str]:
-    """Serve *plugin*'s four memory tools on the ``mcp`` SDK *server*.
+    """Serve *plugin*'s memory tools on the ``mcp`` SDK *server*.
 
     :param server: an ``mcp.server.mcpserver.MCPServer`` or a low-level
         ``mcp.server.Server`` (anything with a ``middleware`` list).

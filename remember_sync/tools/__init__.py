@@ -1,4 +1,4 @@
-"""The LLM-callable memory tools (SPEC section 8.1): :mod:`.memory` (the four tools),
+"""The LLM-callable memory tools (SPEC sections 8.1 and 11): :mod:`.memory` (the five tools),
 :mod:`.results` (``CallToolResult`` shaping) and :func:`validate_arguments` (the JSON Schema
 subset, also used for the MCP server's user tools).  A plugin built with
 ``tools={"enabled": True}`` owns one :class:`MemoryTools`: ``plugin.tool_definitions()``

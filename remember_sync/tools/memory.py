@@ -1,8 +1,9 @@
-"""The four LLM-callable memory tools (SPEC section 8.1): definitions, validation, dispatch.
+"""The LLM-callable memory tools (SPEC sections 8.1 and 11): definitions, validation, dispatch.
 
 With ``tools={"enabled": True}`` a plugin builds one :class:`MemoryTools`, which
-publishes ``<prefix>remember_this``, ``<prefix>recall``, ``<prefix>forget`` and
-``<prefix>list_memories`` as MCP tool definitions (:meth:`MemoryTools.definitions`)
+publishes ``<prefix>remember_this``, ``<prefix>recall``, ``<prefix>forget``,
+``<prefix>list_memories`` and ``<prefix>search_memories`` (unless
+``tools={"search": False}``) as MCP tool definitions (:meth:`MemoryTools.definitions`)
 and runs them with :meth:`MemoryTools.call`, which returns an MCP
 ``CallToolResult``-shaped dict (:mod:`~remember_sync.tools.results`).
 
@@ -16,6 +17,10 @@ delete one (``REMEMBER_APPROVAL_PROTECTED``), nor an entry they cannot read
 (its brand is unknown).  Both write with compare-and-set against exactly what
 they checked, so an approval the host writes meanwhile is never overwritten;
 the host's own accessor is not restricted.
+
+``remember_this`` records its own name in the entry (``writtenBy``, sealed
+with it), so ``search_memories`` and ``RememberAccessor.search`` can tell what
+a model wrote from what the host wrote.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, Final
 from .._codec import check_json_value, entry_json
 from .._core import MAX_TTL_SECONDS, AccessorCore
 from .._keys import check_key
+from .._search import MAX_QUERY_CHARS, preview
 from ..accessor import RememberAccessor
 from ..errors import (
     RememberDecryptionError,
@@ -42,18 +48,23 @@ from ._schema import JSON_TYPES, validate_arguments
 from .results import UNKNOWN_TOOL_CODE, error_result, result_for_exception, success_result
 
 __all__ = [
-    "APPROVAL_PROTECTED_CODE", "DEFAULT_ALLOWED_SCOPES", "DEFAULT_LIST_LIMIT", "MAX_LIST_LIMIT",
-    "MAX_NESTING", "RESERVED_BRAND", "TOOL_BRANDS", "TOOL_NAMES", "MemoryTools",
+    "APPROVAL_PROTECTED_CODE", "DEFAULT_ALLOWED_SCOPES", "DEFAULT_LIST_LIMIT",
+    "DEFAULT_SEARCH_LIMIT", "MAX_LIST_LIMIT", "MAX_NESTING", "MAX_SEARCH_LIMIT", "RESERVED_BRAND",
+    "TOOL_BRANDS", "TOOL_NAMES", "MemoryTools",
 ]
 
 #: The bare tool names; the published names are ``prefix + name``.
-TOOL_NAMES: Final[tuple[str, ...]] = ("remember_this", "recall", "forget", "list_memories")
+TOOL_NAMES: Final[tuple[str, ...]] = (
+    "remember_this", "recall", "forget", "list_memories", "search_memories"
+)
 #: ``global`` is opt-in: model-written global memory is read by every caller's model.
 DEFAULT_ALLOWED_SCOPES: Final[tuple[Scope, ...]] = ("session", "user", "tool")
 #: Brands a model may give (``approval`` is reserved for the host's approval flows).
 TOOL_BRANDS: Final[tuple[str, ...]] = ("preference", "cache", "state", "conversation", "custom")
 DEFAULT_LIST_LIMIT: Final = 50
 MAX_LIST_LIMIT: Final = 100
+DEFAULT_SEARCH_LIMIT: Final = 10
+MAX_SEARCH_LIMIT: Final = 50
 #: The host's brand: the tools never create, replace or delete an entry carrying it.
 RESERVED_BRAND: Final = "approval"
 #: The code of the tool error for an attempt to replace or forget an approval.
@@ -82,7 +93,7 @@ _SCOPE_TEXT: Final[dict[str, str]] = {
 }
 
 
-_Handler = Callable[[RememberAccessor, Mapping[str, Any], Scope], dict[str, Any]]
+_Handler = Callable[[RememberAccessor, Mapping[str, Any], Any], dict[str, Any]]
 
 
 class MemoryTools:
@@ -92,6 +103,7 @@ class MemoryTools:
     :param prefix: prepended to every tool name (``"memory_"`` gives ``memory_recall``).
     :param allowed_scopes: the scopes a model may use (default ``session``,
         ``user``, ``tool``; ``global`` is opt-in).
+    :param search: publish ``search_memories`` too (the default).
     """
 
     def __init__(
@@ -100,6 +112,7 @@ class MemoryTools:
         *,
         prefix: str = "",
         allowed_scopes: Sequence[str] = DEFAULT_ALLOWED_SCOPES,
+        search: bool = True,
     ) -> None:
         bad = [s for s in allowed_scopes if s not in SCOPES]
         if bad or not allowed_scopes:
@@ -110,13 +123,16 @@ class MemoryTools:
         self._core = core
         self.prefix = prefix
         self.allowed_scopes: tuple[Scope, ...] = tuple(dict.fromkeys(allowed_scopes))  # type: ignore[arg-type]
-        self.names: dict[str, str] = {bare: prefix + bare for bare in TOOL_NAMES}
+        self.names: dict[str, str] = {
+            bare: prefix + bare for bare in TOOL_NAMES if search or bare != "search_memories"
+        }
         self._by_name = {full: bare for bare, full in self.names.items()}
         self._handlers: dict[str, _Handler] = {
             "remember_this": self._remember_this,
             "recall": self._recall,
             "forget": self._forget,
             "list_memories": self._list_memories,
+            "search_memories": self._search_memories,
         }
         self._definitions = self._build_definitions()
         # Validated against copies whose scope has no enum: a known scope that is not
@@ -133,15 +149,15 @@ class MemoryTools:
     # -- definitions ----------------------------------------------------------------
 
     def definitions(self) -> list[dict[str, Any]]:
-        """The four MCP tool definitions (a fresh copy the caller may modify)."""
+        """The MCP tool definitions (a fresh copy the caller may modify)."""
         return deepcopy(self._definitions)
 
     def handles(self, name: str) -> bool:
-        """Whether *name* is one of these four (prefixed) tools."""
+        """Whether *name* is one of these (prefixed) tools."""
         return name in self._by_name
 
     def scope_description(self) -> str:
-        """The one ``scope`` description shared by all four tools (allowed scopes only)."""
+        """The one ``scope`` description shared by every memory tool (allowed scopes only)."""
         names = {bare: f"`{full}`" for bare, full in self.names.items()}
         lines = [f"{s}: {_SCOPE_TEXT[s].format(**names)}" for s in self.allowed_scopes]
         if "session" in self.allowed_scopes:
@@ -180,7 +196,7 @@ class MemoryTools:
                 "conversations. Use this when the user asks you to remember preferences, "
                 "settings, or any information they want to persist. Read it back with "
                 f"{n['recall']}, delete it with {n['forget']}, and see what is stored with "
-                f"{n['list_memories']}."
+                f"{n['list_memories']}{self._find_hint(n)}."
             ),
             _object(
                 {
@@ -233,8 +249,8 @@ class MemoryTools:
             (
                 "Recall something that was previously remembered. Use this to retrieve stored "
                 "preferences, settings, or any information that was saved with "
-                f"{n['remember_this']}. Use {n['list_memories']} to see which keys exist and "
-                f"{n['forget']} to delete one."
+                f"{n['remember_this']}. Use {n['list_memories']} to see which keys exist"
+                f"{self._find_hint(n)} and {n['forget']} to delete one."
             ),
             _object(
                 {"key": {**key, "description": "What memory to recall"}, "scope": scope},
@@ -266,8 +282,8 @@ class MemoryTools:
             (
                 "Forget a previously remembered value (stored with "
                 f"{n['remember_this']}). Use this when the user wants to delete stored "
-                f"preferences or information. {n['list_memories']} shows which keys exist; "
-                f"{n['recall']} reads one back."
+                f"preferences or information. {n['list_memories']} shows which keys exist"
+                f"{self._find_hint(n)}; {n['recall']} reads one back."
             ),
             _object(
                 {"key": {**key, "description": "What memory to forget"}, "scope": scope},
@@ -290,7 +306,8 @@ class MemoryTools:
             (
                 "List all remembered keys in a scope. Use this to see what memories are stored "
                 f"for the current session or user. Read one with {n['recall']}, delete one "
-                f"with {n['forget']}, and store one with {n['remember_this']}."
+                f"with {n['forget']}, and store one with {n['remember_this']}"
+                f"{self._find_hint(n)}."
             ),
             _object(
                 {
@@ -338,7 +355,101 @@ class MemoryTools:
             ),
             read_only=True,
         )
-        return [remember, recall, forget, listing]
+        definitions = [remember, recall, forget, listing]
+        if "search_memories" in self.names:
+            definitions.append(self._search_definition(n, scope, scopes))
+        return definitions
+
+    def _find_hint(self, n: Mapping[str, str]) -> str:
+        if "search_memories" not in self.names:
+            return ""
+        return f" ({n['search_memories']} finds memories by what they say)"
+
+    def _search_definition(
+        self, n: Mapping[str, str], scope: dict[str, Any], scopes: Sequence[str]
+    ) -> dict[str, Any]:
+        scope = {
+            **{k: v for k, v in scope.items() if k != "default"},
+            "description": (
+                "Only search this scope (default: every scope you may use). "
+                + str(scope["description"])
+            ),
+        }
+        return self._definition(
+            "search_memories",
+            "Search memories",
+            (
+                "Search what was remembered by what it says, when you do not know the key. "
+                "Returns the best matches first, each with its key, scope, a short preview, "
+                "when it was written and by whom (\"host\": the application; otherwise the "
+                f"memory tool a model called). Read a whole memory with {n['recall']}, list "
+                f"keys with {n['list_memories']}, store one with {n['remember_this']} and "
+                f"delete one with {n['forget']}."
+            ),
+            _object(
+                {
+                    "query": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": MAX_QUERY_CHARS,
+                        "description": "What to look for, in words (e.g., \"preferred language\")",
+                    },
+                    "scope": scope,
+                    "brand": {
+                        "type": "string",
+                        "enum": ["approval", *TOOL_BRANDS],
+                        "description": "Only memories of this type",
+                    },
+                    "limit": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MAX_SEARCH_LIMIT,
+                        "default": DEFAULT_SEARCH_LIMIT,
+                        "description": (
+                            f"Maximum number of results (default: {DEFAULT_SEARCH_LIMIT})"
+                        ),
+                    },
+                    "host_only": {
+                        "type": "boolean",
+                        "default": False,
+                        "description": (
+                            "Only memories the application wrote, none written through "
+                            "these tools"
+                        ),
+                    },
+                },
+                required=["query"],
+            ),
+            _object(
+                {
+                    "results": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "key": {"type": "string"},
+                                "scope": {"type": "string", "enum": list(scopes)},
+                                "brand": {"type": "string"},
+                                "score": {"type": "number"},
+                                "preview": {"type": "string"},
+                                "writtenAt": {
+                                    "type": "integer",
+                                    "description": "When it was last written (epoch ms)",
+                                },
+                                "writtenBy": {
+                                    "type": "string",
+                                    "description": "\"host\" or the memory tool that wrote it",
+                                },
+                            },
+                            required=["key", "scope", "score", "preview", "writtenAt",
+                                      "writtenBy"],
+                        ),
+                    },
+                    "count": {"type": "integer"},
+                },
+                required=["results", "count"],
+            ),
+            read_only=True,
+        )
 
     def _definition(
         self, bare: str, title: str, description: str, inputs: dict[str, Any],
@@ -383,7 +494,8 @@ class MemoryTools:
         try:
             args = {} if arguments is None else arguments
             validate_arguments(self._checks[bare], args)
-            scope = self._scope(args)
+            # Without a scope, search_memories searches every allowed scope.
+            scope = None if bare == "search_memories" and "scope" not in args else self._scope(args)
             who = (identity if identity is not None else current_identity()).with_tool(name)
             # Bound for the call, so identity errors do not suggest binding one.
             with bind_identity(bound=who):
@@ -418,8 +530,12 @@ class MemoryTools:
             expires: int | None = now + ttl * 1000
         else:
             expires = now + core.default_ttl * 1000 if core.default_ttl else None
+        brand = args.get("brand")
+        extras = core.search_extras(
+            key, value, brand, metadata, written_by=self.names["remember_this"]
+        )
         stored = core.seal_checked(
-            entry_json(value, args.get("brand"), now, now, expires, metadata), ns, skey
+            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey
         )
         if core.read_doubled_prefix:
             # Reads fall back to a 1.8.0 doubled-prefix twin while the key is absent,
@@ -473,6 +589,27 @@ class MemoryTools:
         for where in places:
             existed |= _write_unless_protected(core, ns, where, skey, key, scope, None, None)
         return {"success": True, "key": key, "scope": scope, "existed": existed}
+
+    def _search_memories(
+        self, mem: RememberAccessor, args: Mapping[str, Any], scope: Scope | None
+    ) -> dict[str, Any]:
+        hits = self._core.search(
+            mem.identity, args["query"], scope, args.get("brand"),
+            args.get("limit", DEFAULT_SEARCH_LIMIT), args.get("host_only", False),
+            scopes=self.allowed_scopes, max_limit=MAX_SEARCH_LIMIT,
+        )
+        results = []
+        for hit in hits:
+            value, brand, _, updated_at, _, _ = hit.fields
+            item: dict[str, Any] = {"key": hit.key, "scope": hit.label}
+            if brand is not None:
+                item["brand"] = brand
+            item.update(
+                score=hit.score, preview=preview(value), writtenAt=updated_at,
+                writtenBy=hit.written_by or "host",
+            )
+            results.append(item)
+        return {"results": results, "count": len(results)}
 
     def _list_memories(
         self, mem: RememberAccessor, args: Mapping[str, Any], scope: Scope

@@ -1,0 +1,184 @@
+"""Search: ranking quality on an evaluation set, and latency by namespace size.
+
+``python -m benchmarks.search quality [FILE]`` stores every memory of an
+evaluation set (default ``tests/data/search_eval.json``; the format is in
+``docs/search.rst``) for one user, asks each question through
+``accessor.search(limit=5)`` and prints recall@5 and MRR, for lexical ranking
+and for hybrid ranking with the deterministic test embedder (which hashes
+character trigrams: it is not a model of meaning).
+
+``python -m benchmarks.search speed [--sizes 1000,10000] [--rounds 9]`` times
+``search`` over a namespace of N entries on the memory store, on a throw-away
+``redis-server`` (database 0), and on the same server's database 1, which also
+holds 100,000 other keys; the rounds of the three cases are interleaved.  It
+prints the median, minimum and maximum wall time, and the median CPU time of
+this process (the client's share, which the machine's load disturbs less).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from remember_sync import Identity, RememberPlugin
+from remember_sync.testing import HashingEmbedder
+
+__all__ = ["evaluate", "main", "speed"]
+
+DEFAULT_SET = Path(__file__).resolve().parent.parent / "tests" / "data" / "search_eval.json"
+WHO = Identity(session_id="eval-session", user_id="eval-user")
+_SECRET = "search-benchmark-secret-0123456789abcdef"
+
+
+def evaluate(data: dict[str, Any], *, embedder: Callable[[str], Sequence[float]] | None = None,
+             k: int = 5) -> dict[str, float]:
+    """Recall@k and MRR of ``search`` over *data* (``memories`` and ``questions``).
+
+    recall@k: per question, the share of its relevant keys in the first *k*
+    results, averaged; MRR: the mean of 1 / rank of the first relevant result
+    (0 when none is in the first *k*).
+    """
+    options: dict[str, Any] = {"encryption": {"secrets": [_SECRET]}, "skip_legacy_purge": True}
+    if embedder is not None:
+        options["search"] = {"embedder": embedder}
+    with RememberPlugin.init(**options) as plugin:
+        mem = plugin.accessor(WHO)
+        for m in data["memories"]:
+            mem.set(m["key"], m["value"], scope=m.get("scope", "user"), brand=m.get("brand"),
+                    metadata=m.get("metadata"))
+        recalls, ranks = [], []
+        for q in data["questions"]:
+            found = [h.key for h in mem.search(q["query"], limit=k)]
+            relevant = set(q["relevant"])
+            recalls.append(len(relevant & set(found)) / len(relevant))
+            first = next((i for i, key in enumerate(found, 1) if key in relevant), None)
+            ranks.append(0.0 if first is None else 1.0 / first)
+    return {
+        "questions": len(ranks),
+        "memories": len(data["memories"]),
+        f"recall@{k}": round(statistics.fmean(recalls), 3),
+        "mrr": round(statistics.fmean(ranks), 3),
+    }
+
+
+def quality(path: Path) -> dict[str, dict[str, float]]:
+    """Lexical and hybrid (test embedder) figures for the evaluation set at *path*."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        "lexical": evaluate(data),
+        "hybrid (test embedder, not a model)": evaluate(data, embedder=HashingEmbedder()),
+    }
+
+
+_WORDS = (
+    "deploy pipeline customer invoice schedule meeting travel coffee garden budget report "
+    "database kafka retry server python release weather music book family doctor train "
+    "project atlas review ticket cache result morning evening holiday hotel flight cat dog"
+).split()
+
+
+def _fill(plugin: RememberPlugin, who: Identity, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    mem = plugin.accessor(who)
+    for i in range(n):
+        text = " ".join(rng.choice(_WORDS) for _ in range(12))
+        mem.set(f"note_{i:06d}", {"text": text, "n": i}, scope="user", brand="state")
+
+
+def speed(sizes: Sequence[int], rounds: int, others: int) -> list[dict[str, Any]]:
+    """Median latency of one ``search`` by store and namespace size (see the module doc)."""
+    import redis  # noqa: PLC0415
+
+    from remember_sync.testing.redis_server import RedisServer, find_redis_server  # noqa: PLC0415
+
+    rows: list[dict[str, Any]] = []
+    queries = ["deploy the pipeline", "customer invoice report", "morning coffee", "kafka retry"]
+    binary = find_redis_server()
+    if binary is None:
+        raise SystemExit("redis-server is not on PATH")
+    server = RedisServer(binary).start()
+    try:
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+        crowded = redis.Redis(host="127.0.0.1", port=server.port, db=1)
+        base = server.url.rsplit("/", 1)[0]
+        for n in sizes:
+            client.flushall()
+            secret = {"secrets": [_SECRET]}
+            cases: dict[str, tuple[RememberPlugin, Identity]] = {
+                "memory": (RememberPlugin.init(encryption=secret, skip_legacy_purge=True),
+                           Identity(user_id="bench")),
+                "redis": (RememberPlugin.init(type="redis", config={"url": base + "/0"},
+                                              encryption=secret, skip_legacy_purge=True),
+                          Identity(user_id="bench")),
+                # The same namespace in a database that also holds `others` keys.
+                "redis + others": (RememberPlugin.init(
+                    type="redis", config={"url": base + "/1"}, encryption=secret,
+                    skip_legacy_purge=True), Identity(user_id="bench")),
+            }
+            for plugin, who in cases.values():
+                _wait_indexed(plugin)
+                _fill(plugin, who, n, seed=n)
+            pipe = crowded.pipeline(transaction=False)
+            for i in range(others):
+                pipe.set(f"other:{i}", "x" * 64)
+                if i % 5000 == 4999:
+                    pipe.execute()
+            pipe.execute()
+            samples: dict[str, list[float]] = {name: [] for name in cases}
+            cpu: dict[str, list[float]] = {name: [] for name in cases}
+            for plugin, who in cases.values():  # the first search decrypts: not timed
+                plugin.accessor(who).search(queries[0])
+            for r in range(rounds):  # interleaved: one search of each case per round
+                for name, (plugin, who) in cases.items():
+                    began, began_cpu = time.perf_counter(), time.process_time()
+                    plugin.accessor(who).search(queries[r % len(queries)])
+                    samples[name].append((time.perf_counter() - began) * 1000)
+                    cpu[name].append((time.process_time() - began_cpu) * 1000)
+            for name, values in samples.items():
+                rows.append({
+                    "store": name, "entries": n, "p50_ms": round(statistics.median(values), 2),
+                    "min_ms": round(min(values), 2), "max_ms": round(max(values), 2),
+                    "cpu_p50_ms": round(statistics.median(cpu[name]), 2), "rounds": len(values),
+                })
+            for plugin, _ in cases.values():
+                plugin.close()
+        rows.append({"redis_version": client.info()["redis_version"]})
+    finally:
+        server.cleanup()
+    return rows
+
+
+def _wait_indexed(plugin: RememberPlugin, timeout: float = 60.0) -> None:
+    backfill = plugin.index_backfill
+    if backfill is not None:
+        backfill.wait(timeout)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.search")
+    sub = parser.add_subparsers(dest="what", required=True)
+    q = sub.add_parser("quality")
+    q.add_argument("path", nargs="?", type=Path, default=DEFAULT_SET)
+    s = sub.add_parser("speed")
+    s.add_argument("--sizes", default="1000,10000")
+    s.add_argument("--rounds", type=int, default=9)
+    s.add_argument("--others", type=int, default=100_000)
+    args = parser.parse_args(argv)
+    if args.what == "quality":
+        print(json.dumps(quality(args.path), indent=1))
+        return 0
+    sizes = [int(x) for x in args.sizes.split(",")]
+    for row in speed(sizes, args.rounds, args.others):
+        print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -65,6 +65,11 @@ OAUTH_ENV = {
     "REMEMBER_OAUTH_RESOURCE": "resource",
 }
 
+#: ``1``: record metrics and report them to OpenTelemetry (``RememberPlugin.init(metrics=True)``).
+METRICS_ENV = "REMEMBER_METRICS"
+#: The rate limit of ``serve`` and ``create_app`` (``60/minute``; ``serve --rate-limit``).
+RATE_LIMIT_ENV = "REMEMBER_RATE_LIMIT"
+
 #: Older secrets that still decrypt, comma-separated, newest first (after the current one).
 PREVIOUS_SECRETS_ENV = "REMEMBER_PREVIOUS_SECRETS"  # noqa: S105 - a variable name
 #: The URL schemes a Redis URL may have (:func:`check_redis_url`).
@@ -154,6 +159,11 @@ def env_scopes(env: Mapping[str, str], name: str = ALLOWED_SCOPES_ENV) -> list[s
     """
     text = _get(env, name)
     return scope_list(text, name) if text.strip(", ") else None
+
+
+def env_rate_limit(env: Mapping[str, str]) -> str | None:
+    """The rate in ``REMEMBER_RATE_LIMIT`` (``None`` if unset or blank); checked by its user."""
+    return _get(env, RATE_LIMIT_ENV) or None
 
 
 def previous_secrets(env: Mapping[str, str]) -> list[str]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._core import AccessorCore
+from ._metrics import measured
 from .errors import RememberIdentityError, RememberInputError, RememberInputTypeError
 from .identity import current_identity
 from .types import Identity, RememberEntry, Scope
@@ -44,6 +45,7 @@ class RememberAccessor:
 
     # -- the API ------------------------------------------------------------------------
 
+    @measured("set")
     def set(
         self,
         key: str,
@@ -66,20 +68,24 @@ class RememberAccessor:
         """
         self._core.set(self._identity, key, value, scope, ttl, brand, metadata)
 
+    @measured("get")
     def get(self, key: str, *, scope: Scope = "session", default: Any = None) -> Any:
         """The stored value, or *default* when missing, expired or unreadable."""
         fields = self._core.get_fields(self._identity, key, scope)
         return default if fields is None else fields[0]
 
+    @measured("get_entry")
     def get_entry(self, key: str, *, scope: Scope = "session") -> RememberEntry | None:
         """The whole entry (value, brand, times, metadata), or ``None``."""
         fields = self._core.get_fields(self._identity, key, scope)
         return None if fields is None else RememberEntry(*fields)
 
+    @measured("knows")
     def knows(self, key: str, *, scope: Scope = "session") -> bool:
         """Whether a readable, unexpired entry exists."""
-        return self.get_entry(key, scope=scope) is not None
+        return self._core.get_fields(self._identity, key, scope) is not None
 
+    @measured("update")
     def update(
         self, key: str, value: Any, *, scope: Scope = "session", ttl: int | None = None
     ) -> bool:
@@ -96,6 +102,7 @@ class RememberAccessor:
         """
         return self._core.update(self._identity, key, scope, value, ttl)
 
+    @measured("modify")
     def modify(
         self,
         key: str,
@@ -138,6 +145,7 @@ class RememberAccessor:
         """
         return self._core.modify(self._identity, key, scope, fn, default, ttl)
 
+    @measured("increment")
     def increment(
         self,
         key: str,
@@ -176,26 +184,30 @@ class RememberAccessor:
                 )
             return current + delta
 
-        result: int | float = self.modify(key, add, scope=scope, default=0, ttl=ttl)
+        result: int | float = self._core.modify(self._identity, key, scope, add, 0, ttl)
         return result
 
+    @measured("forget")
     def forget(self, key: str, *, scope: Scope = "session") -> bool:
         """Delete the entry; return whether something was there."""
         return self._core.forget(self._identity, key, scope)
 
+    @measured("list")
     def list(self, *, scope: Scope = "session", pattern: str = "*") -> list[str]:
         """Bare keys of readable, unexpired entries matching *pattern*, sorted.
 
         Only ``*`` and ``?`` are wildcards; every other character is literal.
         """
-        return sorted(self.entries(scope=scope, pattern=pattern))
+        return sorted(self._core.entries(self._identity, scope, pattern, None))
 
+    @measured("entries")
     def entries(
         self, *, scope: Scope = "session", pattern: str = "*", brand: str | None = None
     ) -> dict[str, RememberEntry]:
         """Readable, unexpired entries matching *pattern* (and *brand*), in one batched read."""
         return self._core.entries(self._identity, scope, pattern, brand)
 
+    @measured("forget_many")
     def forget_many(
         self,
         *,

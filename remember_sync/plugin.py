@@ -13,9 +13,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from . import _metrics
 from ._clock import Clock
 from ._codec import EntryCodec
-from ._config import scope_list, store_settings
+from ._config import METRICS_ENV, env_flag, scope_list, store_settings
 from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
 from ._keys import storage_namespace
@@ -57,6 +58,7 @@ _OPTIONS = frozenset(
         "background_reindex",
         "clock",
         "environ",
+        "metrics",
     }
 )
 _ENCRYPTION_OPTIONS = frozenset(
@@ -241,6 +243,15 @@ class RememberPlugin:
         if listing not in ("index", "scan"):
             raise _config_error("listing", f"must be 'index' or 'scan'; got {listing!r}")
         backfill = _check_bool(options.get("background_reindex", True), "background_reindex")
+        metrics = options.get("metrics")
+        if metrics is None:
+            metrics = env_flag(environ, METRICS_ENV)
+        if _check_bool(metrics, "metrics") and not _metrics.start():
+            raise _config_error(
+                "metrics",
+                "needs OpenTelemetry: pip install 'remember-sync[metrics]' (see "
+                "docs/limits-and-metrics.rst)",
+            )
 
         store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:

@@ -27,31 +27,32 @@ ALLOWED: dict[str, set[str]] = {
     "_clock": set(),
     "_bounded": set(),
     "_text": set(),
+    "_metrics": set(),
     "_keys": {"errors", "types", "_glob"},
     "_crypto": {"errors", "types", "_fork", "_clock", "_bounded"},
     "identity": {"errors", "types"},
     "_codec": {"errors", "types", "_crypto", "_text"},
     "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded", "_config"},
     "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},
-    "stores": {"errors", "stores", "_glob", "_fork", "_clock", "_bounded", "_text"},
+    "stores": {"errors", "stores", "_glob", "_fork", "_clock", "_bounded", "_text", "_metrics"},
     "_purge": {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },
-    "_core": CORE | {"stores", "_fork"},
-    "accessor": {"_core", "errors", "types", "identity"},
-    "tools": CORE | {"stores", "_core", "accessor"},
-    "plugin": CORE | {"stores", "_core", "accessor", "_purge", "tools", "_config"},
+    "_core": CORE | {"stores", "_fork", "_metrics"},
+    "accessor": {"_core", "errors", "types", "identity", "_metrics"},
+    "tools": CORE | {"stores", "_core", "accessor", "_metrics"},
+    "plugin": CORE | {"stores", "_core", "accessor", "_purge", "tools", "_config", "_metrics"},
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
     "_ops": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config"},
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",
-       "_config"},
+       "_config", "_metrics"},
     "cli": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp",
-        "_config", "cli",
+        "_config", "cli", "_metrics",
     },
     "__main__": {"cli"},
     "__init__": CORE | {"stores", "accessor", "plugin"},
@@ -67,6 +68,8 @@ DRIVERS = {
     "django": {"integrations"},
     "mcp": {"integrations"},
     "jwt": {"mcp"},
+    "limits": {"mcp"},
+    "opentelemetry": {"_metrics"},
 }
 
 

@@ -128,8 +128,9 @@ def create_app(
     :mod:`remember_sync.mcp.oauth`), and for the memory store
     ``REMEMBER_MAX_BYTES`` / ``REMEMBER_MAX_ENTRIES`` (defaults
     :data:`DEFAULT_MAX_BYTES`, :data:`DEFAULT_MAX_ENTRIES`; see
-    :func:`plugin_from_options`), ``REMEMBER_MAX_VALUE_BYTES``.  The master secret comes from
-    ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
+    :func:`plugin_from_options`), ``REMEMBER_MAX_VALUE_BYTES``, and
+    ``REMEMBER_RATE_LIMIT`` (``60/minute``: ``McpServer(rate_limit=...)``).  The
+    master secret comes from ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
     :class:`McpServer`.
 
     Callers are anonymous unless ``REMEMBER_AUTH_TOKENS`` (or *auth_tokens*,
@@ -173,4 +174,11 @@ def create_app(
             environ=env,
         )
     server_options.setdefault("owns_plugin", owns)
-    return McpServer(plugin, **server_options)
+    if "rate_limit" not in server_options:
+        server_options["rate_limit"] = _config.env_rate_limit(env)
+    try:
+        return McpServer(plugin, **server_options)
+    except BaseException:
+        if owns:
+            plugin.close()
+        raise

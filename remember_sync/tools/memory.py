@@ -20,10 +20,12 @@ the host's own accessor is not restricted.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from copy import deepcopy
 from typing import Any, Final
 
+from .. import _metrics
 from .._codec import check_json_value, entry_json
 from .._core import MAX_TTL_SECONDS, AccessorCore
 from .._keys import check_key
@@ -39,7 +41,13 @@ from ..identity import current_identity
 from ..identity import identity as bind_identity
 from ..types import SCOPES, Identity, Namespace, Scope
 from ._schema import JSON_TYPES, validate_arguments
-from .results import UNKNOWN_TOOL_CODE, error_result, result_for_exception, success_result
+from .results import (
+    UNKNOWN_TOOL_CODE,
+    error_parts,
+    error_result,
+    result_for_exception,
+    success_result,
+)
 
 __all__ = [
     "APPROVAL_PROTECTED_CODE", "DEFAULT_ALLOWED_SCOPES", "DEFAULT_LIST_LIMIT", "MAX_LIST_LIMIT",
@@ -372,6 +380,21 @@ class MemoryTools:
                 UNKNOWN_TOOL_CODE,
                 f"Unknown tool {name!r}. Memory tools: {', '.join(self.names.values())}",
             )
+        if not _metrics.STATE.on:
+            return self._call(bare, name, arguments, identity)
+        began = time.perf_counter()
+        result = self._call(bare, name, arguments, identity)
+        code = error_parts(result)[0] if result.get("isError") else ""
+        _metrics.TOOL_CALLS.record(
+            time.perf_counter() - began, self._core.store_kind, bare,
+            "error" if code else "ok", code,
+        )  # fmt: skip
+        return result
+
+    def _call(
+        self, bare: str, name: str, arguments: Mapping[str, Any] | None, identity: Identity | None
+    ) -> dict[str, Any]:
+        """:meth:`call` of a memory tool (*bare*: its name without the prefix)."""
         try:
             args = {} if arguments is None else arguments
             validate_arguments(self._checks[bare], args)

@@ -61,6 +61,8 @@ BUCKETS_S = (
 #: Distinct attribute sets an instrument keeps before folding new ones into ``OTHER``.
 MAX_SERIES = 1000
 
+_clock = time.perf_counter
+_bucket = bisect.bisect_left
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -152,19 +154,25 @@ class Histogram(_Instrument):
 
     def record(self, value: float, *values: str) -> None:
         """Record one observation *value* for the attribute values *values*."""
-        if not STATE.on:
-            return
-        index = bisect.bisect_left(BUCKETS_S, value)
-        lock = self._lock
-        lock.acquire()
-        try:
+        if STATE.on:
+            self.add(self.series(*values), value)
+
+    def series(self, *values: str) -> list[float]:
+        """The counts of the attribute values *values* (made on first use), for :meth:`add`."""
+        with self._lock:
             found = self._values.get(values)
             if found is None:
-                found = self._values[self._key(values, self._values)] = [0] * _SLOTS
-            found[index] += 1
-            found[-1] += value
-        finally:
-            lock.release()
+                found = self._values.setdefault(self._key(values, self._values), [0] * _SLOTS)
+            return found
+
+    def add(self, series: list[float], value: float) -> None:
+        """Record one observation *value* in *series* (from :meth:`series`)."""
+        index = _bucket(BUCKETS_S, value)
+        lock = self._lock
+        lock.acquire()
+        series[index] += 1
+        series[-1] += value
+        lock.release()
 
     def snapshot(self) -> dict[tuple[str, ...], list[float]]:
         """Every attribute set: the count in each bucket (not cumulative), then the sum."""
@@ -424,20 +432,31 @@ def measured(operation: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     """
 
     def decorate(method: Callable[_P, _R]) -> Callable[_P, _R]:
+        done: dict[str, list[float]] = {}  # store -> its series of successful calls
+
         @functools.wraps(method)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             if not STATE.on:
                 return method(*args, **kwargs)
-            store: str = args[0]._core.store_kind  # type: ignore[attr-defined]
-            began = time.perf_counter()
+            began = _clock()
             try:
                 result = method(*args, **kwargs)
             except BaseException as exc:
-                OPERATIONS.record(
-                    time.perf_counter() - began, store, operation, "error", error_code(exc)
-                )
+                store: str = args[0]._core.store_kind  # type: ignore[attr-defined]
+                OPERATIONS.record(_clock() - began, store, operation, "error", error_code(exc))
                 raise
-            OPERATIONS.record(time.perf_counter() - began, store, operation, "ok", "")
+            elapsed = _clock() - began
+            # Histogram.add, inlined: this runs on every operation.
+            series = done.get(args[0]._core.store_kind)  # type: ignore[attr-defined]
+            if series is None:
+                store = args[0]._core.store_kind  # type: ignore[attr-defined]
+                series = done[store] = OPERATIONS.series(store, operation, "ok", "")
+            index = _bucket(BUCKETS_S, elapsed)
+            lock = OPERATIONS._lock
+            lock.acquire()
+            series[index] += 1
+            series[-1] += elapsed
+            lock.release()
             return result
 
         return wrapper

@@ -14,13 +14,13 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import _metrics
 from ._core import AccessorCore
-from ._metrics import measured
 from .errors import RememberIdentityError, RememberInputError, RememberInputTypeError
 from .identity import current_identity
 from .types import Identity, RememberEntry, Scope
 
-__all__ = ["RememberAccessor"]
+__all__ = ["RememberAccessor", "accessor_for"]
 
 
 class RememberAccessor:
@@ -45,7 +45,6 @@ class RememberAccessor:
 
     # -- the API ------------------------------------------------------------------------
 
-    @measured("set")
     def set(
         self,
         key: str,
@@ -68,24 +67,20 @@ class RememberAccessor:
         """
         self._core.set(self._identity, key, value, scope, ttl, brand, metadata)
 
-    @measured("get")
     def get(self, key: str, *, scope: Scope = "session", default: Any = None) -> Any:
         """The stored value, or *default* when missing, expired or unreadable."""
         fields = self._core.get_fields(self._identity, key, scope)
         return default if fields is None else fields[0]
 
-    @measured("get_entry")
     def get_entry(self, key: str, *, scope: Scope = "session") -> RememberEntry | None:
         """The whole entry (value, brand, times, metadata), or ``None``."""
         fields = self._core.get_fields(self._identity, key, scope)
         return None if fields is None else RememberEntry(*fields)
 
-    @measured("knows")
     def knows(self, key: str, *, scope: Scope = "session") -> bool:
         """Whether a readable, unexpired entry exists."""
         return self._core.get_fields(self._identity, key, scope) is not None
 
-    @measured("update")
     def update(
         self, key: str, value: Any, *, scope: Scope = "session", ttl: int | None = None
     ) -> bool:
@@ -102,7 +97,6 @@ class RememberAccessor:
         """
         return self._core.update(self._identity, key, scope, value, ttl)
 
-    @measured("modify")
     def modify(
         self,
         key: str,
@@ -145,7 +139,6 @@ class RememberAccessor:
         """
         return self._core.modify(self._identity, key, scope, fn, default, ttl)
 
-    @measured("increment")
     def increment(
         self,
         key: str,
@@ -187,12 +180,10 @@ class RememberAccessor:
         result: int | float = self._core.modify(self._identity, key, scope, add, 0, ttl)
         return result
 
-    @measured("forget")
     def forget(self, key: str, *, scope: Scope = "session") -> bool:
         """Delete the entry; return whether something was there."""
         return self._core.forget(self._identity, key, scope)
 
-    @measured("list")
     def list(self, *, scope: Scope = "session", pattern: str = "*") -> list[str]:
         """Bare keys of readable, unexpired entries matching *pattern*, sorted.
 
@@ -200,14 +191,12 @@ class RememberAccessor:
         """
         return sorted(self._core.entries(self._identity, scope, pattern, None))
 
-    @measured("entries")
     def entries(
         self, *, scope: Scope = "session", pattern: str = "*", brand: str | None = None
     ) -> dict[str, RememberEntry]:
         """Readable, unexpired entries matching *pattern* (and *brand*), in one batched read."""
         return self._core.entries(self._identity, scope, pattern, brand)
 
-    @measured("forget_many")
     def forget_many(
         self,
         *,
@@ -293,3 +282,28 @@ class RememberAccessor:
             f"<tbody>{body}</tbody></table>"
         )
 
+
+#: The methods of :class:`RememberAccessor` that :mod:`._metrics` counts and times.
+MEASURED = (
+    "set", "get", "get_entry", "knows", "update", "modify", "increment", "forget", "list",
+    "entries", "forget_many",
+)  # fmt: skip
+
+
+class _MeasuredAccessor(RememberAccessor):
+    """A :class:`RememberAccessor` whose public methods are measured (``remember_sync.operations``).
+
+    Handed out instead of the plain class while recording is on, so that with
+    it off an accessor costs nothing more than before.
+    """
+
+
+for _name in MEASURED:
+    setattr(_MeasuredAccessor, _name, _metrics.measured(_name)(getattr(RememberAccessor, _name)))
+
+
+def accessor_for(core: AccessorCore, identity: Identity | None = None) -> RememberAccessor:
+    """An accessor over *core* for *identity* (``None``: the context's), measured while
+    metrics are recorded."""
+    cls = _MeasuredAccessor if _metrics.STATE.on else RememberAccessor
+    return cls(core, identity)

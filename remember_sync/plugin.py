@@ -22,7 +22,7 @@ from ._crypto import Keyring
 from ._keys import storage_namespace
 from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
 from ._secrets import resolve_keyring
-from .accessor import RememberAccessor
+from .accessor import RememberAccessor, accessor_for
 from .errors import RememberConfigurationError
 from .stores.base import Store
 from .stores.memory import MemoryStore
@@ -309,13 +309,13 @@ class RememberPlugin:
     @property
     def remember(self) -> RememberAccessor:
         """The accessor for the identity bound in the current context (read per call)."""
-        return RememberAccessor(self._core)
+        return accessor_for(self._core)
 
     def accessor(self, identity: Identity) -> RememberAccessor:
         """An accessor bound to an explicit identity (notebooks, cron jobs, tests)."""
         if not isinstance(identity, Identity):
             raise TypeError(f"identity must be an Identity; got {type(identity).__name__}")
-        return RememberAccessor(self._core, identity)
+        return accessor_for(self._core, identity)
 
     @property
     def store(self) -> Store:

@@ -29,7 +29,7 @@ from .. import _metrics
 from .._codec import check_json_value, entry_json
 from .._core import MAX_TTL_SECONDS, AccessorCore
 from .._keys import check_key
-from ..accessor import RememberAccessor
+from ..accessor import RememberAccessor, accessor_for
 from ..errors import (
     RememberDecryptionError,
     RememberInputError,
@@ -402,7 +402,7 @@ class MemoryTools:
             who = (identity if identity is not None else current_identity()).with_tool(name)
             # Bound for the call, so identity errors do not suggest binding one.
             with bind_identity(bound=who):
-                accessor = RememberAccessor(self._core, who)
+                accessor = accessor_for(self._core, who)
                 structured = self._handlers[bare](accessor, args, scope)
             return success_result(structured)
         except Exception as exc:  # noqa: BLE001 - the boundary: every failure is a tool error

@@ -20,7 +20,7 @@ from .errors import RememberIdentityError, RememberInputError, RememberInputType
 from .identity import current_identity
 from .types import Identity, RememberEntry, Scope
 
-__all__ = ["RememberAccessor", "accessor_for"]
+__all__ = ["RememberAccessor"]
 
 
 class RememberAccessor:
@@ -284,7 +284,7 @@ class RememberAccessor:
 
 
 #: The methods of :class:`RememberAccessor` that :mod:`._metrics` counts and times.
-MEASURED = (
+_MEASURED = (
     "set", "get", "get_entry", "knows", "update", "modify", "increment", "forget", "list",
     "entries", "forget_many",
 )  # fmt: skip
@@ -298,7 +298,7 @@ class _MeasuredAccessor(RememberAccessor):
     """
 
 
-for _name in MEASURED:
+for _name in _MEASURED:
     setattr(_MeasuredAccessor, _name, _metrics.measured(_name)(getattr(RememberAccessor, _name)))
 
 

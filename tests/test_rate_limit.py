@@ -192,6 +192,26 @@ def test_the_limit_is_shared_through_a_redis_cluster(
     assert two.post(call(4), session)[0] == 429
 
 
+def test_the_limit_is_counted_through_a_sentinel_primary(
+    serve_app: Any, sentinel_set_factory: Any
+) -> None:
+    """A Sentinel-backed store counts on the primary the sentinels name."""
+    from remember_sync.stores.redis import RedisStore
+
+    sentinels = sentinel_set_factory()
+    store = RedisStore.from_url(sentinels.url)
+    try:
+        server: Running = serve_app("2/minute", store=store)
+        session = server.session()  # counts on the address
+        assert server.post(call(1), session)[0] == 200
+        assert server.post(call(2), session)[0] == 200
+        assert server.post(call(3), session)[0] == 429
+        primary = store.client
+        assert [k for k in primary.keys("remember:__ratelimit__:*")]
+    finally:
+        store.close()
+
+
 def test_a_store_failure_while_counting_is_503_never_a_free_pass(
     serve_app: Any, redis_url: str
 ) -> None:

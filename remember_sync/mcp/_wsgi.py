@@ -47,7 +47,7 @@ _PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 def _is_loopback(address: str) -> bool:
     """Whether *address* (a ``REMOTE_ADDR``) is this machine: 127.0.0.0/8 or ::1."""
-    return address.startswith("127.") or address in ("::1", "::ffff:127.0.0.1")
+    return address.startswith(("127.", "::ffff:127.")) or address == "::1"
 
 #: Room left in the default body limit for the JSON-RPC envelope around a value
 #: (method, tool name, key, scope, ttl, brand): see :func:`default_max_body_bytes`.

@@ -187,13 +187,16 @@ class McpServer(ProtocolDispatch):
         self.name = name
         self.version = version if version is not None else _package_version()
         self.token_verifier = token_verifier
-        if session_signer is None:
+        keyring = None
+        if session_signer is None or rate_limit is not None:
             keyring = plugin.keyring if plugin.keyring is not None else resolve_keyring()
+        if session_signer is None:
+            assert keyring is not None
             session_signer = SessionSigner(keyring)
         self.session_signer = session_signer
         self.rate_limiter: RateLimiter | None = None
         if rate_limit is not None:
-            keyring = plugin.keyring if plugin.keyring is not None else resolve_keyring()
+            assert keyring is not None
             self.rate_limiter = RateLimiter(rate_limit, plugin.store, plugin.key_prefix, keyring)
         self._clock = clock
         if metrics_path is not None and not (metrics_path.startswith("/") and metrics_path != path):

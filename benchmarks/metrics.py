@@ -29,7 +29,7 @@ from remember_sync import Identity, RememberPlugin, _metrics
 from remember_sync.accessor import RememberAccessor
 from remember_sync.testing.redis_server import RedisServer
 
-from .harness import Row, compare, render
+from .harness import Row, compare, percentile, render
 
 SECRET = "benchmark-secret-0123456789abcdef012"
 VALUE = {"text": "x" * 160, "n": 12345, "ok": True}  # about 200 bytes of JSON
@@ -62,10 +62,14 @@ def _on_off(plugin: RememberPlugin, store: str, seconds: float, target: float) -
         result = compare(on, off, seconds=seconds)
     finally:
         state.on = False
-    return Row.from_comparison(
+    row = Row.from_comparison(
         result, group="1" if store == "memory" else "2", operation="set, metrics on",
         store=store, baseline="set, metrics off", ratio_kind="time", target=target,
     )  # fmt: skip
+    ratios = sorted(o / b for o, b in zip(result.ours, result.base, strict=True))
+    row.extra["ratio_q1"] = percentile(ratios, 0.25)
+    row.extra["ratio_q3"] = percentile(ratios, 0.75)
+    return row
 
 
 def run(seconds: float = 3.0) -> tuple[list[Row], str]:
@@ -93,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"redis_version": version, "rows": [r.as_dict() for r in rows]}))
     else:
         print(render(rows, title=f"metrics cost (redis-server {version})"))
+        for row in rows:
+            print(
+                f"  [{row.group}] spread of the pair ratios: interquartile "
+                f"{row.extra['ratio_q1']:.2f}x .. {row.extra['ratio_q3']:.2f}x "
+                f"over {row.extra['pairs']} pairs"
+            )
     return 0 if all(r.met is not False for r in rows) else 1
 
 

@@ -25,6 +25,7 @@ import sys
 import time
 from typing import Any
 
+from .. import _metrics
 from .._crypto import Keyring, b64url_encode
 from ..errors import RememberConfigurationError, RememberUnavailableError
 from ..stores.base import Store
@@ -77,7 +78,7 @@ def _storage(store: Store, prefix: str) -> Any:
     if isinstance(store, MemoryStore):
         return limits.storage.MemoryStorage(wrap_exceptions=True)
     client = getattr(store, "client", None)
-    if client is None or type(store).__name__ != "RedisStore":
+    if client is None or _metrics.store_kind(store) not in ("redis", "redis-cluster"):
         raise RememberConfigurationError(
             f"a rate limit needs the memory store or Redis; {type(store).__name__} has no "
             "shared counter the limits package can use (see docs/limits-and-metrics.rst)"

@@ -271,12 +271,13 @@ def test_create_app_reads_remember_rate_limit() -> None:
         assert app.rate_limiter is not None and app.rate_limiter.rate == "7/second"
     finally:
         app.close()
-    with pytest.raises(RememberConfigurationError, match="60/minute"):
+    with pytest.raises(RememberConfigurationError, match="^REMEMBER_RATE_LIMIT must be one rate"):
         create_app(environ={**env, "REMEMBER_RATE_LIMIT": "lots"})
 
 
 def test_serve_rate_limit_flag_is_checked(tmp_path: Path) -> None:
-    """``serve --rate-limit nonsense``: usage error (exit 2) naming the flag, nothing started."""
+    """``serve --rate-limit nonsense``: usage error (exit 2) naming the flag; the same in
+    ``REMEMBER_RATE_LIMIT``: exit 1 naming the variable; nothing started either way."""
     import subprocess
 
     from tests.test_cli import child_env
@@ -288,6 +289,14 @@ def test_serve_rate_limit_flag_is_checked(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2, done
     assert "--rate-limit" in done.stderr and "60/minute" in done.stderr
+    from_env = subprocess.run(
+        [sys.executable, "-m", "remember_sync", "serve", "--port", "0"], cwd=tmp_path,
+        env=child_env(REMEMBER_SECRET=TEST_SECRET, REMEMBER_RATE_LIMIT="lots",
+                      HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "cfg")),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert from_env.returncode == 1, from_env
+    assert "REMEMBER_RATE_LIMIT must be one rate" in from_env.stderr
 
 
 # -- gunicorn, 4 workers, one Redis ---------------------------------------------------------------

@@ -458,6 +458,8 @@ def run_serve(args: argparse.Namespace) -> int:
             # Every caller is the local user; no Authorization header is read.
             options["principal_resolver"] = lambda environ: local_user
         try:
+            if not args.rate_limit and options["rate_limit"]:
+                check_rate(options["rate_limit"], RATE_LIMIT_ENV)  # name the variable if bad
             app = McpServer(plugin, **options)
         except RememberError as exc:
             sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")

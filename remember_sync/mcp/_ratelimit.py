@@ -65,8 +65,9 @@ def check_rate(text: object, source: str = "rate limit") -> Any:
     except ValueError:
         items = []
     if len(items) != 1 or items[0].amount < 1:
+        what = f"{source} must" if source else "must"
         raise RememberConfigurationError(
-            f"{source} must be one rate like 60/minute, 20/second or 1000/hour; got {text!r}"
+            f"{what} be one rate like 60/minute, 20/second or 1000/hour; got {text!r}"
         )
     return items[0]
 

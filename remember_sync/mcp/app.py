@@ -9,6 +9,7 @@ from typing import Any
 from .. import _config
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
+from ._ratelimit import check_rate
 from .auth import StaticTokenVerifier
 from .oauth import oauth_verifier_from_env
 from .server import McpServer
@@ -174,9 +175,11 @@ def create_app(
             environ=env,
         )
     server_options.setdefault("owns_plugin", owns)
-    if "rate_limit" not in server_options:
-        server_options["rate_limit"] = _config.env_rate_limit(env)
     try:
+        if "rate_limit" not in server_options:
+            rate = server_options["rate_limit"] = _config.env_rate_limit(env)
+            if rate is not None:
+                check_rate(rate, _config.RATE_LIMIT_ENV)  # name the variable if bad
         return McpServer(plugin, **server_options)
     except BaseException:
         if owns:

@@ -333,3 +333,21 @@ def test_serve_help_names_the_new_flags(flag: str, tmp_path: Path) -> None:
         env=child_env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0 and flag in done.stdout and "--rate-limit" in done.stdout
+
+
+def test_unexpected_attribute_values_cannot_grow_memory(tmp_path: Path) -> None:
+    """A stream of distinct error codes (a host raising its own RememberErrors, say): at most
+    MAX_SERIES attribute sets are kept, the rest counted under OTHER, none lost."""
+    kept, other, total = _python(
+        """
+        import json
+        from remember_sync import _metrics
+        _metrics.start(require_otel=False)
+        for n in range(_metrics.MAX_SERIES + 500):
+            _metrics.OPERATIONS.record(0.001, "memory", "set", "error", f"HOST_CODE_{n}")
+        counts = _metrics.OPERATIONS.counts()
+        print(json.dumps([len(counts), counts.get(("OTHER",) * 4, 0), sum(counts.values())]))
+        """,
+        tmp_path,
+    )
+    assert kept == 1000 + 1 and other == 500 and total == 1500

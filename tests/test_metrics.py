@@ -351,3 +351,22 @@ def test_unexpected_attribute_values_cannot_grow_memory(tmp_path: Path) -> None:
         tmp_path,
     )
     assert kept == 1000 + 1 and other == 500 and total == 1500
+
+
+def test_the_cost_benchmark_runs_and_reports_both_stores(tmp_path: Path) -> None:
+    """``python -m benchmarks.metrics --json`` (tiny): a memory and a Redis row, each with its
+    ratio, the spread of the pair ratios and the server's version (exit 1 only for a missed
+    target, which a run this short does not judge)."""
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.metrics", "--seconds", "0.3", "--json"], cwd=repo,
+        env=child_env(), capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["redis_version"].count(".") == 2
+    rows = {row["store"]: row for row in report["rows"]}
+    assert set(rows) == {"memory", "redis"}
+    for row in rows.values():
+        assert row["target"] == 1.1 and row["ratio"] > 0
+        assert row["extra"]["ratio_q1"] <= row["ratio"] <= row["extra"]["ratio_q3"]

@@ -68,6 +68,10 @@ OAUTH_ENV = {
 #: Verified mode (``integrity="verified"``) and its witness, read by ``init`` when not given.
 INTEGRITY_ENV = "REMEMBER_INTEGRITY"
 WITNESS_ENV = "REMEMBER_WITNESS"
+#: ``1``: record metrics and report them to OpenTelemetry (``RememberPlugin.init(metrics=True)``).
+METRICS_ENV = "REMEMBER_METRICS"
+#: The rate limit of ``serve`` and ``create_app`` (``60/minute``; ``serve --rate-limit``).
+RATE_LIMIT_ENV = "REMEMBER_RATE_LIMIT"
 
 #: Older secrets that still decrypt, comma-separated, newest first (after the current one).
 PREVIOUS_SECRETS_ENV = "REMEMBER_PREVIOUS_SECRETS"  # noqa: S105 - a variable name
@@ -171,6 +175,11 @@ def env_scopes(env: Mapping[str, str], name: str = ALLOWED_SCOPES_ENV) -> list[s
     """
     text = _get(env, name)
     return scope_list(text, name) if text.strip(", ") else None
+
+
+def env_rate_limit(env: Mapping[str, str]) -> str | None:
+    """The rate in ``REMEMBER_RATE_LIMIT`` (``None`` if unset or blank); checked by its user."""
+    return _get(env, RATE_LIMIT_ENV) or None
 
 
 def previous_secrets(env: Mapping[str, str]) -> list[str]:

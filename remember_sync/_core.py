@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+from . import _metrics
 from ._bounded import BoundedCache
 from ._clock import Clock, system_clock
 from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
@@ -165,6 +166,8 @@ class AccessorCore:
         if listing not in LISTING_MODES:
             raise RememberConfigurationError(f"listing must be 'index' or 'scan'; got {listing!r}")
         self.store = store
+        #: The ``store`` attribute of this core's measurements (:mod:`._metrics`).
+        self.store_kind = _metrics.store_kind(store)
         self.codec = codec
         self.prefix = prefix
         self.default_ttl = default_ttl
@@ -321,6 +324,7 @@ class AccessorCore:
             return False
         with self._lock:
             self._stats.unreadable += 1
+        _metrics.UNREADABLE.add(self.store_kind)
         return True
 
     # -- decoding ---------------------------------------------------------------------
@@ -729,12 +733,14 @@ class AccessorCore:
                 tried = stored
             with self._lock:
                 self._stats.cas_retries += 1
+            _metrics.CAS_RETRIES.add(self.store_kind)
             if _CAS_EAGER <= attempt < CAS_ATTEMPTS - 1:
                 # Randomised, growing pauses: writers that keep colliding drift apart.
                 pause = min(_CAS_PAUSE_MAX, _CAS_PAUSE_FIRST * 2 ** (attempt - _CAS_EAGER))
                 self.sleep(random.uniform(0, pause))
         if tried is not None and self.read_raw(skey)[0] == tried:
             return True  # the last write landed after all (see above)
+        _metrics.CAS_CONFLICTS.add(self.store_kind)
         raise RememberConflictError(
             f"{key!r} was changed by other writers during each of {CAS_ATTEMPTS} "
             "compare-and-set attempts; nothing was written"

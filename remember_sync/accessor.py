@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import _metrics
 from ._core import AccessorCore
 from .errors import RememberIdentityError, RememberInputError, RememberInputTypeError
 from .identity import current_identity
@@ -78,7 +79,7 @@ class RememberAccessor:
 
     def knows(self, key: str, *, scope: Scope = "session") -> bool:
         """Whether a readable, unexpired entry exists."""
-        return self.get_entry(key, scope=scope) is not None
+        return self._core.get_fields(self._identity, key, scope) is not None
 
     def update(
         self, key: str, value: Any, *, scope: Scope = "session", ttl: int | None = None
@@ -176,7 +177,7 @@ class RememberAccessor:
                 )
             return current + delta
 
-        result: int | float = self.modify(key, add, scope=scope, default=0, ttl=ttl)
+        result: int | float = self._core.modify(self._identity, key, scope, add, 0, ttl)
         return result
 
     def forget(self, key: str, *, scope: Scope = "session") -> bool:
@@ -188,7 +189,7 @@ class RememberAccessor:
 
         Only ``*`` and ``?`` are wildcards; every other character is literal.
         """
-        return sorted(self.entries(scope=scope, pattern=pattern))
+        return sorted(self._core.entries(self._identity, scope, pattern, None))
 
     def entries(
         self, *, scope: Scope = "session", pattern: str = "*", brand: str | None = None
@@ -315,3 +316,28 @@ class RememberAccessor:
             f"<tbody>{body}</tbody></table>"
         )
 
+
+#: The methods of :class:`RememberAccessor` that :mod:`._metrics` counts and times.
+_MEASURED = (
+    "set", "get", "get_entry", "knows", "update", "modify", "increment", "forget", "list",
+    "entries", "forget_many",
+)  # fmt: skip
+
+
+class _MeasuredAccessor(RememberAccessor):
+    """A :class:`RememberAccessor` whose public methods are measured (``remember_sync.operations``).
+
+    Handed out instead of the plain class while recording is on, so that with
+    it off an accessor costs nothing more than before.
+    """
+
+
+for _name in _MEASURED:
+    setattr(_MeasuredAccessor, _name, _metrics.measured(_name)(getattr(RememberAccessor, _name)))
+
+
+def accessor_for(core: AccessorCore, identity: Identity | None = None) -> RememberAccessor:
+    """An accessor over *core* for *identity* (``None``: the context's), measured while
+    metrics are recorded."""
+    cls = _MeasuredAccessor if _metrics.STATE.on else RememberAccessor
+    return cls(core, identity)

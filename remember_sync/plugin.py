@@ -13,9 +13,10 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal, NoReturn
 
+from . import _metrics
 from ._clock import Clock, system_clock
 from ._codec import EntryCodec
-from ._config import integrity_settings, scope_list, store_settings
+from ._config import METRICS_ENV, env_flag, integrity_settings, scope_list, store_settings
 from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
 from ._integrity import INTEGRITY_MODES, Verifier, in_process, witness_from
@@ -24,7 +25,7 @@ from ._options import EncryptionOptions, RedisConfig, SearchOptions, StoreType, 
 from ._purge import DoubledPrefixCheck, IndexBackfill, KeyIdCheck, LegacyPurge
 from ._search import build_settings
 from ._secrets import resolve_keyring
-from .accessor import RememberAccessor
+from .accessor import RememberAccessor, accessor_for
 from .errors import RememberConfigurationError
 from .stores.base import Store
 from .stores.memory import MemoryStore
@@ -137,6 +138,7 @@ class RememberPlugin:
         integrity: Literal["default", "verified"] | None = None,
         witness: object = None,
         search: SearchOptions | None = None,
+        metrics: bool | None = None,
         clock: Clock | None = None,
         environ: Mapping[str, str] | None = None,
         **unknown: NoReturn,
@@ -179,6 +181,8 @@ class RememberPlugin:
         :param search: a :class:`~remember_sync.SearchOptions`: how
             :meth:`RememberAccessor.search <remember_sync.RememberAccessor.search>`
             ranks by meaning (``docs/search.rst``).
+        :param metrics: record OpenTelemetry metrics (the ``[metrics]`` extra;
+            ``docs/limits-and-metrics.rst``); default ``REMEMBER_METRICS``.
         :param clock: epoch-millisecond clock (tests).
         :param environ: the environment to read (default :data:`os.environ`).
 
@@ -217,6 +221,7 @@ class RememberPlugin:
             "listing": listing,
             "integrity": integrity,
             "witness": witness,
+            "metrics": metrics,
             "clock": clock,
             "environ": environ,
         }
@@ -294,6 +299,15 @@ class RememberPlugin:
             raise _config_error("listing", f"must be 'index' or 'scan'; got {listing!r}")
         backfill = _check_bool(options.get("background_reindex", True), "background_reindex")
         search = build_settings(options.get("search"))
+        metrics = options.get("metrics")
+        if metrics is None:
+            metrics = env_flag(environ, METRICS_ENV)
+        if _check_bool(metrics, "metrics") and not _metrics.start():
+            raise _config_error(
+                "metrics",
+                "needs OpenTelemetry: pip install 'remember-sync[metrics]' (see "
+                "docs/limits-and-metrics.rst)",
+            )
 
         store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:
@@ -355,13 +369,13 @@ class RememberPlugin:
     @property
     def remember(self) -> RememberAccessor:
         """The accessor for the identity bound in the current context (read per call)."""
-        return RememberAccessor(self._core)
+        return accessor_for(self._core)
 
     def accessor(self, identity: Identity) -> RememberAccessor:
         """An accessor bound to an explicit identity (notebooks, cron jobs, tests)."""
         if not isinstance(identity, Identity):
             raise TypeError(f"identity must be an Identity; got {type(identity).__name__}")
-        return RememberAccessor(self._core, identity)
+        return accessor_for(self._core, identity)
 
     @property
     def store(self) -> Store:

@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "_clock": set(),
     "_bounded": set(),
     "_text": set(),
+    "_metrics": set(),
     "_keys": {"errors", "types", "_glob"},
     "_crypto": {"errors", "types", "_fork", "_clock", "_bounded"},
     "identity": {"errors", "types"},
@@ -35,20 +36,22 @@ ALLOWED: dict[str, set[str]] = {
     "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded", "_config"},
     "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},
     # _config: the environment variables' names (named constructors read them).
-    "stores": {"errors", "stores", "_glob", "_fork", "_clock", "_bounded", "_text", "_config"},
+    "stores": {
+        "errors", "stores", "_glob", "_fork", "_clock", "_bounded", "_text", "_config", "_metrics",
+    },
     "_purge": {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },
     "_integrity": {
         "errors", "types", "_crypto", "_codec", "_text", "_clock", "_bounded", "_fork", "stores",
     },
-    "_core": CORE | {"stores", "_fork", "_integrity", "_search"},
-    "accessor": {"_core", "errors", "types", "identity"},
-    "tools": CORE | {"stores", "_core", "accessor", "_search"},
+    "_core": CORE | {"stores", "_fork", "_integrity", "_search", "_metrics"},
+    "accessor": {"_core", "errors", "types", "identity", "_metrics"},
+    "tools": CORE | {"stores", "_core", "accessor", "_search", "_metrics"},
     "plugin": CORE
     | {
         "stores", "_core", "accessor", "_purge", "tools", "_config", "_options", "_integrity",
-        "_search",
+        "_search", "_metrics",
     },
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
@@ -60,11 +63,11 @@ ALLOWED: dict[str, set[str]] = {
     },
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",
-       "_config"},
+       "_config", "_metrics"},
     "cli": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp",
-        "_config", "cli",
+        "_config", "cli", "_metrics",
     },
     "__main__": {"cli"},
     "__init__": CORE | {"stores", "accessor", "plugin", "_options"},
@@ -80,6 +83,8 @@ DRIVERS = {
     "django": {"integrations"},
     "mcp": {"integrations"},
     "jwt": {"mcp"},
+    "limits": {"mcp"},
+    "opentelemetry": {"_metrics"},
 }
 
 

@@ -21,12 +21,20 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from .._config import MAX_VALUE_BYTES_ENV, REDIS_URL_ENV, scope_list, store_settings
+from .._config import (
+    MAX_VALUE_BYTES_ENV,
+    RATE_LIMIT_ENV,
+    REDIS_URL_ENV,
+    env_rate_limit,
+    scope_list,
+    store_settings,
+)
 from .._core import DEFAULT_MAX_VALUE_BYTES
 from .._keys import layout_marker_key
 from .._progress import is_tty
 from ..errors import RememberError
 from ..mcp._banner import Access, access_lines, client_lines, url_for_clients
+from ..mcp._ratelimit import check_rate
 from ..mcp._wsgi import DEFAULT_PATH, check_cors_origin
 from ..mcp.app import BOUND_ENV, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, plugin_from_options
 from ..mcp.auth import (
@@ -87,6 +95,18 @@ def _origin(text: str) -> str:
             f"must be a browser origin scheme://host[:port] (http or https, a valid port, no "
             f"path or wildcard); got {text!r}"
         ) from None
+
+
+#: Where ``--metrics`` serves the Prometheus text.
+METRICS_PATH = "/metrics"
+
+
+def _rate(text: str) -> str:
+    try:
+        check_rate(text, "")
+    except RememberError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
 
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -242,6 +262,22 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="largest value a memory may hold, in bytes of its JSON text (default: "
         f"${MAX_VALUE_BYTES_ENV} or {DEFAULT_MAX_VALUE_BYTES} = 1 MiB); the HTTP body limit "
         "follows it",
+    )
+    parser.add_argument(
+        "--rate-limit",
+        type=_rate,
+        metavar="RATE",
+        help="at most RATE requests per caller (principal; an anonymous one by session, else "
+        "address), e.g. 60/minute, in any moving window; more get 429 with Retry-After. "
+        f"Shared by every worker through Redis (default: ${RATE_LIMIT_ENV}; none). Needs "
+        "pip install 'remember-sync[limits]'",
+    )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help=f"record the remember_sync.* metrics and serve them at {METRICS_PATH} in the "
+        "Prometheus text format, to loopback clients only (and with a valid token when "
+        "callers need one)",
     )
     parser.add_argument(
         "--path", default=DEFAULT_PATH, help="the MCP endpoint path (default: %(default)s)"
@@ -429,6 +465,9 @@ def run_serve(args: argparse.Namespace) -> int:
                 "anyone who can reach this port can use the memory tools\n"
             )
         options: dict[str, Any] = {"token_verifier": verifier, "path": args.path}
+        options["rate_limit"] = args.rate_limit or env_rate_limit(os.environ)
+        if args.metrics:
+            options["metrics_path"] = METRICS_PATH
         if args.cors_origin:
             options["cors_origins"] = list(args.cors_origin)
         if access.mode == "no-token":
@@ -436,7 +475,13 @@ def run_serve(args: argparse.Namespace) -> int:
             assert local_user is not None
             # Every caller is the local user; no Authorization header is read.
             options["principal_resolver"] = lambda environ: local_user
-        app = McpServer(plugin, **options)
+        try:
+            if not args.rate_limit and options["rate_limit"]:
+                check_rate(options["rate_limit"], RATE_LIMIT_ENV)  # name the variable if bad
+            app = McpServer(plugin, **options)
+        except RememberError as exc:
+            sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")
+            return 1
         return _run(
             app,
             host=args.host,
@@ -464,7 +509,7 @@ def _describe(app: McpServer, store: str | None, access: Access) -> list[str]:
     secret = keyring.source if keyring is not None else "encryption disabled"
     scopes = app.plugin.tools_options.get("allowed_scopes") or []
     tools = ", ".join(d["name"] for d in app.tool_definitions()) or "none"
-    return [
+    lines = [
         f"store: {store or app.plugin.store_type} | secret: {secret} | auth: {access.summary()}",
         f"tools: {tools}"
         + (
@@ -473,6 +518,14 @@ def _describe(app: McpServer, store: str | None, access: Access) -> list[str]:
             else ""
         ),
     ]
+    operations = []
+    if app.rate_limiter is not None:
+        operations.append(f"rate limit: {app.rate_limiter.rate} per caller")
+    if app.metrics_path is not None:
+        operations.append(f"metrics: {app.metrics_path} (loopback clients only)")
+    if operations:
+        lines.append(" | ".join(operations))
+    return lines
 
 
 def run_server(

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import _metrics
 from .._clock import Clock
 from .._sessions import SessionSigner
 from ..errors import JsonRpcError
@@ -160,6 +161,8 @@ class ProtocolDispatch(WsgiEndpoint):
             )
         session_id = self._session_header(environ)
         refused = self._require_session(session_id, principal)
+        if refused is None:  # the request counted once already; each further member counts
+            refused = self._rate_check(environ, principal, cost=len(batch) - 1)
         if refused is not None:
             return refused
         who = Identity(session_id=session_id, user_id=principal)
@@ -230,6 +233,7 @@ class ProtocolDispatch(WsgiEndpoint):
         )
         session_id = self.session_signer.issue(principal, now_ms=self._clock())
         headers.append(("Mcp-Session-Id", session_id))
+        _metrics.SESSIONS_OPENED.add()
         result: dict[str, Any] = {
             "protocolVersion": negotiated,
             "capabilities": {"tools": {"listChanged": False}},

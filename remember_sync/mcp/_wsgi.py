@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .. import _metrics
 from ..errors import RememberInputError, RememberUnavailableError
 from ..identity import is_anonymous
 from ..types import identity_part
@@ -36,11 +37,18 @@ _STATUS_TEXT = {
     411: "411 Length Required",
     413: "413 Content Too Large",
     415: "415 Unsupported Media Type",
+    429: "429 Too Many Requests",
     500: "500 Internal Server Error",
     503: "503 Service Unavailable",
 }
 
 StartResponse = Callable[..., Any]
+_PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _is_loopback(address: str) -> bool:
+    """Whether *address* (a ``REMOTE_ADDR``) is this machine: 127.0.0.0/8 or ::1."""
+    return address.startswith(("127.", "::ffff:127.")) or address == "::1"
 
 #: Room left in the default body limit for the JSON-RPC envelope around a value
 #: (method, tool name, key, scope, ttl, brand): see :func:`default_max_body_bytes`.
@@ -131,6 +139,16 @@ class _Response:
         return cls.json(status, error_body(request_id, code, message, data), headers)
 
     @classmethod
+    def too_many(cls, rate: str, retry_after_s: int) -> _Response:
+        """``429`` with ``Retry-After``: the caller's rate limit is used up for now."""
+        return cls.error(
+            429,
+            f"Too many requests: this server allows {rate} per caller; retry after "
+            f"{retry_after_s} s",
+            headers=[("Retry-After", str(retry_after_s))],
+        )
+
+    @classmethod
     def unavailable(cls, why: str, retry_after_s: int = 5, request_id: Any = None) -> _Response:
         """``503`` with ``Retry-After``: nothing was decided, the caller may try again."""
         return cls.error(
@@ -161,12 +179,17 @@ class WsgiEndpoint:
     allowed_origins: frozenset[str]
     cors_origins: frozenset[str]
     max_body_bytes: int
+    metrics_path: str | None
 
     if TYPE_CHECKING:  # the server's sessions and the protocol eras answer these
 
         def _delete(self, environ: Mapping[str, Any], principal: str | None) -> _Response: ...
 
         def _post(self, environ: Mapping[str, Any], principal: str | None) -> _Response: ...
+
+        def _rate_check(
+            self, environ: Mapping[str, Any], principal: str | None, cost: int = 1
+        ) -> _Response | None: ...
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         try:
@@ -183,6 +206,8 @@ class WsgiEndpoint:
         return [response.body] if response.body else []
 
     def _handle(self, environ: Mapping[str, Any]) -> _Response:
+        if self.metrics_path is not None and environ.get("PATH_INFO") == self.metrics_path:
+            return self._metrics(environ)
         if isinstance(self.token_verifier, ProtectedResource) and well_known_resource(
             str(environ.get("PATH_INFO", "")), self.path
         ):
@@ -208,6 +233,9 @@ class WsgiEndpoint:
         principal = self._authenticate(environ)
         if isinstance(principal, _Response):
             return principal
+        refused = self._rate_check(environ, principal)
+        if refused is not None:
+            return refused
         if method == "DELETE":
             return self._delete(environ, principal)
         return self._post(environ, principal)
@@ -290,6 +318,21 @@ class WsgiEndpoint:
         if not isinstance(principal, str) or not principal:
             return self._unauthorized(environ, "the bearer token is not valid", invalid=True)
         return principal
+
+    def _metrics(self, environ: Mapping[str, Any]) -> _Response:
+        """``GET <metrics_path>``: the Prometheus text, to a loopback peer that came through no
+        proxy and, when this server checks callers, that authenticates as one."""
+        peer = str(environ.get("REMOTE_ADDR") or "")
+        forwarded = environ.get("HTTP_FORWARDED") or environ.get("HTTP_X_FORWARDED_FOR")
+        if not _is_loopback(peer) or forwarded:
+            return _Response.error(403, "Forbidden: metrics are served to loopback clients only")
+        if environ.get("REQUEST_METHOD", "GET") != "GET":
+            return _Response.error(405, "Method not allowed", headers=[("Allow", "GET")])
+        principal = self._authenticate(environ)
+        if isinstance(principal, _Response):
+            return principal
+        body = _metrics.prometheus_text().encode("utf-8")
+        return _Response(200, body, [("Content-Type", _PROMETHEUS_TYPE)])
 
     def _resource_url(self, environ: Mapping[str, Any], protected: ProtectedResource) -> str:
         return protected.resource or request_resource(environ, self.path)

@@ -9,6 +9,7 @@ from typing import Any
 from .. import _config
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
+from ._ratelimit import check_rate
 from .auth import StaticTokenVerifier
 from .oauth import oauth_verifier_from_env
 from .server import McpServer
@@ -128,8 +129,9 @@ def create_app(
     :mod:`remember_sync.mcp.oauth`), and for the memory store
     ``REMEMBER_MAX_BYTES`` / ``REMEMBER_MAX_ENTRIES`` (defaults
     :data:`DEFAULT_MAX_BYTES`, :data:`DEFAULT_MAX_ENTRIES`; see
-    :func:`plugin_from_options`), ``REMEMBER_MAX_VALUE_BYTES``.  The master secret comes from
-    ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
+    :func:`plugin_from_options`), ``REMEMBER_MAX_VALUE_BYTES``, and
+    ``REMEMBER_RATE_LIMIT`` (``60/minute``: ``McpServer(rate_limit=...)``).  The
+    master secret comes from ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
     :class:`McpServer`.
 
     Callers are anonymous unless ``REMEMBER_AUTH_TOKENS`` (or *auth_tokens*,
@@ -173,4 +175,13 @@ def create_app(
             environ=env,
         )
     server_options.setdefault("owns_plugin", owns)
-    return McpServer(plugin, **server_options)
+    try:
+        if "rate_limit" not in server_options:
+            rate = server_options["rate_limit"] = _config.env_rate_limit(env)
+            if rate is not None:
+                check_rate(rate, _config.RATE_LIMIT_ENV)  # name the variable if bad
+        return McpServer(plugin, **server_options)
+    except BaseException:
+        if owns:
+            plugin.close()
+        raise

@@ -30,8 +30,11 @@ unknown ``kid`` triggers a refetch (the issuer rotated its keys), at most once
 per ``refresh_cooldown_s`` so that a flood of made-up ``kid`` values cannot
 hammer the issuer.  When the keys cannot be fetched the verifier raises
 :class:`~remember_sync.errors.RememberUnavailableError` and the server answers
-``503`` -- never ``401`` and never an anonymous caller.  Cached keys older than
-``cache_ttl_s`` are refetched; if that fails, the cached ones keep verifying
+``503`` -- never ``401`` and never an anonymous caller -- and the next fetch is
+tried after a short backoff (``failure_backoff_s``, doubling up to
+``failure_backoff_max_s``), so the server is back within seconds of the
+issuer, while failures still cost the issuer at most one request per backoff.
+Cached keys older than ``cache_ttl_s`` are refetched; if that fails, the cached ones keep verifying
 until the issuer answers again (a key the issuer withdrew stays trusted that
 long: an outage of the issuer is not a reason to refuse every user).
 
@@ -56,6 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
+from .. import _metrics
 from .._config import OAUTH_ENV
 from ..errors import RememberConfigurationError, RememberUnavailableError
 from ..identity import is_anonymous
@@ -246,7 +250,11 @@ class OAuthVerifier:
     :param leeway_s: clock skew allowed on ``exp`` and ``nbf`` (default 30).
     :param timeout_s: timeout of each request to the issuer (default 5).
     :param refresh_cooldown_s: the JWKS is fetched at most once per this many
-        seconds for unknown ``kid`` values or after a failure (default 30).
+        seconds for unknown ``kid`` values (default 30).
+    :param failure_backoff_s: after a failed fetch, the next one is tried after
+        this many seconds, doubling with each further failure (default 0.5) ...
+    :param failure_backoff_max_s: ... up to this many (default 4): the server
+        answers again at most this long after the issuer is back.
     :param cache_ttl_s: cached keys are refetched after this long (default 3600).
     :raises RememberConfigurationError: a bad argument, or the ``oauth``
         extra is not installed.
@@ -264,6 +272,8 @@ class OAuthVerifier:
         timeout_s: float = 5,
         refresh_cooldown_s: float = 30,
         cache_ttl_s: float = 3600,
+        failure_backoff_s: float = 0.5,
+        failure_backoff_max_s: float = 4,
     ) -> None:
         self._jwt = _jwt()
         self.issuer = _check_url(issuer, "the OAuth issuer")
@@ -286,13 +296,17 @@ class OAuthVerifier:
         self.algorithms = tuple(dict.fromkeys(algorithms))
         for name, value in (("leeway_s", leeway_s), ("timeout_s", timeout_s),
                             ("refresh_cooldown_s", refresh_cooldown_s),
-                            ("cache_ttl_s", cache_ttl_s)):
+                            ("cache_ttl_s", cache_ttl_s),
+                            ("failure_backoff_s", failure_backoff_s),
+                            ("failure_backoff_max_s", failure_backoff_max_s)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise RememberConfigurationError(f"{name} must be a number >= 0; got {value!r}")
         self.leeway_s = leeway_s
         self.timeout_s = timeout_s
         self.refresh_cooldown_s = refresh_cooldown_s
         self.cache_ttl_s = cache_ttl_s
+        self.failure_backoff_s = failure_backoff_s
+        self.failure_backoff_max_s = failure_backoff_max_s
         self._clock: Callable[[], float] = time.monotonic
         self._fetch_lock = threading.Lock()
         self._jwks_uri = self.jwks_url
@@ -301,6 +315,7 @@ class OAuthVerifier:
         self._fetched_at = 0.0  # when the keys were last fetched (clock)
         self._attempted_at: float | None = None  # when a fetch was last tried
         self._failed = False  # the last fetch failed
+        self._failures = 0  # fetches failed in a row
         self._error = ""  # why it failed
         self._generation = 0  # fetches completed
         self.fetches = 0  # JWKS fetch attempts so far (for monitoring)
@@ -396,7 +411,14 @@ class OAuthVerifier:
         return self._match(kid, alg)
 
     def _cooled_down(self, now: float) -> bool:
-        return self._attempted_at is None or now - self._attempted_at >= self.refresh_cooldown_s
+        return self._attempted_at is None or now - self._attempted_at >= self._pause()
+
+    def _pause(self) -> float:
+        """Seconds between a fetch and the next: the cooldown, or after failures the backoff."""
+        if not self._failed:
+            return self.refresh_cooldown_s
+        doubled = self.failure_backoff_s * 2.0 ** min(self._failures - 1, 30)
+        return min(doubled, self.failure_backoff_max_s, self.refresh_cooldown_s)
 
     def _refresh(self, generation: int) -> bool:
         """Fetch the JWKS unless a fetch ended since *generation*; whether the keys are new."""
@@ -408,13 +430,17 @@ class OAuthVerifier:
                 keys = self._fetch_keys()
             except _FetchFailed as exc:
                 self._failed = True
+                self._failures += 1
                 self._error = str(exc)
+                _metrics.OAUTH_KEY_FETCHES.add("error")
                 log.warning("cannot fetch the signing keys of the OAuth issuer %s: %s",
                             self.issuer, self._error)
             else:
                 self._keys = keys
                 self._prepared = {}
                 self._failed = False
+                self._failures = 0
+                _metrics.OAUTH_KEY_FETCHES.add("ok")
             # Set when the fetch ends: callers arriving meanwhile see no cooldown, wait for the
             # lock above and use this fetch's keys instead of being refused.
             self._attempted_at = self._clock()
@@ -424,10 +450,10 @@ class OAuthVerifier:
             return not self._failed
 
     def _unavailable(self, why: str) -> RememberUnavailableError:
-        """The error for keys that cannot be had; ``Retry-After`` is the cooldown left."""
+        """The error for keys that cannot be had; ``Retry-After`` is the wait left."""
         retry = 1
         if self._attempted_at is not None:
-            left = self.refresh_cooldown_s - (self._clock() - self._attempted_at)
+            left = self._pause() - (self._clock() - self._attempted_at)
             retry = max(1, int(left + 0.999))
         return RememberUnavailableError(
             f"cannot fetch the signing keys of the OAuth issuer {self.issuer}: {why}",

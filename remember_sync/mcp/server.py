@@ -21,14 +21,22 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, TypeVar
 
+from .. import _metrics
 from .._clock import Clock, system_clock
 from .._secrets import resolve_keyring
 from .._sessions import SessionSigner
-from ..errors import JsonRpcError, RememberInputError, RememberInputTypeError, RememberStoreError
+from ..errors import (
+    JsonRpcError,
+    RememberInputError,
+    RememberInputTypeError,
+    RememberStoreError,
+    RememberUnavailableError,
+)
 from ..identity import identity as bind_identity
 from ..plugin import RememberPlugin
 from ..types import Identity
 from ._dispatch import ProtocolDispatch
+from ._ratelimit import RateLimiter
 from ._wsgi import DEFAULT_PATH, _Response, check_cors_origin, default_max_body_bytes
 from .auth import FROM_HOST, PrincipalResolver, TokenVerifier, _FromHost, host_auth
 from .authoring import ToolContext, ToolFunction, UserTool
@@ -105,6 +113,19 @@ class McpServer(ProtocolDispatch):
     :param clock: every reading of the time (session issue and expiry, ended
         sessions): epoch milliseconds, :func:`~remember_sync._clock.system_clock`
         by default.
+    :param rate_limit: at most this many requests per caller in any moving
+        window, e.g. ``"60/minute"`` (``serve --rate-limit``,
+        ``REMEMBER_RATE_LIMIT``); more get ``429`` with ``Retry-After``.  A
+        caller is its principal; an anonymous one its verified session, else
+        its network address.  Counted in the plugin's store, so every worker
+        sharing it shares the limit (the in-process memory store counts per
+        process).  Needs the ``limits`` extra; ``None``: no limit.  See
+        ``docs/limits-and-metrics.rst``.
+    :param metrics_path: serve the ``remember_sync.*`` metrics in the
+        Prometheus text format at this path (``serve --metrics``:
+        ``/metrics``), and start recording them.  Only a loopback peer that
+        came through no proxy gets them, and only with a valid token when this
+        server checks callers.  ``None`` (default): no such path.
     """
 
     def __init__(
@@ -125,6 +146,8 @@ class McpServer(ProtocolDispatch):
         max_ended_sessions: int = DEFAULT_MAX_LOCAL,
         cors_origins: Sequence[str] = (),
         clock: Clock = system_clock,
+        rate_limit: str | None = None,
+        metrics_path: str | None = None,
     ) -> None:
         if not isinstance(plugin, RememberPlugin):
             raise RememberInputTypeError(
@@ -164,11 +187,25 @@ class McpServer(ProtocolDispatch):
         self.name = name
         self.version = version if version is not None else _package_version()
         self.token_verifier = token_verifier
-        if session_signer is None:
+        keyring = None
+        if session_signer is None or rate_limit is not None:
             keyring = plugin.keyring if plugin.keyring is not None else resolve_keyring()
+        if session_signer is None:
+            assert keyring is not None
             session_signer = SessionSigner(keyring)
         self.session_signer = session_signer
+        self.rate_limiter: RateLimiter | None = None
+        if rate_limit is not None:
+            assert keyring is not None
+            self.rate_limiter = RateLimiter(rate_limit, plugin.store, plugin.key_prefix, keyring)
         self._clock = clock
+        if metrics_path is not None and not (metrics_path.startswith("/") and metrics_path != path):
+            raise RememberInputError(
+                f"metrics_path must be a path of its own starting with '/'; got {metrics_path!r}"
+            )
+        self.metrics_path = metrics_path
+        if metrics_path is not None:
+            _metrics.start(require_otel=False)
         self.max_body_bytes = max_body_bytes
         self.instructions = instructions
         self.path = path
@@ -330,7 +367,37 @@ class McpServer(ProtocolDispatch):
             # The store's own message can name hosts: only the cap's is shown.
             why = exc.message if exc.code == FULL_CODE else "the store could not be written"
             return _Response.unavailable(f"the session was not ended ({why})", 60)
+        _metrics.SESSIONS_ENDED.add()
         return _Response(204)
+
+    def _rate_check(
+        self, environ: Mapping[str, Any], principal: str | None, cost: int = 1
+    ) -> _Response | None:
+        """``None`` when the caller is within the rate limit (counting *cost*); else ``429``."""
+        limiter = self.rate_limiter
+        if limiter is None or cost < 1:
+            return None
+        try:
+            wait = limiter.retry_after(self._rate_caller(environ, principal), cost)
+        except RememberUnavailableError as exc:
+            log.warning("remember-sync MCP: %s", exc.message)
+            return _Response.unavailable("the rate limit could not be checked")
+        if wait is None:
+            return None
+        _metrics.RATE_LIMITED.add()
+        return _Response.too_many(limiter.rate, wait)
+
+    def _rate_caller(self, environ: Mapping[str, Any], principal: str | None) -> str:
+        """Whom a request counts against: its principal; for an anonymous caller its verified
+        session, else its network address (which opening new sessions does not change)."""
+        if principal is not None:
+            return "principal:" + principal
+        session_id = self._session_header(environ)
+        if session_id is not None and self.session_signer.verify(
+            session_id, None, now_ms=self._clock()
+        ):
+            return "session:" + session_id
+        return "address:" + str(environ.get("REMOTE_ADDR") or "")
 
     @staticmethod
     def _session_header(environ: Mapping[str, Any]) -> str | None:

@@ -56,6 +56,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 
+from .. import _metrics
 from .._clock import Clock, system_clock
 from .._fork import after_fork_in_child
 from .._glob import glob_matcher
@@ -357,6 +358,7 @@ class MemoryStore:
             log.debug("remember: memory store full, evicted the entry expiring first")
         self._remove(victim)
         self.evictions += 1
+        _metrics.EVICTIONS.add("memory")
         if space.lru:
             heapq.heappush(self._by_size, (-space.nbytes, space.name))
 

@@ -25,15 +25,17 @@ a model wrote from what the host wrote.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from copy import deepcopy
 from typing import Any, Final
 
-from .._codec import check_json_value, entry_json
+from .. import _metrics
+from .._codec import EntryFields, check_json_value, entry_json
 from .._core import MAX_TTL_SECONDS, AccessorCore
 from .._keys import check_key
 from .._search import MAX_QUERY_CHARS, preview
-from ..accessor import RememberAccessor
+from ..accessor import RememberAccessor, accessor_for
 from ..errors import (
     RememberDecryptionError,
     RememberInputError,
@@ -45,7 +47,13 @@ from ..identity import current_identity
 from ..identity import identity as bind_identity
 from ..types import SCOPES, Identity, Namespace, RememberEntry, Scope
 from ._schema import JSON_TYPES, validate_arguments
-from .results import UNKNOWN_TOOL_CODE, error_result, result_for_exception, success_result
+from .results import (
+    UNKNOWN_TOOL_CODE,
+    error_parts,
+    error_result,
+    result_for_exception,
+    success_result,
+)
 
 __all__ = [
     "APPROVAL_PROTECTED_CODE", "DEFAULT_ALLOWED_SCOPES", "DEFAULT_LIST_LIMIT",
@@ -491,6 +499,21 @@ class MemoryTools:
                 UNKNOWN_TOOL_CODE,
                 f"Unknown tool {name!r}. Memory tools: {', '.join(self.names.values())}",
             )
+        if not _metrics.STATE.on:
+            return self._call(bare, name, arguments, identity)
+        began = time.perf_counter()
+        result = self._call(bare, name, arguments, identity)
+        code = error_parts(result)[0] if result.get("isError") else ""
+        _metrics.TOOL_CALLS.record(
+            time.perf_counter() - began, self._core.store_kind, bare,
+            "error" if code else "ok", code,
+        )  # fmt: skip
+        return result
+
+    def _call(
+        self, bare: str, name: str, arguments: Mapping[str, Any] | None, identity: Identity | None
+    ) -> dict[str, Any]:
+        """:meth:`call` of a memory tool (*bare*: its name without the prefix)."""
         try:
             args = {} if arguments is None else arguments
             validate_arguments(self._checks[bare], args)
@@ -499,7 +522,7 @@ class MemoryTools:
             who = (identity if identity is not None else current_identity()).with_tool(name)
             # Bound for the call, so identity errors do not suggest binding one.
             with bind_identity(bound=who):
-                accessor = RememberAccessor(self._core, who)
+                accessor = accessor_for(self._core, who)
                 structured = self._handlers[bare](accessor, args, scope)
             return success_result(structured)
         except Exception as exc:  # noqa: BLE001 - the boundary: every failure is a tool error
@@ -552,6 +575,17 @@ class MemoryTools:
             out["expiresAt"] = expires
         return out
 
+    # The reads the tools make on the core directly, measured as the accessor's would be.
+    @_metrics.measured("get_entry")
+    def _strict_fields(self, ident: Identity | None, key: str, scope: Scope) -> EntryFields | None:
+        return self._core.get_fields(ident, key, scope, strict=True)
+
+    @_metrics.measured("list")
+    def _listed(
+        self, ident: Identity | None, scope: Scope, pattern: str, unreadable: list[str]
+    ) -> dict[str, RememberEntry]:
+        return self._core.entries(ident, scope, pattern, None, unreadable)
+
     def _recall(
         self, mem: RememberAccessor, args: Mapping[str, Any], scope: Scope
     ) -> dict[str, Any]:
@@ -559,7 +593,7 @@ class MemoryTools:
         try:
             # Strict: a memory that exists but cannot be read is a tool error naming
             # it, never "not found" (the model would act on the absence).
-            fields = self._core.get_fields(mem.identity, key, scope, strict=True)
+            fields = self._strict_fields(mem.identity, key, scope)
         except RememberDecryptionError as exc:
             exc.memory = (key, scope)  # type: ignore[attr-defined]
             raise
@@ -616,9 +650,7 @@ class MemoryTools:
     ) -> dict[str, Any]:
         limit = args.get("limit", DEFAULT_LIST_LIMIT)
         unreadable: list[str] = []
-        keys = sorted(self._core.entries(
-            mem.identity, scope, args.get("pattern", "*"), None, unreadable
-        ))
+        keys = sorted(self._listed(mem.identity, scope, args.get("pattern", "*"), unreadable))
         shown = keys[:limit]
         out: dict[str, Any] = {
             "keys": shown, "scope": scope, "count": len(shown), "truncated": len(keys) > limit

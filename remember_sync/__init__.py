@@ -26,11 +26,12 @@ from .errors import (
 from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
 from .identity import current_identity, identity
 from .plugin import RememberPlugin
-from .types import BRANDS, SCOPES, Identity, RememberEntry
+from .types import BRANDS, SCOPES, ErasureReceipt, Identity, RememberEntry
 
 __all__ = [
     "BRANDS",
     "EncryptionOptions",
+    "ErasureReceipt",
     "Identity",
     "RedisConfig",
     "RememberAccessor",

@@ -23,6 +23,7 @@ from typing import Any, cast
 from ._bounded import BoundedCache
 from ._clock import Clock, system_clock
 from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
+from ._erasure import OwnerBook
 from ._fork import after_fork_in_child
 from ._keys import (
     check_key,
@@ -159,6 +160,8 @@ class AccessorCore:
         self.read_doubled_prefix = read_doubled_prefix
         self.sleep = sleep or time.sleep
         self._stats = _Stats()
+        #: Who owns which session (erasure finds a person's sessions through it).
+        self.owners = OwnerBook(store, codec, prefix)
         self._lock = threading.Lock()
         self._new_caches()
         self.listing = listing
@@ -457,6 +460,7 @@ class AccessorCore:
         now = self.clock()
         expires = self.deadline(ttl, now)
         stored = self.seal_checked(entry_json(value, brand, now, now, expires, metadata), ns, skey)
+        self.owners.note(ident, ns)
         self.store.set(skey, stored, ttl_ms=self.ttl_ms(expires, now))
 
     def get_fields(self, ident: Identity | None, key: str, scope: object) -> EntryFields | None:
@@ -472,6 +476,7 @@ class AccessorCore:
         if ttl is not None:
             check_ttl(ttl)
         check_json_value(value, "value")
+        self.owners.note(ident, ns)
         return self._swap(key, ns, skey, lambda current: value, ttl=ttl, create=False)
 
     def _swap(
@@ -594,6 +599,7 @@ class AccessorCore:
             check_json_value(new, "the value fn returned")
             return new
 
+        self.owners.note(ident, ns)
         self._swap(key, ns, skey, apply, ttl=ttl, create=True)
         return new
 

@@ -331,6 +331,7 @@ class Keyring:
         self._lock = threading.Lock()
         #: How many HKDF derivations ran (a test pins "one per namespace").
         self.derivations = 0
+        self._purpose: dict[bytes, tuple[bytes, ...]] = {}
         after_fork_in_child(self._after_fork_in_child)
 
     def __repr__(self) -> str:
@@ -435,23 +436,27 @@ class Keyring:
     #: ``remember:global``, ``remember:user:``..., ``remember:session:``... and
     #: ``remember:tool:``...
     SESSION_SIGNING_INFO = b"remember:session-id-signing:v1"
-    #: The session-id signing keys, one per secret (derived on first use, see :meth:`hmac`).
-    _signing_keys: tuple[bytes, ...] | None = None
-
     def _session_signing_keys(self) -> tuple[bytes, ...]:
-        keys = self._signing_keys
-        if keys is None:
-            # Racing threads derive the same bytes; whichever tuple is kept is right.
-            keys = self._signing_keys = tuple(
-                HKDF(
-                    algorithm=hashes.SHA256(),
-                    length=32,
-                    salt=HKDF_SALT,
-                    info=self.SESSION_SIGNING_INFO,
-                ).derive(secret.encode("utf-8"))
+        return self.purpose_keys(self.SESSION_SIGNING_INFO)
+
+    def purpose_keys(self, info: bytes) -> tuple[bytes, ...]:
+        """32-byte keys of their own for one purpose, one per secret, newest first (cached).
+
+        ``HKDF-SHA256(secret, salt="remember-plugin-v1", info=info)``: the owner
+        records, the audit trail and erasure receipts each MAC with such a key,
+        never with the master secret.  *info* must differ from every namespace's
+        (``remember:global``, ``remember:user:``...) and from the signing key's.
+        """
+        found = self._purpose.get(info)
+        if found is None:
+            found = tuple(
+                HKDF(algorithm=hashes.SHA256(), length=32, salt=HKDF_SALT, info=info).derive(
+                    secret.encode("utf-8")
+                )
                 for secret in self._secrets
             )
-        return keys
+            self._purpose[info] = found  # racing threads derive the same bytes
+        return found
 
     def hmac(self, message: bytes) -> bytes:
         """HMAC-SHA256 of *message* under the primary secret's session-id signing key.

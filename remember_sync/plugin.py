@@ -18,6 +18,7 @@ from ._codec import EntryCodec
 from ._config import scope_list, store_settings
 from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
+from ._erasure import check_receipt, erase
 from ._keys import storage_namespace
 from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
 from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
@@ -28,7 +29,7 @@ from .stores.base import Store
 from .stores.memory import MemoryStore
 from .tools import MemoryTools
 from .tools.results import tools_disabled_result
-from .types import Identity
+from .types import ErasureReceipt, Identity
 
 __all__ = ["STORE_TYPES", "RememberPlugin"]
 
@@ -361,6 +362,40 @@ class RememberPlugin:
     def keyring(self) -> Keyring | None:
         """The master secrets (``None`` with encryption disabled)."""
         return self._core.codec.keyring
+
+    def erase(self, *, user_id: str | int, dry_run: bool = False) -> ErasureReceipt:
+        """Delete every entry of one person, in every scope; return a receipt.
+
+        What goes: the user's namespace; every session recorded as theirs (their
+        session and tool scope writes record the owner) unless someone else is
+        recorded too; tool scope under those sessions; their ``stateless-user:``
+        session; the owner records -- in our key layout and, with
+        ``read_doubled_prefix``, in 1.8.0's.  Entries there that the secrets
+        cannot read are deleted too (they lie in the person's namespaces) and
+        counted.  Nobody else's entry is deleted.  Sessions that hold entries but
+        have no recorded owner cannot be attributed: they are left and counted
+        (``docs/audit.rst`` says how to answer a deletion request).
+
+        :param user_id: the person (an ``int`` is its decimal string).
+        :param dry_run: count only, delete nothing.
+        :raises RememberInputError: an anonymous or empty *user_id*.
+        :raises RememberStoreError: the store failed (the erasure may be partial:
+            run it again).
+        """
+        core = self._core
+        if not isinstance(dry_run, bool):
+            raise TypeError(f"dry_run must be a bool; got {type(dry_run).__name__}")
+        return erase(
+            core.owners,
+            user_id,
+            now=core.clock(),
+            doubled=core.read_doubled_prefix,
+            dry_run=dry_run,
+        )
+
+    def verify_receipt(self, receipt: ErasureReceipt) -> bool:
+        """Whether *receipt* was issued under one of this plugin's secrets and is unchanged."""
+        return check_receipt(self._core.codec, receipt)
 
     def stats(self) -> dict[str, int]:
         """Counters: ``unreadable`` entries seen, ``cas_retries``, ``key_derivations``."""

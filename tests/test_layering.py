@@ -37,10 +37,19 @@ ALLOWED: dict[str, set[str]] = {
     "_purge": {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },
-    "_core": CORE | {"stores", "_fork"},
+    "_erasure": {
+        "errors", "types", "identity", "_keys", "_crypto", "_codec", "_bounded", "stores",
+    },
+    "_audit": {
+        "errors", "types", "identity", "_keys", "_crypto", "_codec", "_bounded", "_clock",
+        "_fork", "stores",
+    },
+    "_core": CORE | {"stores", "_fork", "_erasure", "_audit"},
     "accessor": {"_core", "errors", "types", "identity"},
     "tools": CORE | {"stores", "_core", "accessor"},
-    "plugin": CORE | {"stores", "_core", "accessor", "_purge", "tools", "_config", "_options"},
+    "plugin": CORE
+    | {"stores", "_core", "accessor", "_purge", "tools", "_config", "_options", "_erasure",
+       "_audit"},
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
     "_options": {"types"},

@@ -9,6 +9,8 @@ Quick start::
         plugin.remember.set("theme", "dark", scope="user")
 """
 
+from ._audit import AuditEvent, AuditTrail, AuditVerification
+from ._options import AuditOptions, EncryptionOptions, RedisConfig, StoreType, ToolsOptions
 from ._secrets import generate_secret
 from .accessor import RememberAccessor
 from .errors import (
@@ -23,12 +25,15 @@ from .errors import (
     RememberStoreError,
     RememberUnavailableError,
 )
-from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
 from .identity import current_identity, identity
 from .plugin import RememberPlugin
 from .types import BRANDS, SCOPES, ErasureReceipt, Identity, RememberEntry
 
 __all__ = [
+    "AuditEvent",
+    "AuditOptions",
+    "AuditTrail",
+    "AuditVerification",
     "BRANDS",
     "EncryptionOptions",
     "ErasureReceipt",

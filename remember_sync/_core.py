@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+from ._audit import NO_AUDIT, AuditTrail, Recorder
 from ._bounded import BoundedCache
 from ._clock import Clock, system_clock
 from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
@@ -162,6 +163,8 @@ class AccessorCore:
         self._stats = _Stats()
         #: Who owns which session (erasure finds a person's sessions through it).
         self.owners = OwnerBook(store, codec, prefix)
+        #: The audit trail (``audit=`` of ``init``), or ``None``.
+        self.audit: AuditTrail | None = None
         self._lock = threading.Lock()
         self._new_caches()
         self.listing = listing
@@ -245,6 +248,26 @@ class AccessorCore:
         check_key(key)
         ns, head = self.namespace(ident, scope)
         return ns, head + key  # type: ignore[operator]
+
+    def audited(
+        self,
+        op: str,
+        ident: Identity | None,
+        scope: object,
+        key: object = None,
+        brand: object = None,
+        ttl: object = None,
+    ) -> Recorder:
+        """A context recording one audit event for *op* when it ends (nothing with audit off).
+
+        Set ``outcome`` (and ``count``) on it inside; an exception records ``error:<code>``.
+        """
+        if self.audit is None:
+            return NO_AUDIT  # type: ignore[return-value]
+        return Recorder(self.audit, op, ident, scope, key, brand, ttl, self._audit_head)
+
+    def _audit_head(self, ident: Identity | None, scope: object) -> str:
+        return self.namespace(ident, scope)[1]
 
     def deadline(self, ttl: int | None, now: int) -> int | None:
         """When an entry written now expires: after *ttl* seconds, or ``default_ttl``."""

@@ -294,6 +294,23 @@ def seal(
     return f'{head}"iv":"{ivtag[:16]}","tag":"{ivtag[16:]}","data":"{data}"}}'
 
 
+def open_sealed(stored: str, keys: Sequence[bytes], aad: bytes) -> bytes:
+    """Open an envelope :func:`seal` made with one of *keys* (raw 32-byte keys) and *aad*.
+
+    For the bookkeeping records sealed under a purpose key
+    (:meth:`Keyring.purpose_keys`), not entries (:meth:`Keyring.open`).
+
+    :raises RememberDecryptionError: not an envelope, or no key opens it.
+    """
+    iv, tag, data, _, _ = _parse(stored)
+    for key in keys:
+        try:
+            return AESGCM(key).decrypt(iv, data + tag, aad)
+        except InvalidTag:
+            continue
+    raise RememberDecryptionError(_UNOPENED)
+
+
 #: Why an envelope without the key binding is unreadable under ``accept_unbound=False``.
 UNBOUND_REFUSED = (
     "envelope is not bound to its storage key (the 1.8.0 form) and accept_unbound is off"

@@ -31,12 +31,9 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from ._bounded import BoundedCache
 from ._codec import EntryCodec
-from ._crypto import b64url_encode, parse_envelope, seal
+from ._crypto import b64url_encode, open_sealed, seal
 from ._keys import glob_escape, parse_storage_key
 from .errors import RememberDecryptionError, RememberInputError
 from .identity import current_identity
@@ -147,16 +144,7 @@ class OwnerBook:
                 text: str | bytes = stored
             else:
                 aad = key[len(self.prefix) :].encode("utf-8", "surrogatepass")
-                envelope = parse_envelope(stored)
-                text = b""
-                for secret_key in keyring.purpose_keys(_SEAL_INFO):
-                    try:
-                        text = AESGCM(secret_key).decrypt(
-                            envelope.iv, envelope.data + envelope.tag, aad
-                        )
-                        break
-                    except InvalidTag:
-                        continue
+                text = open_sealed(stored, keyring.purpose_keys(_SEAL_INFO), aad)
             session = json.loads(text).get("session")
         except (RememberDecryptionError, ValueError, AttributeError):
             return None

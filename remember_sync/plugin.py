@@ -9,18 +9,20 @@ here (and by named store constructors), never deep inside a store.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any, Literal, NoReturn
 
+from ._audit import AuditTrail, audit_settings
 from ._clock import Clock
 from ._codec import EntryCodec
-from ._config import scope_list, store_settings
+from ._config import AUDIT_ENV, env_flag, scope_list, store_settings
 from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
 from ._erasure import check_receipt, erase
 from ._keys import storage_namespace
-from ._options import EncryptionOptions, RedisConfig, StoreType, ToolsOptions
+from ._options import AuditOptions, EncryptionOptions, RedisConfig, StoreType, ToolsOptions
 from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
 from ._secrets import resolve_keyring
 from .accessor import RememberAccessor
@@ -32,6 +34,8 @@ from .tools.results import tools_disabled_result
 from .types import ErasureReceipt, Identity
 
 __all__ = ["STORE_TYPES", "RememberPlugin"]
+
+log = logging.getLogger("remember_sync")
 
 STORE_TYPES = ("memory", "redis", "redis-client", "vercel-kv", "global-store")
 
@@ -131,6 +135,7 @@ class RememberPlugin:
         background_reindex: bool = True,
         clock: Clock | None = None,
         environ: Mapping[str, str] | None = None,
+        audit: bool | AuditOptions | None = None,
         **unknown: NoReturn,
     ) -> RememberPlugin:
         """Build a plugin from snake_case mirrors of the reference options.
@@ -163,6 +168,9 @@ class RememberPlugin:
             in the background.
         :param clock: epoch-millisecond clock (tests).
         :param environ: the environment to read (default :data:`os.environ`).
+        :param audit: ``True`` or an :class:`~remember_sync.AuditOptions`: record
+            every write in a tamper-evident trail (:attr:`audit`,
+            ``docs/audit.rst``); default ``REMEMBER_AUDIT``, else off.
 
         Any other keyword, or a bad value, raises
         :class:`RememberConfigurationError` naming the option; ``mypy --strict``
@@ -198,6 +206,7 @@ class RememberPlugin:
             "listing": listing,
             "clock": clock,
             "environ": environ,
+            "audit": audit,
         }
         options.update((name, value) for name, value in absent.items() if value is not None)
         return cls._from_options(options)
@@ -272,6 +281,7 @@ class RememberPlugin:
         if listing not in ("index", "scan"):
             raise _config_error("listing", f"must be 'index' or 'scan'; got {listing!r}")
         backfill = _check_bool(options.get("background_reindex", True), "background_reindex")
+        audit = audit_settings(options.get("audit", env_flag(environ, AUDIT_ENV)))
 
         store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:
@@ -298,6 +308,8 @@ class RememberPlugin:
                 read_doubled_prefix=read_doubled,
                 listing=listing,
             )
+            if audit is not None:
+                core.audit = AuditTrail(store, keyring, prefix, core.clock, audit)
         except BaseException:
             if owns:
                 store.close()
@@ -385,13 +397,26 @@ class RememberPlugin:
         core = self._core
         if not isinstance(dry_run, bool):
             raise TypeError(f"dry_run must be a bool; got {type(dry_run).__name__}")
-        return erase(
-            core.owners,
-            user_id,
-            now=core.clock(),
-            doubled=core.read_doubled_prefix,
-            dry_run=dry_run,
-        )
+        with core.audited("erase", None, None) as event:
+            receipt = erase(
+                core.owners,
+                user_id,
+                now=core.clock(),
+                doubled=core.read_doubled_prefix,
+                dry_run=dry_run,
+            )
+            event.outcome = "counted" if dry_run else "erased"
+            event.count, event.ref = receipt.total, receipt.mac
+        return receipt
+
+    @property
+    def audit(self) -> AuditTrail | None:
+        """The audit trail (``audit=True``), or ``None`` when it is off.
+
+        ``events(since=None, until=None, principal=None, key=None, scope=None,
+        limit=None)``, ``verify()``, ``flush()``; see :class:`~remember_sync.AuditTrail`.
+        """
+        return self._core.audit
 
     def verify_receipt(self, receipt: ErasureReceipt) -> bool:
         """Whether *receipt* was issued under one of this plugin's secrets and is unchanged."""
@@ -478,6 +503,12 @@ class RememberPlugin:
             self._purge.stop()
         if self._key_check is not None:
             self._key_check.stop()
+        if self._core.audit is not None:
+            try:
+                self._core.audit.close()
+            except Exception:  # noqa: BLE001 - logged; closing the store must still happen
+                log.warning("remember: the audit trail's last events could not be written",
+                            exc_info=True)
         if self._owns_store:
             self._core.store.close()
 

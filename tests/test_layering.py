@@ -56,7 +56,7 @@ ALLOWED: dict[str, set[str]] = {
     "_ops": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config",
-        "_options",
+        "_options", "_audit",
     },
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",
@@ -64,10 +64,10 @@ ALLOWED: dict[str, set[str]] = {
     "cli": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp",
-        "_config", "cli",
+        "_config", "cli", "_audit",
     },
     "__main__": {"cli"},
-    "__init__": CORE | {"stores", "accessor", "plugin", "_options"},
+    "__init__": CORE | {"stores", "accessor", "plugin", "_options", "_audit"},
     "integrations": CORE
     | {"stores", "accessor", "plugin", "tools", "mcp", "integrations", "_fork", "_config"},
     "testing": {"errors", "stores", "testing", "_clock", "_bounded"},

@@ -27,7 +27,7 @@ from ..types import Identity
 from ._common import _NEEDS_STORE, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, PROG, _redact, _stderr
 from ._parser import top_level
 from .admin import add_inspect_commands, add_maintenance_commands, add_secret_command
-from .audit import add_erase_command
+from .audit import add_audit_command, add_erase_command
 from .data import add_demo_command, add_entry_commands, add_transfer_commands
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_transfer_commands,
         add_maintenance_commands,
         add_erase_command,
+        add_audit_command,
         add_serve_command,
     ):
         add_group(commands)

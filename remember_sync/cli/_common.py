@@ -61,6 +61,7 @@ def _opened(
     *,
     on_decrypt_error: Literal["warn", "raise"] = "warn",
     writes: bool = False,
+    audit: bool | None = None,
 ) -> Iterator[Opened]:
     """Open the chosen store and build a plugin over it; close the store afterwards."""
     from .._ops.context import SecretChoice, build_plugin, open_store
@@ -78,6 +79,7 @@ def _opened(
             ),
             on_decrypt_error=on_decrypt_error,
             read_doubled_prefix=args.read_doubled_prefix,
+            audit=audit,
         )
         with opened.plugin:
             yield opened

@@ -502,3 +502,34 @@ def test_cli_audit_tail_verify_export(
     broken = run("audit", "verify", *at)
     assert broken.returncode == 1 and "audit:" in broken.stderr
     assert run("audit", "export", *at).returncode == 1
+
+
+@pytest.mark.parametrize("store_kind", ["redis"])
+def test_serve_audit_records_the_models_writes(
+    make_plugin: Callable[..., RememberPlugin], redis_url: str, store_kind: str, tmp_path: Any
+) -> None:
+    """``serve --audit``: a model's remember_this over MCP is an event naming the tool."""
+    from tests.mcp_client import run as run_async
+    from tests.mcp_client import structured
+    from tests.test_mcp_server import Served, connect
+
+    served = Served(
+        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--allow-anonymous",
+         "--redis-url", redis_url, "--audit"], tmp_path,
+    )
+    try:
+        url = served.wait_ready()
+
+        async def main() -> None:
+            async with connect(url) as client:
+                await structured(client, "remember_this", {"key": "colour", "value": "teal"})
+
+        run_async(main)
+    finally:
+        assert served.stop() == 0, served.output
+    plugin = make_plugin(audit=True)
+    events = _trail(plugin).events(key="colour")
+    assert [(e.op, e.outcome, e.tool, e.scope) for e in events] == [
+        ("set", "written", "remember_this", "session")
+    ]
+    assert events[0].session is not None and _trail(plugin).verify().ok

@@ -213,6 +213,13 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "from the caller namespace holding the most",
     )
     parser.add_argument(
+        "--audit",
+        action="store_true",
+        default=None,
+        help="record every write in the tamper-evident audit trail (docs/audit.rst; default: "
+        "$REMEMBER_AUDIT, else off)",
+    )
+    parser.add_argument(
         "--max-entries",
         type=_positive,
         metavar="N",
@@ -380,6 +387,7 @@ def run_serve(args: argparse.Namespace) -> int:
             max_bytes=args.max_bytes,
             max_entries=args.max_entries,
             max_value_bytes=args.max_value_bytes,
+            **({"audit": True} if args.audit else {}),
         )
     except RememberError as exc:
         sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")

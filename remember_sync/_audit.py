@@ -44,6 +44,7 @@ starts at the checkpoint.
 from __future__ import annotations
 
 import bisect
+import collections
 import functools
 import hashlib
 import hmac
@@ -270,8 +271,8 @@ class Recorder:
         except Exception:  # noqa: BLE001 - refused identity or scope: no namespace to name
             head = None
         self.trail.record(
-            self.op, self.ident, self.scope, self.key, head=head, brand=self.brand, ttl=self.ttl,
-            outcome=outcome, count=self.count, ref=self.ref,
+            self.op, self.ident, self.scope, self.key, head, self.brand, self.ttl, outcome,
+            self.count, self.ref,
         )
 
 
@@ -342,7 +343,7 @@ class AuditTrail:
     def _reset(self) -> None:
         # A forked child starts with no buffer (the parent's events are the parent's)
         # and no flusher thread (threads do not survive fork).
-        self._pending: list[_Pending] = []
+        self._pending: collections.deque[_Pending] = collections.deque()
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._wake = threading.Event()
@@ -357,7 +358,6 @@ class AuditTrail:
         ident: Identity | None,
         scope: object,
         key: object = None,
-        *,
         head: str | None = None,
         brand: object = None,
         ttl: object = None,
@@ -380,10 +380,9 @@ class AuditTrail:
             ident.user_id if isinstance(ident.user_id, str) else None,
             ident.session_id if isinstance(ident.session_id, str) else None, ref,
         )
-        with self._lock:
-            self._pending.append(event)
-            full = len(self._pending) >= self.batch
-        if full:
+        pending = self._pending
+        pending.append(event)  # a deque: appends and pops are atomic, no lock needed
+        if len(pending) >= self.batch:
             self.flush()
         elif self._thread is None and not self._closed:
             self._start_flusher()
@@ -525,15 +524,14 @@ class AuditTrail:
     def flush(self) -> None:
         """Append every buffered event to the trail now (one block)."""
         with self._flush_lock:
-            with self._lock:
-                pending, self._pending = self._pending, []
+            buffer = self._pending
+            pending = [buffer.popleft() for _ in range(len(buffer))]
             if not pending:
                 return
             try:
                 self._append(pending)
             except BaseException:
-                with self._lock:  # keep them, in order, for the next flush
-                    self._pending[:0] = pending
+                buffer.extendleft(reversed(pending))  # kept, in order, for the next flush
                 raise
             self._appended += 1
             if self._appended % _TRIM_EVERY == 0:

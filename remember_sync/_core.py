@@ -483,8 +483,8 @@ class AccessorCore:
         now = self.clock()
         expires = self.deadline(ttl, now)
         stored = self.seal_checked(entry_json(value, brand, now, now, expires, metadata), ns, skey)
-        self.owners.note(ident, ns)
         self.store.set(skey, stored, ttl_ms=self.ttl_ms(expires, now))
+        self.owners.note(ident, ns)
 
     def get_fields(self, ident: Identity | None, key: str, scope: object) -> EntryFields | None:
         """The live entry under *key* as its fields, or ``None`` (the path of every read)."""
@@ -499,8 +499,10 @@ class AccessorCore:
         if ttl is not None:
             check_ttl(ttl)
         check_json_value(value, "value")
-        self.owners.note(ident, ns)
-        return self._swap(key, ns, skey, lambda current: value, ttl=ttl, create=False)
+        found = self._swap(key, ns, skey, lambda current: value, ttl=ttl, create=False)
+        if found:
+            self.owners.note(ident, ns)
+        return found
 
     def _swap(
         self,
@@ -622,8 +624,8 @@ class AccessorCore:
             check_json_value(new, "the value fn returned")
             return new
 
-        self.owners.note(ident, ns)
         self._swap(key, ns, skey, apply, ttl=ttl, create=True)
+        self.owners.note(ident, ns)
         return new
 
     def forget(self, ident: Identity | None, key: str, scope: object) -> bool:

@@ -92,10 +92,12 @@ def subject_hashes(codec: EntryCodec, user_id: str) -> tuple[str, ...]:
 class OwnerBook:
     """Records, once per process, which authenticated user wrote into which session.
 
-    :meth:`note` is called by every write path; it costs a cache lookup
-    except on a session's first write by a user in this process, which
-    writes the record (one ``SET ... NX``) before the entry itself, so no
-    entry is ever stored whose owner is not recorded.
+    :meth:`note` is called by every write path once the entry is written (a
+    write that fails or is refused records nothing); it costs a cache lookup
+    except on a session's first write by a user in this process, which writes
+    the record (one ``SET ... NX``).  A process killed between the two leaves
+    an entry without a recorded owner: :func:`erase` reports its session as
+    unattributed.
     """
 
     def __init__(self, store: Store, codec: EntryCodec, prefix: str) -> None:

@@ -533,3 +533,23 @@ def test_serve_audit_records_the_models_writes(
         ("set", "written", "remember_this", "session")
     ]
     assert events[0].session is not None and _trail(plugin).verify().ok
+
+
+@pytest.mark.parametrize("store_kind", ["redis"])
+def test_cli_forget_is_recorded_and_reads_are_not(
+    make_plugin: Callable[..., RememberPlugin], redis_url: str, store_kind: str
+) -> None:
+    """A store with a trail: the CLI's forget appends its event; list, get and stats do not."""
+    plugin = make_plugin(audit={"batch": 1})
+    plugin.accessor(Identity(None, "dave")).set("k", 1, scope="user")
+    env = {**os.environ, "REMEMBER_SECRET": TEST_SECRET}
+    at = ["--redis-url", redis_url]
+    for argv in (["get", *at, "--scope", "user", "--user", "dave", "k"],
+                 ["list", *at, "--scope", "user", "--user", "dave"], ["stats", *at],
+                 ["forget", *at, "--scope", "user", "--user", "dave", "k"]):
+        done = subprocess.run([sys.executable, "-m", "remember_sync", *argv], env=env,
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, (argv, done.stderr)
+    assert [(e.op, e.outcome, e.principal) for e in _trail(plugin).events()] == [
+        ("set", "written", "dave"), ("forget", "deleted", "dave"),
+    ]

@@ -79,7 +79,8 @@ def _opened(
             ),
             on_decrypt_error=on_decrypt_error,
             read_doubled_prefix=args.read_doubled_prefix,
-            audit=audit,
+            # Commands that only read never append to (nor look for) the audit trail.
+            audit=audit if audit is not None or writes else False,
         )
         with opened.plugin:
             yield opened

@@ -29,7 +29,7 @@ def add_erase_command(c: Commands) -> None:
 
 
 def _cmd_erase(args: argparse.Namespace) -> int:
-    with _opened(args) as opened:
+    with _opened(args, writes=True) as opened:
         receipt = opened.plugin.erase(user_id=args.user, dry_run=args.dry_run)
     if args.json:
         _print_json(receipt.as_dict())

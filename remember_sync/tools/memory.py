@@ -420,12 +420,12 @@ class MemoryTools:
             twin_raw = core.store.get(twin)
             if twin_raw is not None:
                 _check_replaceable(core, ns, skey, twin_raw, key, scope)
-        core.owners.note(mem.identity, ns)
         with core.audited("set", mem.identity, scope, key, args.get("brand"), ttl) as event:
             _write_unless_protected(
                 core, ns, skey, skey, key, scope, stored, core.ttl_ms(expires, now)
             )
             event.outcome = "written"
+        core.owners.note(mem.identity, ns)
         out: dict[str, Any] = {"success": True, "key": key, "scope": scope}
         if expires is not None:
             out["expiresAt"] = expires

@@ -85,7 +85,7 @@ AUDIT_HEAD = "__audit__:"
 _MAC_INFO = b"remember:audit-trail-mac:v1"
 _SEAL_INFO = b"remember:audit-trail-identities:v1"
 _HASH_INFO = b"remember:audit-trail-hashes:v1"
-DEFAULT_BATCH = 64
+DEFAULT_BATCH = 256
 DEFAULT_FLUSH_MS = 200
 DEFAULT_MAX_EVENTS = 1_000_000
 DEFAULT_RETENTION_DAYS = 365
@@ -204,11 +204,10 @@ class AuditVerification:
         return self.ok
 
 
-# An event waiting in the buffer: (at, op, scope, key, namespace head, brand, ttl,
-# outcome, count, tool, principal, session, ref).
+# An event waiting in the buffer: (at, op, scope, key, identity, brand, ttl, outcome, count,
+# ref) -- as the caller gave them; checked and turned into text at the append.
 _Pending = tuple[
-    int, str, "str | None", "str | None", "str | None", "str | None", "int | None", str,
-    "int | None", "str | None", "str | None", "str | None", "str | None",
+    int, str, object, object, Identity, object, object, str, "int | None", "str | None",
 ]
 
 
@@ -234,8 +233,7 @@ class Recorder:
     """Records one operation when its ``with`` block ends: ``outcome`` (and ``count``)
     as set inside, or ``error:<code>`` when the block raised."""
 
-    __slots__ = ("brand", "count", "head_of", "ident", "key", "op", "outcome", "ref", "scope",
-                 "trail", "ttl")
+    __slots__ = ("brand", "count", "ident", "key", "op", "outcome", "ref", "scope", "trail", "ttl")
 
     def __init__(
         self,
@@ -246,10 +244,9 @@ class Recorder:
         key: object,
         brand: object,
         ttl: object,
-        head_of: Callable[[Identity | None, object], str],
     ) -> None:
         self.trail, self.op, self.ident, self.scope, self.key = trail, op, ident, scope, key
-        self.brand, self.ttl, self.head_of = brand, ttl, head_of
+        self.brand, self.ttl = brand, ttl
         self.outcome = "ok"
         self.count: int | None = None
         self.ref: str | None = None
@@ -266,14 +263,10 @@ class Recorder:
         outcome = self.outcome
         if exc is not None:
             outcome = f"error:{getattr(exc, 'code', None) or type(exc).__name__}"
-        try:
-            head: str | None = self.head_of(self.ident, self.scope)
-        except Exception:  # noqa: BLE001 - refused identity or scope: no namespace to name
-            head = None
-        self.trail.record(
-            self.op, self.ident, self.scope, self.key, head, self.brand, self.ttl, outcome,
-            self.count, self.ref,
-        )
+        trail, ident = self.trail, self.ident
+        assert ident is not None  # resolved by __enter__
+        trail.push((trail.clock(), self.op, self.scope, self.key, ident, self.brand, self.ttl,
+                    outcome, self.count, self.ref))
 
 
 def _canonical(obj: Mapping[str, Any]) -> str:
@@ -330,6 +323,8 @@ class AuditTrail:
         self.batch = settings["batch"]
         self.flush_ms = settings["flush_ms"]
         self.witness = witness
+        #: The storage-key head of (identity, scope); the core sets its own.
+        self.head_of: Callable[[Identity, str], str] = lambda ident, scope: ""
         self._mac_keys = keyring.purpose_keys(_MAC_INFO)
         self._seal_keys = keyring.purpose_keys(_SEAL_INFO)
         self._hash_key = keyring.purpose_keys(_HASH_INFO)[0]
@@ -358,28 +353,27 @@ class AuditTrail:
         ident: Identity | None,
         scope: object,
         key: object = None,
-        head: str | None = None,
+        *,
         brand: object = None,
         ttl: object = None,
         outcome: str = "ok",
         count: int | None = None,
         ref: str | None = None,
     ) -> None:
-        """Buffer one event (cheap: the hashing, sealing and MACs happen at flush)."""
+        """Buffer one event (the way :class:`Recorder` does, for operations outside an accessor)."""
         if ident is None:
             try:
                 ident = current_identity()
             except RememberError:
                 ident = Identity()
-        event: _Pending = (
-            self.clock(), op, scope if isinstance(scope, str) else None,
-            key if isinstance(key, str) else None, head,
-            brand if isinstance(brand, str) else None,
-            ttl if type(ttl) is int else None, outcome, count,
-            ident.tool_name if isinstance(ident.tool_name, str) else None,
-            ident.user_id if isinstance(ident.user_id, str) else None,
-            ident.session_id if isinstance(ident.session_id, str) else None, ref,
-        )
+        self.push((self.clock(), op, scope, key, ident, brand, ttl, outcome, count, ref))
+
+    def push(self, event: _Pending) -> None:
+        """Buffer *event*; append the buffer when it holds ``batch`` events.
+
+        Only a tuple is built per operation: hashing, sealing and MACs happen
+        at the append, once per block.
+        """
         pending = self._pending
         pending.append(event)  # a deque: appends and pops are atomic, no lock needed
         if len(pending) >= self.batch:
@@ -422,27 +416,36 @@ class AuditTrail:
         Written field by field, as :func:`_compact` would spell the same dict (a test
         pins the equality): what verification recomputes from the stored event.
         """
-        at, op, scope, key, head, brand, ttl, outcome, count, tool, principal, session, ref = item
+        at, op, scope, key, ident, brand, ttl, outcome, count, ref = item
         text = f'{{"seq":{seq},"at":{at},"op":{_q(op)},"outcome":{_q(outcome)}'
-        if scope is not None:
+        if type(scope) is str:
             text += f',"scope":{_q(scope)}'
-        if key is not None:
-            text += f',"key":"{self.hash_text("key", key)}"'
-        if head is not None:
-            text += f',"ns":"{self.hash_text("ns", head)}"'
-        if brand is not None:
+            if key is not None and type(key) is str:
+                text += f',"key":"{self.hash_text("key", key)}"'
+            head = self._head(ident, scope)
+            if head is not None:
+                text += f',"ns":"{self.hash_text("ns", head)}"'
+        if type(brand) is str:
             text += f',"brand":{_q(brand)}'
-        if ttl is not None:
+        if type(ttl) is int:
             text += f',"ttl":{ttl}'
         if count is not None:
             text += f',"count":{count}'
+        tool, principal, session = ident.tool_name, ident.user_id, ident.session_id
         if tool is not None:
-            text += f',"tool":{_q(tool)}'
+            text += f',"tool":{_q(str(tool))}'
         if ref is not None:
             text += f',"ref":{_q(ref)}'
         if principal is not None or session is not None:
             text += f',"w":{who.setdefault((principal, session), len(who))}'
         return text + "}"
+
+    def _head(self, ident: Identity, scope: str) -> str | None:
+        """The namespace's storage-key head (``None`` when the identity was refused)."""
+        try:
+            return self.head_of(ident, scope)
+        except Exception:  # noqa: BLE001 - refused identity or scope: no namespace to name
+            return None
 
     @staticmethod
     def _who_aad(first_seq: int) -> bytes:
@@ -455,7 +458,7 @@ class AuditTrail:
         than HMAC-SHA256 through OpenSSL 3 -- it runs once per recorded operation.
         """
         message = prev.encode() + b"\x00" + text.encode()
-        return b64url_encode(blake2b(message, key=self._mac_keys[index], digest_size=32).digest())
+        return blake2b(message, key=self._mac_keys[index], digest_size=32).hexdigest()
 
     def _check(self, prev: str, text: str, mac: object) -> bool:
         ok = False
@@ -554,9 +557,11 @@ class AuditTrail:
             texts = []
             last = prev
             who: dict[tuple[Any, Any], int] = {}
+            body_of, key = self._event_body, self._mac_keys[0]
             for i, item in enumerate(pending):
-                body = self._event_body(seq + 1 + i, item, who)
-                last = self._mac(last, body)
+                body = body_of(seq + 1 + i, item, who)
+                # self._mac, inline: it runs once per recorded operation.
+                last = blake2b(f"{last}\x00{body}".encode(), key=key, digest_size=32).hexdigest()
                 texts.append(f'{body[:-1]},"mac":"{last}"}}')
             table = ""
             if who:

@@ -262,11 +262,13 @@ class AccessorCore:
 
         Set ``outcome`` (and ``count``) on it inside; an exception records ``error:<code>``.
         """
-        if self.audit is None:
+        audit = self.audit
+        if audit is None:
             return NO_AUDIT  # type: ignore[return-value]
-        return Recorder(self.audit, op, ident, scope, key, brand, ttl, self._audit_head)
+        return Recorder(audit, op, ident, scope, key, brand, ttl)
 
-    def _audit_head(self, ident: Identity | None, scope: object) -> str:
+    def audit_head(self, ident: Identity | None, scope: object) -> str:
+        """The namespace head an audit event names (:attr:`AuditTrail.head_of`)."""
         return self.namespace(ident, scope)[1]
 
     def deadline(self, ttl: int | None, now: int) -> int | None:

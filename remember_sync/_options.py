@@ -46,7 +46,7 @@ class AuditOptions(TypedDict, total=False):
 
     :key retention_days: drop events older than this (default 365).
     :key max_events: keep at most this many events (default 1,000,000).
-    :key batch: append after this many buffered events (default 64; ``1``: before
+    :key batch: append after this many buffered events (default 256; ``1``: before
         each write returns).
     :key flush_ms: append what is buffered at least this often (default 200).
     """

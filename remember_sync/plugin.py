@@ -310,6 +310,7 @@ class RememberPlugin:
             )
             if audit is not None:
                 core.audit = AuditTrail(store, keyring, prefix, core.clock, audit)
+                core.audit.head_of = core.audit_head
         except BaseException:
             if owns:
                 store.close()

@@ -443,8 +443,19 @@ class RememberPlugin:
             return
         delay = self.purge_options["delay_ms"]
         self._purge = LegacyPurge(
-            core.store, core.prefix, delay_ms=delay, clock=core.clock, kids=kids
+            core.store, core.prefix, delay_ms=delay, clock=core.clock, kids=kids,
+            on_swept=self._record_purge,
         ).start()
+
+    def _record_purge(self, result: Any) -> None:
+        """The background purge's sweep, as one audit event (when the trail is on)."""
+        audit = self._core.audit
+        if audit is None:
+            return
+        try:
+            audit.record("purge", None, None, outcome="purged", count=result.deleted)
+        except Exception:  # noqa: BLE001 - the purge thread must not die of the trail
+            log.warning("remember: the legacy purge could not be recorded", exc_info=True)
 
     @property
     def legacy_purge(self) -> LegacyPurge | None:

@@ -553,3 +553,18 @@ def test_cli_forget_is_recorded_and_reads_are_not(
     assert [(e.op, e.outcome, e.principal) for e in _trail(plugin).events()] == [
         ("set", "written", "dave"), ("forget", "deleted", "dave"),
     ]
+
+
+def test_the_legacy_purge_is_recorded(
+    make_plugin: Callable[..., RememberPlugin], store: Store
+) -> None:
+    """The fleet-clock purge's sweep is one audit event with the count it deleted."""
+    store.set("remember:session:old:k", '{"value":1,"createdAt":1,"updatedAt":1}')
+    store.set("remember:__layout__", '{"version":2,"firstSeenAt":0}')
+    plugin = make_plugin(audit=True, skip_legacy_purge=False, legacy_purge_delay_ms=0)
+    purge = plugin.legacy_purge
+    assert purge is not None and purge.wait(30)
+    events = _trail(plugin).events()
+    assert [(e.op, e.outcome) for e in events] == [("purge", "purged")]
+    assert purge.last_result is not None and purge.last_result.deleted == 1
+    assert events[0].count == 1 and store.get("remember:session:old:k") is None

@@ -568,3 +568,40 @@ def test_the_legacy_purge_is_recorded(
     assert [(e.op, e.outcome) for e in events] == [("purge", "purged")]
     assert purge.last_result is not None and purge.last_result.deleted == 1
     assert events[0].count == 1 and store.get("remember:session:old:k") is None
+
+
+class _DictWitness:
+    """A witness kept outside the store: remembers the newest head it was given."""
+
+    def __init__(self) -> None:
+        self.head: dict[str, Any] | None = None
+
+    def record_head(self, head: Any) -> None:
+        if self.head is None or head["seq"] > self.head["seq"]:
+            self.head = dict(head)
+
+    def latest_head(self) -> Any:
+        return self.head
+
+
+def test_a_rolled_back_trail_is_caught_by_a_witness_only(
+    make_plugin: Callable[..., RememberPlugin], store: Store
+) -> None:
+    """An older head copied back over the head, later blocks deleted: the MACs all check out;
+    the witness outside the store is what notices (the hook of AuditTrail)."""
+    plugin = make_plugin(audit={"batch": 4, "flush_ms": 600_000})
+    trail = _trail(plugin)
+    witness = _DictWitness()
+    trail.witness = witness
+    _fill(plugin, 4)
+    head_key = plugin.key_prefix + "__audit__:head"
+    old_head = store.get(head_key)
+    assert old_head is not None
+    _fill(plugin, 8)
+    store.delete(*_blocks(plugin)[1:])
+    store.set(head_key, old_head)
+    trail.witness = None
+    assert trail.verify().ok  # indistinguishable from a trail of 4 events, without a witness
+    trail.witness = witness
+    result = trail.verify()
+    assert not result.ok and any("witness" in p for p in result.problems)

@@ -92,6 +92,11 @@ DEFAULT_RETENTION_DAYS = 365
 #: Trim (a few reads) after this many appended blocks.
 _TRIM_EVERY = 64
 _CLAIM_ATTEMPTS = 10_000
+#: Events one block holds at most (a store's value size stays small: ~200 bytes each).
+_BLOCK_MAX = 1024
+#: Events the buffer holds at most while the store refuses appends; older ones are
+#: dropped and counted (a ``lost`` event records how many).
+_MAX_BUFFER = 100_000
 _READ_CHUNK = 200
 _OPTIONS = frozenset({"retention_days", "max_events", "batch", "flush_ms"})
 
@@ -344,6 +349,7 @@ class AuditTrail:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._appended = 0
+        self._lost = 0
 
     # -- recording ----------------------------------------------------------------------
 
@@ -377,6 +383,9 @@ class AuditTrail:
         pending = self._pending
         pending.append(event)  # a deque: appends and pops are atomic, no lock needed
         if len(pending) >= self.batch:
+            if len(pending) > _MAX_BUFFER:  # the store refuses appends: bounded memory
+                pending.popleft()
+                self._lost += 1
             self.flush()
         elif self._thread is None and not self._closed:
             self._start_flusher()
@@ -525,20 +534,30 @@ class AuditTrail:
         return events
 
     def flush(self) -> None:
-        """Append every buffered event to the trail now (one block)."""
+        """Append every buffered event to the trail now (blocks of at most 1,024 events).
+
+        Events the buffer had to drop while the store refused appends (more than
+        :data:`_MAX_BUFFER` waiting) are recorded as one ``lost`` event with
+        their count, so the gap is in the trail, not silent.
+        """
         with self._flush_lock:
             buffer = self._pending
-            pending = [buffer.popleft() for _ in range(len(buffer))]
-            if not pending:
-                return
-            try:
-                self._append(pending)
-            except BaseException:
-                buffer.extendleft(reversed(pending))  # kept, in order, for the next flush
-                raise
-            self._appended += 1
-            if self._appended % _TRIM_EVERY == 0:
-                self.trim()
+            while buffer or self._lost:
+                pending = [buffer.popleft() for _ in range(min(len(buffer), _BLOCK_MAX))]
+                lost = self._lost
+                if lost:
+                    pending.insert(0, (self.clock(), "lost", None, None, Identity(), None, None,
+                                       "dropped", lost, None))
+                try:
+                    self._append(pending)
+                except BaseException:
+                    # Kept, in order, for the next flush.
+                    buffer.extendleft(reversed(pending[1:] if lost else pending))
+                    raise
+                self._lost -= lost
+                self._appended += 1
+                if self._appended % _TRIM_EVERY == 0:
+                    self.trim()
 
     def _append(self, pending: Sequence[_Pending]) -> None:
         store = self.store

@@ -605,3 +605,43 @@ def test_a_rolled_back_trail_is_caught_by_a_witness_only(
     trail.witness = witness
     result = trail.verify()
     assert not result.ok and any("witness" in p for p in result.problems)
+
+
+def test_a_store_refusing_appends_bounds_the_buffer_and_records_the_gap(
+    make_plugin: Callable[..., RememberPlugin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the trail cannot be appended, writes report the store error; the buffer stays
+    bounded, and what it dropped is one ``lost`` event once appends work again."""
+    from remember_sync import RememberStoreError, _audit
+    from remember_sync.stores.memory import MemoryStore
+
+    class Refusing(MemoryStore):
+        refuse = False
+
+        def set(self, key: str, value: str, **kw: Any) -> bool:
+            if self.refuse and "__audit__" in key:
+                raise RememberStoreError("store down")
+            return super().set(key, value, **kw)
+
+    monkeypatch.setattr(_audit, "_MAX_BUFFER", 10)
+    store = Refusing()
+    plugin = make_plugin(store=store, audit={"batch": 2, "flush_ms": 600_000})
+    mem = plugin.accessor(Identity("s-1", "alice"))
+    mem.set("before", 1)
+    _trail(plugin).flush()
+    store.refuse = True
+    failures = 0
+    for i in range(30):
+        try:
+            mem.set(f"k{i}", i)
+        except RememberStoreError:
+            failures += 1
+        assert len(_trail(plugin)._pending) <= 11
+    # The first write only buffers; every later one tries to append and reports the failure.
+    assert failures == 29 and mem.get("k29") == 29  # written; its event not yet appended
+    store.refuse = False
+    events = _trail(plugin).events()
+    assert _trail(plugin).verify().ok
+    lost = [e for e in events if e.op == "lost"]
+    assert len(lost) == 1 and lost[0].count == 20 and lost[0].outcome == "dropped"
+    assert len(events) == 1 + 1 + 10  # before, the gap, the last ten writes

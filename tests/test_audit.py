@@ -645,3 +645,32 @@ def test_a_store_refusing_appends_bounds_the_buffer_and_records_the_gap(
     lost = [e for e in events if e.op == "lost"]
     assert len(lost) == 1 and lost[0].count == 20 and lost[0].outcome == "dropped"
     assert len(events) == 1 + 1 + 10  # before, the gap, the last ten writes
+
+
+@pytest.mark.parametrize("store_kind", ["redis"])
+def test_a_forked_child_appends_its_own_events_only(
+    make_plugin: Callable[..., RememberPlugin], store_kind: str
+) -> None:
+    """Fork with events buffered: the child neither appends nor loses the parent's; each
+    process's events are in the trail once, and the chain verifies."""
+    plugin = make_plugin(audit={"batch": 100, "flush_ms": 600_000})
+    mem = plugin.accessor(Identity("s-1", "parent"))
+    for i in range(3):
+        mem.set(f"p{i}", i)
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            child = plugin.accessor(Identity("s-2", "child"))
+            child.set("c0", 0)
+            child.set("c1", 1)
+            _trail(plugin).flush()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    _trail(plugin).flush()
+    events = _trail(plugin).events()
+    assert sorted(e.principal for e in events) == ["child"] * 2 + ["parent"] * 3
+    assert _trail(plugin).verify().ok

@@ -162,7 +162,7 @@ class AccessorCore:
         self.sleep = sleep or time.sleep
         self._stats = _Stats()
         #: Who owns which session (erasure finds a person's sessions through it).
-        self.owners = OwnerBook(store, codec, prefix)
+        self.owners = OwnerBook(store, codec, prefix, self.clock)
         #: The audit trail (``audit=`` of ``init``), or ``None``.
         self.audit: AuditTrail | None = None
         self._lock = threading.Lock()

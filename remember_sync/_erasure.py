@@ -32,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ._bounded import BoundedCache
+from ._clock import Clock
 from ._codec import EntryCodec
 from ._crypto import b64url_encode, open_sealed, seal
 from ._keys import glob_escape, parse_storage_key
@@ -57,6 +58,9 @@ _RECEIPT_INFO = b"remember:erasure-receipt:v1"
 _STATELESS = "stateless-user:"
 #: (user, session) pairs whose record this process already wrote (oldest forgotten first).
 _NOTED = 8192
+#: Milliseconds before a noted pair is written again (``SET NX``: a no-op while the
+#: record exists), so a session keeps its owner recorded after another process erased it.
+_RENOTE_MS = 60_000
 _BATCH = 500
 
 
@@ -94,17 +98,18 @@ class OwnerBook:
 
     :meth:`note` is called by every write path once the entry is written (a
     write that fails or is refused records nothing); it costs a cache lookup
-    except on a session's first write by a user in this process, which writes
-    the record (one ``SET ... NX``).  A process killed between the two leaves
+    except on a session's first write by a user in this process, and then at
+    most once a minute, when it writes the record (one ``SET ... NX``).  A process killed between the two leaves
     an entry without a recorded owner: :func:`erase` reports its session as
     unattributed.
     """
 
-    def __init__(self, store: Store, codec: EntryCodec, prefix: str) -> None:
+    def __init__(self, store: Store, codec: EntryCodec, prefix: str, clock: Clock) -> None:
         self.store = store
+        self.clock = clock
         self.codec = codec
         self.prefix = prefix
-        self._noted: BoundedCache[tuple[str, str], bool] = BoundedCache(_NOTED)
+        self._noted: BoundedCache[tuple[str, str], int] = BoundedCache(_NOTED)
 
     def note(self, ident: Identity | None, ns: Namespace) -> None:
         """Record the user of *ident* (default: the bound one) as an owner of *ns*'s session.
@@ -119,11 +124,13 @@ class OwnerBook:
             return
         assert user is not None
         pair = (user, session)
-        if self._noted.get(pair):
+        now = self.clock()
+        noted = self._noted.get(pair)
+        if noted is not None and 0 <= now - noted < _RENOTE_MS:
             return
         key = self.record_key(user, session)
         self.store.set(key, self._seal(user, session, key), only_if_absent=True)
-        self._noted.put(pair, True)
+        self._noted.put(pair, now)
 
     def record_key(self, user: str, session: str, index: int = 0) -> str:
         """The owner record's key under secret number *index*."""

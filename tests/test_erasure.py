@@ -240,3 +240,21 @@ def test_cli_erase_dry_run_then_erase(
     assert plugin.verify_receipt(ErasureReceipt(**out))
     assert plugin.accessor(Identity("sa-1", "alice")).get("theme") is None
     assert plugin.accessor(Identity("sb-1", "bob")).get("theme") == "bob-sb-1"
+
+
+def test_a_session_keeps_its_owner_after_another_process_erased_it(
+    make_plugin: Callable[..., RememberPlugin], clock: Any
+) -> None:
+    """Process A keeps writing into a session after process B erased its user: within a
+    minute A's writes are unattributed (reported), after it A records the owner again."""
+    a, b = make_plugin(), make_plugin()
+    mem = a.accessor(Identity("s-1", "erin"))
+    mem.set("k", 1)
+    assert b.erase(user_id="erin").session_entries == 1
+    mem.set("k", 2)
+    dry = b.erase(user_id="erin", dry_run=True)
+    assert dry.session_entries == 0 and dry.unattributed_sessions == 1
+    clock.advance(61_000)
+    mem.set("k", 3)
+    assert b.erase(user_id="erin").session_entries == 1
+    assert a.accessor(Identity("s-1", "erin")).get("k") is None

@@ -38,7 +38,8 @@ ALLOWED: dict[str, set[str]] = {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },
     "_erasure": {
-        "errors", "types", "identity", "_keys", "_crypto", "_codec", "_bounded", "stores",
+        "errors", "types", "identity", "_keys", "_crypto", "_codec", "_bounded", "_clock",
+        "stores",
     },
     "_audit": {
         "errors", "types", "identity", "_keys", "_crypto", "_codec", "_bounded", "_clock",

@@ -99,9 +99,9 @@ class OwnerBook:
     :meth:`note` is called by every write path once the entry is written (a
     write that fails or is refused records nothing); it costs a cache lookup
     except on a session's first write by a user in this process, and then at
-    most once a minute, when it writes the record (one ``SET ... NX``).  A process killed between the two leaves
-    an entry without a recorded owner: :func:`erase` reports its session as
-    unattributed.
+    most once a minute, when it writes the record (one ``SET ... NX``).  A
+    process killed between the two leaves an entry without a recorded owner:
+    :func:`erase` reports its session as unattributed.
     """
 
     def __init__(self, store: Store, codec: EntryCodec, prefix: str, clock: Clock) -> None:

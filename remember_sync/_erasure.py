@@ -168,7 +168,7 @@ class OwnerBook:
 class _Plan:
     """What one erasure found: storage keys by scope, and what it left alone."""
 
-    doomed: dict[str, list[tuple[str, str, Namespace, str]]] = field(
+    doomed: dict[str, list[tuple[str, str, Namespace]]] = field(
         default_factory=lambda: {"user": [], "session": [], "tool": []}
     )
     owner_keys: list[str] = field(default_factory=list)
@@ -247,34 +247,42 @@ def _plan(book: OwnerBook, user: str, doubled: bool) -> _Plan:
 
     heads = [prefix] + ([prefix + prefix] if doubled and prefix else [])
     for head in heads:
-        for page in _pages(book.store, glob_escape(head) + "v2:*"):
-            for full, stored in page:
-                parsed = parse_storage_key(prefix, full[len(head) - len(prefix) :])
-                if parsed is None or not full.startswith(head):
+        # Keys only: the values of the person's entries are read afterwards, nobody
+        # else's are read at all.
+        for full in book.store.scan(glob_escape(head) + "v2:*"):
+            parsed = parse_storage_key(prefix, full[len(head) - len(prefix) :])
+            if parsed is None or not full.startswith(head):
+                continue
+            ns = parsed.namespace
+            if ns.scope == "user":
+                if ns.user != user:
                     continue
-                ns = parsed.namespace
-                if ns.scope == "user":
-                    if ns.user != user:
-                        continue
-                else:
-                    assert ns.session is not None
-                    seen = verdict(ns.session)
-                    if seen == "unattributed":
-                        plan.unattributed.add(ns.session)
-                    if seen == "shared":
-                        plan.shared.add(ns.session)
-                    if seen != "mine":
-                        continue
-                    plan.sessions.add(ns.session)
-                skey = full[len(head) - len(prefix) :]
-                plan.doomed[ns.scope].append((full, skey, ns, stored))
+            else:
+                assert ns.session is not None
+                seen = verdict(ns.session)
+                if seen == "unattributed":
+                    plan.unattributed.add(ns.session)
+                if seen == "shared":
+                    plan.shared.add(ns.session)
+                if seen != "mine":
+                    continue
+                plan.sessions.add(ns.session)
+            skey = full[len(head) - len(prefix) :]
+            plan.doomed[ns.scope].append((full, skey, ns))
     return plan
 
 
-def _unreadable(codec: EntryCodec, found: Sequence[tuple[str, str, Namespace, str]]) -> int:
+def _unreadable(
+    store: Store, codec: EntryCodec, found: Sequence[tuple[str, str, Namespace]]
+) -> int:
+    """How many of the entries *found* the secrets cannot open (read in batches)."""
     by_ns: dict[Namespace, list[tuple[str, str]]] = {}
-    for _, skey, ns, stored in found:
-        by_ns.setdefault(ns, []).append((skey, stored))
+    for i in range(0, len(found), _BATCH):
+        chunk = found[i : i + _BATCH]
+        values = store.get_many([full for full, _, _ in chunk])
+        for (_, skey, ns), stored in zip(chunk, values, strict=True):
+            if stored is not None:
+                by_ns.setdefault(ns, []).append((skey, stored))
     bad = 0
     for ns, items in by_ns.items():
         decoded = codec.decode_many([v for _, v in items], ns, [k for k, _ in items])
@@ -323,9 +331,9 @@ def erase(
     plan = _plan(book, user_id, doubled)
     codec, store = book.codec, book.store
     every = [item for scope in ("user", "session", "tool") for item in plan.doomed[scope]]
-    unreadable = _unreadable(codec, every)
+    unreadable = _unreadable(store, codec, every)
     if not dry_run:
-        doomed = [full for full, *_ in every] + plan.owner_keys
+        doomed = [full for full, _, _ in every] + plan.owner_keys
         for i in range(0, len(doomed), _BATCH):
             store.delete(*doomed[i : i + _BATCH])
         book.forget_noted()

@@ -9,7 +9,15 @@ Quick start::
         plugin.remember.set("theme", "dark", scope="user")
 """
 
-from ._options import EncryptionOptions, RedisConfig, SearchOptions, StoreType, ToolsOptions
+from ._audit import AuditEvent, AuditTrail, AuditVerification
+from ._options import (
+    AuditOptions,
+    EncryptionOptions,
+    RedisConfig,
+    SearchOptions,
+    StoreType,
+    ToolsOptions,
+)
 from ._secrets import generate_secret
 from .accessor import RememberAccessor
 from .errors import (
@@ -27,11 +35,16 @@ from .errors import (
 )
 from .identity import current_identity, identity
 from .plugin import RememberPlugin
-from .types import BRANDS, SCOPES, Identity, RememberEntry, SearchHit
+from .types import BRANDS, SCOPES, ErasureReceipt, Identity, RememberEntry, SearchHit
 
 __all__ = [
+    "AuditEvent",
+    "AuditOptions",
+    "AuditTrail",
+    "AuditVerification",
     "BRANDS",
     "EncryptionOptions",
+    "ErasureReceipt",
     "Identity",
     "RedisConfig",
     "RememberAccessor",

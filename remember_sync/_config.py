@@ -56,6 +56,8 @@ AUTH_TOKENS_ENV = "REMEMBER_AUTH_TOKENS"
 MAX_BYTES_ENV = "REMEMBER_MAX_BYTES"
 MAX_ENTRIES_ENV = "REMEMBER_MAX_ENTRIES"
 MAX_VALUE_BYTES_ENV = "REMEMBER_MAX_VALUE_BYTES"
+#: ``audit=True`` when ``init`` is not given ``audit``.
+AUDIT_ENV = "REMEMBER_AUDIT"
 #: OAuth resource server settings read by ``create_app`` (``serve``: ``--oauth-*``), name ->
 #: :class:`~remember_sync.mcp.oauth.OAuthVerifier` argument.
 OAUTH_ENV = {

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from . import _metrics
+from ._audit import NO_AUDIT, AuditTrail, Recorder
 from ._bounded import BoundedCache
 from ._clock import Clock, system_clock
 from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
+from ._erasure import OwnerBook
 from ._fork import after_fork_in_child
 from ._integrity import Manifest, Verifier
 from ._keys import (
@@ -180,6 +182,10 @@ class AccessorCore:
         if verifier is not None:
             listing = "scan"  # the manifest lists a namespace; no index is kept or read
         self._stats = _Stats()
+        #: Who owns which session (erasure finds a person's sessions through it).
+        self.owners = OwnerBook(store, codec, prefix, self.clock)
+        #: The audit trail (``audit=`` of ``init``), or ``None``.
+        self.audit: AuditTrail | None = None
         # Re-entrant: a signal handler's call may count while its thread, interrupted,
         # holds it (a plain lock would wait for ever).
         self._lock = threading.RLock()
@@ -271,6 +277,28 @@ class AccessorCore:
         check_key(key)
         ns, head = self.namespace(ident, scope)
         return ns, head + key  # type: ignore[operator]
+
+    def audited(
+        self,
+        op: str,
+        ident: Identity | None,
+        scope: object,
+        key: object = None,
+        brand: object = None,
+        ttl: object = None,
+    ) -> Recorder:
+        """A context recording one audit event for *op* when it ends (nothing with audit off).
+
+        Set ``outcome`` (and ``count``) on it inside; an exception records ``error:<code>``.
+        """
+        audit = self.audit
+        if audit is None:
+            return NO_AUDIT  # type: ignore[return-value]
+        return Recorder(audit, op, ident, scope, key, brand, ttl)
+
+    def audit_head(self, ident: Identity | None, scope: object) -> str:
+        """The namespace head an audit event names (:attr:`AuditTrail.head_of`)."""
+        return self.namespace(ident, scope)[1]
 
     def deadline(self, ttl: int | None, now: int) -> int | None:
         """When an entry written now expires: after *ttl* seconds, or ``default_ttl``."""
@@ -520,6 +548,7 @@ class AccessorCore:
             )
             return
         self.store.set(skey, stored, ttl_ms=self.ttl_ms(expires, now))
+        self.owners.note(ident, ns)
 
     def search_extras(
         self, key: str, value: Any, brand: str | None, metadata: dict[str, Any] | None,
@@ -633,7 +662,10 @@ class AccessorCore:
         if ttl is not None:
             check_ttl(ttl)
         check_json_value(value, "value")
-        return self._swap(key, ns, skey, lambda current: value, ttl=ttl, create=False)
+        found = self._swap(key, ns, skey, lambda current: value, ttl=ttl, create=False)
+        if found:
+            self.owners.note(ident, ns)
+        return found
 
     def _swap(
         self,
@@ -801,6 +833,7 @@ class AccessorCore:
             return new
 
         self._swap(key, ns, skey, apply, ttl=ttl, create=True)
+        self.owners.note(ident, ns)
         return new
 
     def forget(self, ident: Identity | None, key: str, scope: object) -> bool:

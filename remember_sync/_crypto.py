@@ -294,6 +294,23 @@ def seal(
     return f'{head}"iv":"{ivtag[:16]}","tag":"{ivtag[16:]}","data":"{data}"}}'
 
 
+def open_sealed(stored: str, keys: Sequence[bytes], aad: bytes) -> bytes:
+    """Open an envelope :func:`seal` made with one of *keys* (raw 32-byte keys) and *aad*.
+
+    For the bookkeeping records sealed under a purpose key
+    (:meth:`Keyring.purpose_keys`), not entries (:meth:`Keyring.open`).
+
+    :raises RememberDecryptionError: not an envelope, or no key opens it.
+    """
+    iv, tag, data, _, _ = _parse(stored)
+    for key in keys:
+        try:
+            return AESGCM(key).decrypt(iv, data + tag, aad)
+        except InvalidTag:
+            continue
+    raise RememberDecryptionError(_UNOPENED)
+
+
 #: Why an envelope without the key binding is unreadable under ``accept_unbound=False``.
 UNBOUND_REFUSED = (
     "envelope is not bound to its storage key (the 1.8.0 form) and accept_unbound is off"
@@ -333,6 +350,7 @@ class Keyring:
         self._lock = threading.RLock()
         #: How many HKDF derivations ran (a test pins "one per namespace").
         self.derivations = 0
+        self._purpose: dict[bytes, tuple[bytes, ...]] = {}
         after_fork_in_child(self._after_fork_in_child)
 
     def __repr__(self) -> str:
@@ -437,29 +455,28 @@ class Keyring:
     #: ``remember:global``, ``remember:user:``..., ``remember:session:``... and
     #: ``remember:tool:``...
     SESSION_SIGNING_INFO = b"remember:session-id-signing:v1"
-    #: The session-id signing keys, one per secret (derived on first use, see :meth:`hmac`).
-    _signing_keys: tuple[bytes, ...] | None = None
 
     def _session_signing_keys(self) -> tuple[bytes, ...]:
-        keys = self._signing_keys
-        if keys is None:
-            # Racing threads derive the same bytes; whichever tuple is kept is right.
-            keys = self._signing_keys = self.purpose_keys(self.SESSION_SIGNING_INFO)
-        return keys
+        return self.purpose_keys(self.SESSION_SIGNING_INFO)
 
     def purpose_keys(self, info: bytes) -> tuple[bytes, ...]:
-        """One 32-byte key per secret (newest first) for the purpose *info*.
+        """32-byte keys of their own for one purpose, one per secret, newest first (cached).
 
-        ``HKDF-SHA256(secret, salt="remember-plugin-v1", info=info)``; *info* must
-        be distinct from every namespace's (see :data:`SESSION_SIGNING_INFO`).
-        Not cached: callers keep what they derive.
+        ``HKDF-SHA256(secret, salt="remember-plugin-v1", info=info)``: the owner
+        records, the audit trail and erasure receipts each MAC with such a key,
+        never with the master secret.  *info* must differ from every namespace's
+        (``remember:global``, ``remember:user:``...) and from the signing key's.
         """
-        return tuple(
-            HKDF(algorithm=hashes.SHA256(), length=32, salt=HKDF_SALT, info=info).derive(
-                secret.encode("utf-8")
+        found = self._purpose.get(info)
+        if found is None:
+            found = tuple(
+                HKDF(algorithm=hashes.SHA256(), length=32, salt=HKDF_SALT, info=info).derive(
+                    secret.encode("utf-8")
+                )
+                for secret in self._secrets
             )
-            for secret in self._secrets
-        )
+            self._purpose[info] = found  # racing threads derive the same bytes
+        return found
 
     def hmac(self, message: bytes) -> bytes:
         """HMAC-SHA256 of *message* under the primary secret's session-id signing key.

@@ -41,6 +41,22 @@ class EncryptionOptions(TypedDict, total=False):
     require_secret: bool
 
 
+class AuditOptions(TypedDict, total=False):
+    """``audit=``: the tamper-evident trail of writes (``docs/audit.rst``).
+
+    :key retention_days: drop events older than this (default 365).
+    :key max_events: keep at most this many events (default 1,000,000).
+    :key batch: append after this many buffered events (default 256; ``1``: before
+        each write returns).
+    :key flush_ms: append what is buffered at least this often (default 200).
+    """
+
+    retention_days: int
+    max_events: int
+    batch: int
+    flush_ms: int
+
+
 class ToolsOptions(TypedDict, total=False):
     """``tools=``: the memory tools a model calls (``docs/mcp.rst``).
 

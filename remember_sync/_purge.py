@@ -824,6 +824,7 @@ class LegacyPurge:
         timer_factory: TimerFactory = threading.Timer,
         batch: int = 500,
         kids: Sequence[str] | None = None,
+        on_swept: Callable[[PurgeResult], None] | None = None,
     ) -> None:
         if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
             raise RememberConfigurationError(
@@ -831,6 +832,8 @@ class LegacyPurge:
             )
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise RememberConfigurationError(f"batch must be a positive int; got {batch!r}")
+        #: Called with the result of each sweep (the plugin records it in its audit trail).
+        self.on_swept = on_swept
         self.store = store
         self.prefix = prefix
         self.delay_ms = delay_ms
@@ -1051,6 +1054,8 @@ class LegacyPurge:
             self.store, self.prefix, batch=self._batch, should_stop=lambda: self._stopping
         )
         self.last_result = result
+        if self.on_swept is not None:
+            self.on_swept(result)
         if result.deleted > 0:
             self._log.warning(purged_message(result.deleted))
         self._log.debug(

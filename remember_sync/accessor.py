@@ -65,7 +65,10 @@ class RememberAccessor:
         :raises TypeError: a value or metadata JSON cannot hold.
         :raises RememberIdentityError: the scope needs an identity this caller lacks.
         """
-        self._core.set(self._identity, key, value, scope, ttl, brand, metadata)
+        core = self._core
+        with core.audited("set", self._identity, scope, key, brand, ttl) as event:
+            core.set(self._identity, key, value, scope, ttl, brand, metadata)
+            event.outcome = "written"
 
     def get(self, key: str, *, scope: Scope = "session", default: Any = None) -> Any:
         """The stored value, or *default* when missing, expired or unreadable."""
@@ -95,7 +98,11 @@ class RememberAccessor:
 
         :raises RememberConflictError: after 64 lost races (``CAS_ATTEMPTS``).
         """
-        return self._core.update(self._identity, key, scope, value, ttl)
+        core = self._core
+        with core.audited("update", self._identity, scope, key, None, ttl) as event:
+            found = core.update(self._identity, key, scope, value, ttl)
+            event.outcome = "updated" if found else "missing"
+        return found
 
     def modify(
         self,
@@ -137,7 +144,11 @@ class RememberAccessor:
 
         Whatever *fn* raises propagates.  On every error nothing is written.
         """
-        return self._core.modify(self._identity, key, scope, fn, default, ttl)
+        core = self._core
+        with core.audited("modify", self._identity, scope, key, None, ttl) as event:
+            new = core.modify(self._identity, key, scope, fn, default, ttl)
+            event.outcome = "written"
+        return new
 
     def increment(
         self,
@@ -177,12 +188,19 @@ class RememberAccessor:
                 )
             return current + delta
 
-        result: int | float = self._core.modify(self._identity, key, scope, add, 0, ttl)
+        core = self._core
+        with core.audited("increment", self._identity, scope, key, None, ttl) as event:
+            result: int | float = core.modify(self._identity, key, scope, add, 0, ttl)
+            event.outcome = "written"
         return result
 
     def forget(self, key: str, *, scope: Scope = "session") -> bool:
         """Delete the entry; return whether something was there."""
-        return self._core.forget(self._identity, key, scope)
+        core = self._core
+        with core.audited("forget", self._identity, scope, key) as event:
+            found = core.forget(self._identity, key, scope)
+            event.outcome = "deleted" if found else "absent"
+        return found
 
     def list(self, *, scope: Scope = "session", pattern: str = "*") -> list[str]:
         """Bare keys of readable, unexpired entries matching *pattern*, sorted.
@@ -227,7 +245,11 @@ class RememberAccessor:
         :raises RememberDecryptionError: unreadable entries, ``on_decrypt_error="raise"``
             and not *include_unreadable* (nothing was deleted).
         """
-        return self._core.forget_many(self._identity, scope, pattern, brand, include_unreadable)
+        core = self._core
+        with core.audited("forget_many", self._identity, scope, pattern, brand) as event:
+            count = core.forget_many(self._identity, scope, pattern, brand, include_unreadable)
+            event.outcome, event.count = "deleted", count
+        return count
 
     def search(
         self,

@@ -9,19 +9,36 @@ here (and by named store constructors), never deep inside a store.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any, Literal, NoReturn
 
 from . import _metrics
+from ._audit import AuditTrail, audit_settings
 from ._clock import Clock, system_clock
 from ._codec import EntryCodec
-from ._config import METRICS_ENV, env_flag, integrity_settings, scope_list, store_settings
+from ._config import (
+    AUDIT_ENV,
+    METRICS_ENV,
+    env_flag,
+    integrity_settings,
+    scope_list,
+    store_settings,
+)
 from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
+from ._erasure import check_receipt, erase
 from ._integrity import INTEGRITY_MODES, Verifier, in_process, witness_from
 from ._keys import storage_namespace
-from ._options import EncryptionOptions, RedisConfig, SearchOptions, StoreType, ToolsOptions
+from ._options import (
+    AuditOptions,
+    EncryptionOptions,
+    RedisConfig,
+    SearchOptions,
+    StoreType,
+    ToolsOptions,
+)
 from ._purge import DoubledPrefixCheck, IndexBackfill, KeyIdCheck, LegacyPurge
 from ._search import build_settings
 from ._secrets import resolve_keyring
@@ -31,9 +48,11 @@ from .stores.base import Store
 from .stores.memory import MemoryStore
 from .tools import MemoryTools
 from .tools.results import tools_disabled_result
-from .types import Identity
+from .types import ErasureReceipt, Identity
 
 __all__ = ["STORE_TYPES", "RememberPlugin"]
+
+log = logging.getLogger("remember_sync")
 
 STORE_TYPES = ("memory", "redis", "redis-client", "vercel-kv", "global-store")
 
@@ -141,6 +160,7 @@ class RememberPlugin:
         metrics: bool | None = None,
         clock: Clock | None = None,
         environ: Mapping[str, str] | None = None,
+        audit: bool | AuditOptions | None = None,
         **unknown: NoReturn,
     ) -> RememberPlugin:
         """Build a plugin from snake_case mirrors of the reference options.
@@ -185,6 +205,9 @@ class RememberPlugin:
             ``docs/limits-and-metrics.rst``); default ``REMEMBER_METRICS``.
         :param clock: epoch-millisecond clock (tests).
         :param environ: the environment to read (default :data:`os.environ`).
+        :param audit: ``True`` or an :class:`~remember_sync.AuditOptions`: record
+            every write in a tamper-evident trail (:attr:`audit`,
+            ``docs/audit.rst``); default ``REMEMBER_AUDIT``, else off.
 
         Any other keyword, or a bad value, raises
         :class:`RememberConfigurationError` naming the option; ``mypy --strict``
@@ -224,6 +247,7 @@ class RememberPlugin:
             "metrics": metrics,
             "clock": clock,
             "environ": environ,
+            "audit": audit,
         }
         options.update((name, value) for name, value in absent.items() if value is not None)
         return cls._from_options(options)
@@ -308,6 +332,7 @@ class RememberPlugin:
                 "needs OpenTelemetry: pip install 'remember-sync[metrics]' (see "
                 "docs/limits-and-metrics.rst)",
             )
+        audit = audit_settings(options.get("audit", env_flag(environ, AUDIT_ENV)))
 
         store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:
@@ -337,6 +362,9 @@ class RememberPlugin:
                 verifier=verifier,
                 search=search,
             )
+            if audit is not None:
+                core.audit = AuditTrail(store, keyring, prefix, core.clock, audit)
+                core.audit.head_of = core.audit_head
         except BaseException:
             if owns:
                 store.close()
@@ -403,6 +431,53 @@ class RememberPlugin:
         """The master secrets (``None`` with encryption disabled)."""
         return self._core.codec.keyring
 
+    def erase(self, *, user_id: str | int, dry_run: bool = False) -> ErasureReceipt:
+        """Delete every entry of one person, in every scope; return a receipt.
+
+        What goes: the user's namespace; every session recorded as theirs (their
+        session and tool scope writes record the owner) unless someone else is
+        recorded too; tool scope under those sessions; their ``stateless-user:``
+        session; the owner records -- in our key layout and, with
+        ``read_doubled_prefix``, in 1.8.0's.  Entries there that the secrets
+        cannot read are deleted too (they lie in the person's namespaces) and
+        counted.  Nobody else's entry is deleted.  Sessions that hold entries but
+        have no recorded owner cannot be attributed: they are left and counted
+        (``docs/audit.rst`` says how to answer a deletion request).
+
+        :param user_id: the person (an ``int`` is its decimal string).
+        :param dry_run: count only, delete nothing.
+        :raises RememberInputError: an anonymous or empty *user_id*.
+        :raises RememberStoreError: the store failed (the erasure may be partial:
+            run it again).
+        """
+        core = self._core
+        if not isinstance(dry_run, bool):
+            raise TypeError(f"dry_run must be a bool; got {type(dry_run).__name__}")
+        with core.audited("erase", None, None) as event:
+            receipt = erase(
+                core.owners,
+                user_id,
+                now=core.clock(),
+                doubled=core.read_doubled_prefix,
+                dry_run=dry_run,
+            )
+            event.outcome = "counted" if dry_run else "erased"
+            event.count, event.ref = receipt.total, receipt.mac
+        return receipt
+
+    @property
+    def audit(self) -> AuditTrail | None:
+        """The audit trail (``audit=True``), or ``None`` when it is off.
+
+        ``events(since=None, until=None, principal=None, key=None, scope=None,
+        limit=None)``, ``verify()``, ``flush()``; see :class:`~remember_sync.AuditTrail`.
+        """
+        return self._core.audit
+
+    def verify_receipt(self, receipt: ErasureReceipt) -> bool:
+        """Whether *receipt* was issued under one of this plugin's secrets and is unchanged."""
+        return check_receipt(self._core.codec, receipt)
+
     def stats(self) -> dict[str, int]:
         """Counters: ``unreadable`` entries seen, ``cas_retries``, ``key_derivations``."""
         return self._core.stats()
@@ -423,8 +498,19 @@ class RememberPlugin:
             return
         delay = self.purge_options["delay_ms"]
         self._purge = LegacyPurge(
-            core.store, core.prefix, delay_ms=delay, clock=core.clock, kids=kids
+            core.store, core.prefix, delay_ms=delay, clock=core.clock, kids=kids,
+            on_swept=self._record_purge,
         ).start()
+
+    def _record_purge(self, result: Any) -> None:
+        """The background purge's sweep, as one audit event (when the trail is on)."""
+        audit = self._core.audit
+        if audit is None:
+            return
+        try:
+            audit.record("purge", None, None, outcome="purged", count=result.deleted)
+        except Exception:  # noqa: BLE001 - the purge thread must not die of the trail
+            log.warning("remember: the legacy purge could not be recorded", exc_info=True)
 
     @property
     def legacy_purge(self) -> LegacyPurge | None:
@@ -500,6 +586,12 @@ class RememberPlugin:
         if self._core.verifier is not None:
             self._core.verifier.close()
         self._core.search_cache.clear()
+        if self._core.audit is not None:
+            try:
+                self._core.audit.close()
+            except Exception:  # noqa: BLE001 - logged; closing the store must still happen
+                log.warning("remember: the audit trail's last events could not be written",
+                            exc_info=True)
         if self._owns_store:
             self._core.store.close()
 

@@ -11,6 +11,7 @@ __all__ = [
     "BRANDS",
     "SCOPES",
     "Brand",
+    "ErasureReceipt",
     "Identity",
     "JSONValue",
     "Namespace",
@@ -167,3 +168,51 @@ class SearchHit:
     def written_at(self) -> int:
         """When the entry was last written (epoch milliseconds; ``entry.updated_at``)."""
         return self.entry.updated_at
+
+
+@dataclass(frozen=True)
+class ErasureReceipt:
+    """What :meth:`RememberPlugin.erase <remember_sync.RememberPlugin.erase>` did for one person.
+
+    Counts are entries (storage keys) deleted -- or, with ``dry_run``, that
+    would be.  ``unreadable`` is how many of them the configured secrets could
+    not open (they lay in the person's namespaces, so they were theirs).  The
+    person is named by ``subject``, a keyed hash of the user id, never the id.
+    ``mac`` is an HMAC-SHA256 over every other field under a key derived from
+    the master secret (empty with encryption disabled); check it with
+    :meth:`RememberPlugin.verify_receipt <remember_sync.RememberPlugin.verify_receipt>`.
+    """
+
+    #: Keyed hash of the user id (base64url).
+    subject: str
+    #: Entries in user scope.
+    user_entries: int
+    #: Entries in the person's sessions (their verified sessions and ``stateless-user:``).
+    session_entries: int
+    #: Entries in tool scope under those sessions.
+    tool_entries: int
+    #: Of the entries above, how many could not be decrypted.
+    unreadable: int
+    #: Session identities erased.
+    sessions: int
+    #: Sessions that hold entries but have no recorded owner (written before owners
+    #: were recorded, or by another implementation): not erased, since they cannot be
+    #: attributed to anyone.
+    unattributed_sessions: int
+    #: Sessions recorded for this person *and* someone else: left as they are.
+    shared_sessions: int
+    #: When the erasure ran (epoch milliseconds).
+    erased_at: int
+    #: ``True``: only counted, nothing deleted.
+    dry_run: bool
+    #: HMAC-SHA256 of the other fields (base64url).
+    mac: str
+
+    @property
+    def total(self) -> int:
+        """Every entry deleted (or counted), all scopes."""
+        return self.user_entries + self.session_entries + self.tool_entries
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (the form the audit trail and the CLI print)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}

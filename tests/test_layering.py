@@ -42,16 +42,24 @@ ALLOWED: dict[str, set[str]] = {
     "_purge": {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",
     },
+    "_erasure": {
+        "errors", "types", "identity", "_keys", "_crypto", "_codec", "_bounded", "_clock",
+        "stores",
+    },
+    "_audit": {
+        "errors", "types", "identity", "_keys", "_crypto", "_codec", "_bounded", "_clock",
+        "_fork", "stores",
+    },
     "_integrity": {
         "errors", "types", "_crypto", "_codec", "_text", "_clock", "_bounded", "_fork", "stores",
     },
-    "_core": CORE | {"stores", "_fork", "_integrity", "_search", "_metrics"},
+    "_core": CORE | {"stores", "_fork", "_integrity", "_search", "_metrics", "_erasure", "_audit"},
     "accessor": {"_core", "errors", "types", "identity", "_metrics"},
     "tools": CORE | {"stores", "_core", "accessor", "_search", "_metrics"},
     "plugin": CORE
     | {
         "stores", "_core", "accessor", "_purge", "tools", "_config", "_options", "_integrity",
-        "_search", "_metrics",
+        "_search", "_metrics", "_erasure", "_audit",
     },
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
@@ -59,7 +67,7 @@ ALLOWED: dict[str, set[str]] = {
     "_ops": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config",
-        "_options", "_integrity", "_search",
+        "_options", "_integrity", "_search", "_audit",
     },
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",
@@ -67,10 +75,10 @@ ALLOWED: dict[str, set[str]] = {
     "cli": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp",
-        "_config", "cli", "_metrics",
+        "_config", "cli", "_metrics", "_audit",
     },
     "__main__": {"cli"},
-    "__init__": CORE | {"stores", "accessor", "plugin", "_options"},
+    "__init__": CORE | {"stores", "accessor", "plugin", "_options", "_audit"},
     "integrations": CORE
     | {"stores", "accessor", "plugin", "tools", "mcp", "integrations", "_fork", "_config"},
     "testing": {"errors", "stores", "testing", "_clock", "_bounded"},

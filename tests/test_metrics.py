@@ -139,7 +139,8 @@ def test_the_library_reports_exact_counts_to_an_otel_in_memory_reader(tmp_path: 
     sums = [v for name, _, v in points if name == "remember_sync.operation.duration.sum"]
     assert sums and all(v > 0 for v in sums)
     single = {name: v for name, a, v in points if "operation" not in a and "le" not in a}
-    assert single["remember_sync.evictions"] == 2 + 1 + 1  # 5 keys, "n", "theirs" (3 kept)
+    # 5 keys, "n", "theirs" and alice's owner record of session s-1 (3 kept).
+    assert single["remember_sync.evictions"] == 2 + 1 + 1 + 1
     assert single["remember_sync.cas.retries"] == 2 + 64
     assert single["remember_sync.cas.conflicts"] == 1
     assert single["remember_sync.unreadable_entries"] == 1

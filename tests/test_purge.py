@@ -917,14 +917,7 @@ def test_real_redis_non_json_marker_stands_down(
 
 def test_benchmark_runs_at_a_tiny_size(redis_server: object) -> None:
     """benchmarks/purge.py's run() purges correctly with both methods and reports a ratio."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "purge.py"
-    spec = importlib.util.spec_from_file_location("benchmark_purge", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from benchmarks import purge as module
     rows = module.run(30, batch=7)
     assert [r["deleted"] for r in rows] == [30, 30]
     assert rows[0]["commands"] >= 30 and rows[1]["commands"] < rows[0]["commands"]

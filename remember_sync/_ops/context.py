@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from .._audit import trail_exists
 from .._clock import system_clock
 from .._config import KV_TOKEN_ENV, StoreKind, previous_secrets
 from .._options import EncryptionOptions
@@ -178,8 +179,13 @@ def build_plugin(
     environ: Mapping[str, str] | None = None,
     on_decrypt_error: Literal["warn", "raise"] = "warn",
     read_doubled_prefix: bool = False,
+    audit: bool | None = None,
 ) -> Opened:
     """A plugin over *store* with the operator's secrets, never arming the purge.
+
+    *audit*: record the command's writes in the audit trail; by default when
+    the store holds a trail (or ``REMEMBER_AUDIT`` is set), so operators'
+    writes are recorded as the application's are.
 
     Secrets come from ``--secret-file`` when given, else the environment
     (``REMEMBER_SECRET`` ... plus ``REMEMBER_PREVIOUS_SECRETS``), else the
@@ -222,10 +228,17 @@ def build_plugin(
         background_reindex=False,
         on_decrypt_error=on_decrypt_error,
         read_doubled_prefix=read_doubled_prefix,
+        audit=audit if audit is not None else _trail_found(store, prefix, secrets),
     )
     if plugin.keyring is not None and source == "disabled":
         source = plugin.keyring.source  # env:<NAME>, resolved by the library
     return Opened(plugin, source)
+
+
+def _trail_found(store: Store, prefix: str, secrets: SecretChoice) -> bool | None:
+    """``True`` when the store holds an audit trail this command can extend, else ``None``
+    (the environment decides)."""
+    return (secrets.encryption and trail_exists(store, prefix)) or None
 
 
 def json_line(obj: object) -> str:

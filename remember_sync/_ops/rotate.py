@@ -159,4 +159,7 @@ def rotate(
         result.key_id_recorded = record_rotated_key_id(
             core.store, prefix, keyring.primary_kid, now_ms=core.clock()
         )
+    if core.audit is not None:
+        outcome = "counted" if dry_run else "rotated" if result.complete else "partial"
+        core.audit.record("rotate", None, None, outcome=outcome, count=result.rotated)
     return result

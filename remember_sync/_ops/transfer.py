@@ -269,4 +269,6 @@ def import_entries(
             else:
                 result.note("existing", skey)
             bar.advance()
+    if core.audit is not None:
+        core.audit.record("import", None, None, outcome="imported", count=result.imported)
     return result

@@ -27,6 +27,7 @@ from ..types import Identity
 from ._common import _NEEDS_STORE, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, PROG, _redact, _stderr
 from ._parser import top_level
 from .admin import add_inspect_commands, add_maintenance_commands, add_secret_command
+from .audit import add_audit_command, add_erase_command
 from .data import add_demo_command, add_entry_commands, add_transfer_commands
 from .integrity import add_verify_command
 
@@ -50,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_transfer_commands,
         add_maintenance_commands,
         add_verify_command,
+        add_erase_command,
+        add_audit_command,
         add_serve_command,
     ):
         add_group(commands)
@@ -91,7 +94,9 @@ def _changes_store(args: argparse.Namespace) -> bool:
     """Whether the command writes or deletes entries (a dry run does not)."""
     if args.command in ("set", "forget", "import"):
         return True
-    return args.command in ("rotate", "purge-legacy") and not getattr(args, "dry_run", False)
+    return args.command in ("rotate", "purge-legacy", "erase") and not getattr(
+        args, "dry_run", False
+    )
 
 
 def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> StoreChoice:

@@ -65,6 +65,7 @@ def _opened(
     *,
     on_decrypt_error: Literal["warn", "raise"] = "warn",
     writes: bool = False,
+    audit: bool | None = None,
 ) -> Iterator[Opened]:
     """Open the chosen store and build a plugin over it; close the store afterwards."""
     from .._ops.context import SecretChoice, build_plugin, open_store
@@ -82,6 +83,8 @@ def _opened(
             ),
             on_decrypt_error=on_decrypt_error,
             read_doubled_prefix=args.read_doubled_prefix,
+            # Commands that only read never append to (nor look for) the audit trail.
+            audit=audit if audit is not None or writes else False,
         )
         with opened.plugin:
             yield opened

@@ -167,6 +167,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
                 prefix=args.prefix,
                 secrets=SecretChoice(encryption=not args.plaintext, secret_file=args.secret_file),
                 read_doubled_prefix=args.read_doubled_prefix,
+                audit=False,  # doctor writes nothing
             )
         except RememberError as exc:
             # Still check the store: "no secret" and "no store" are worth knowing together.

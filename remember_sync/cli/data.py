@@ -218,7 +218,7 @@ def _cmd_set(args: argparse.Namespace) -> int:
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:
-    with _opened(args, on_decrypt_error="raise") as opened:
+    with _opened(args, on_decrypt_error="raise", writes=True) as opened:
         # Read, then delete at once: the window is one round trip (the store protocol
         # has no compare-and-delete).
         found = _read_before_replacing(opened, args, twin=True, done="forgotten", does="deletes")

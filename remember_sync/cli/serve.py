@@ -249,6 +249,13 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "$REMEMBER_WITNESS)",
     )
     parser.add_argument(
+        "--audit",
+        action="store_true",
+        default=None,
+        help="record every write in the tamper-evident audit trail (docs/audit.rst; default: "
+        "$REMEMBER_AUDIT, else off)",
+    )
+    parser.add_argument(
         "--max-entries",
         type=_positive,
         metavar="N",
@@ -434,6 +441,7 @@ def run_serve(args: argparse.Namespace) -> int:
             max_entries=args.max_entries,
             max_value_bytes=args.max_value_bytes,
             **{k: v for k in ("integrity", "witness") if (v := getattr(args, k)) is not None},
+            **({"audit": True} if args.audit else {}),
         )
     except RememberError as exc:
         sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")

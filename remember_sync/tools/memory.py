@@ -567,9 +567,12 @@ class MemoryTools:
             twin_raw = core.store.get(twin)
             if twin_raw is not None:
                 _check_replaceable(core, ns, skey, twin_raw, key, scope)
-        _write_unless_protected(
-            core, ns, skey, skey, key, scope, stored, core.ttl_ms(expires, now), expires
-        )
+        with core.audited("set", mem.identity, scope, key, args.get("brand"), ttl) as event:
+            _write_unless_protected(
+                core, ns, skey, skey, key, scope, stored, core.ttl_ms(expires, now), expires
+            )
+            event.outcome = "written"
+        core.owners.note(mem.identity, ns)
         out: dict[str, Any] = {"success": True, "key": key, "scope": scope}
         if expires is not None:
             out["expiresAt"] = expires
@@ -620,8 +623,10 @@ class MemoryTools:
         skey = head + key
         places = [skey, core.prefix + skey] if core.read_doubled_prefix else [skey]
         existed = False
-        for where in places:
-            existed |= _write_unless_protected(core, ns, where, skey, key, scope, None, None)
+        with core.audited("forget", mem.identity, scope, key) as event:
+            for where in places:
+                existed |= _write_unless_protected(core, ns, where, skey, key, scope, None, None)
+            event.outcome = "deleted" if existed else "absent"
         return {"success": True, "key": key, "scope": scope, "existed": existed}
 
     def _search_memories(

@@ -1,0 +1,845 @@
+"""The tamper-evident audit trail: one event per write, chained and MAC'd, in the store.
+
+What an event holds: its sequence number, the time, the operation, the scope,
+a keyed hash of the memory key and one of the namespace, the brand, the TTL,
+the outcome (and a count for bulk operations), the tool name, and who --
+principal and session -- sealed (AES-GCM) so that only holders of the secret
+read them.  Never the value or the metadata.
+
+**Chain.**  Each event carries ``mac = MAC(k, previous mac || event)`` (keyed BLAKE2b-256) where
+the event's canonical JSON includes its sequence number; ``k`` is derived from
+the master secret for this purpose alone.  Editing, deleting, reordering or
+inserting an event breaks the chain at that point.  The tail is anchored by a
+MAC'd *head* record naming the last block and event, so removing the last
+events is detected too; a *witness* outside the store (:class:`TrailWitness`)
+also catches a head replaced by an older copy of itself.
+
+**Storage** (any :class:`~remember_sync.stores.base.Store`, through its
+protocol only): events are appended in *blocks*, ``P + "__audit__:b:" + n``
+(zero-padded), each holding the events one flush wrote.  A block number is
+claimed with ``SET ... NX``: two processes appending at once cannot both take
+``n``; the loser reads block ``n``, continues the chain from its last event and
+claims ``n + 1``.  So the trail of many processes is one chain, with no lock
+and no server-side script.  The head ``P + "__audit__:head"`` is advanced by
+compare-and-set, never backwards; a head left behind by a crash is caught up
+by the next append.  The keys are no entries (they start neither with ``v2:``
+nor ``global:``), so no scope lists them and no purge touches them.
+
+**Buffering.**  An operation adds its event to an in-process buffer; the buffer
+is appended when it holds ``batch`` events, every ``flush_ms`` by a daemon
+thread, on :meth:`AuditTrail.flush`, on every read of the trail and on close.
+``batch=1`` appends before the operation returns (three more store round
+trips per write).  The crash window is therefore: a process killed between an
+operation and the next flush loses the events of at most ``batch - 1``
+operations and ``flush_ms`` milliseconds; the trail stays verifiable (a lost
+buffer is a gap in what was recorded, not a break in the chain).
+
+**Retention.**  Blocks older than ``retention_days`` and events beyond
+``max_events`` are trimmed from the front.  A MAC'd *checkpoint*
+(``P + "__audit__:checkpoint"``) first records the first block kept and the MAC
+its first event chains from; then the older blocks are deleted.  Verification
+starts at the checkpoint.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import functools
+import hashlib
+import hmac
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from hashlib import blake2b
+from typing import Any, Protocol
+
+from ._bounded import BoundedCache
+from ._clock import Clock
+from ._crypto import Keyring, b64url_encode, open_sealed, seal
+from ._fork import after_fork_in_child
+from .errors import RememberConfigurationError, RememberDecryptionError, RememberError
+from .identity import current_identity
+from .stores.base import Store
+from .types import Identity
+
+__all__ = [
+    "AUDIT_HEAD",
+    "NO_AUDIT",
+    "AuditEvent",
+    "AuditTrail",
+    "AuditVerification",
+    "Recorder",
+    "TrailWitness",
+    "audit_settings",
+    "trail_exists",
+]
+
+log = logging.getLogger("remember_sync")
+
+#: What follows ``P`` in every key of the trail.
+AUDIT_HEAD = "__audit__:"
+_MAC_INFO = b"remember:audit-trail-mac:v1"
+_SEAL_INFO = b"remember:audit-trail-identities:v1"
+_HASH_INFO = b"remember:audit-trail-hashes:v1"
+DEFAULT_BATCH = 256
+DEFAULT_FLUSH_MS = 200
+DEFAULT_MAX_EVENTS = 1_000_000
+DEFAULT_RETENTION_DAYS = 365
+#: Trim (a few reads) after this many appended blocks.
+_TRIM_EVERY = 64
+_CLAIM_ATTEMPTS = 10_000
+#: Events one block holds at most (a store's value size stays small: ~200 bytes each).
+_BLOCK_MAX = 1024
+#: Events the buffer holds at most while the store refuses appends; older ones are
+#: dropped and counted (a ``lost`` event records how many).
+_MAX_BUFFER = 100_000
+_READ_CHUNK = 200
+_OPTIONS = frozenset({"retention_days", "max_events", "batch", "flush_ms"})
+
+
+def trail_exists(store: Store, prefix: str) -> bool:
+    """Whether *store* holds an audit trail under *prefix* (its head record)."""
+    return store.get(f"{prefix}{AUDIT_HEAD}head") is not None
+
+
+def audit_settings(value: object, option: str = "audit") -> dict[str, int] | None:
+    """``audit=True | False | None | {...}`` checked: the settings, or ``None`` when off.
+
+    :raises RememberConfigurationError: naming the bad key or value.
+    """
+    if value is None or value is False:
+        return None
+    given: Mapping[str, Any]
+    if value is True:
+        given = {}
+    elif isinstance(value, Mapping):
+        given = value
+        unknown = sorted(set(given) - _OPTIONS)
+        if unknown:
+            raise RememberConfigurationError(
+                f"RememberPlugin.init option {option!r}: unknown key(s) "
+                f"{', '.join(map(repr, unknown))}; allowed: {sorted(_OPTIONS)}"
+            )
+    else:
+        raise RememberConfigurationError(
+            f"RememberPlugin.init option {option!r}: must be True, False or a dict; "
+            f"got {type(value).__name__}"
+        )
+    out = {
+        "retention_days": given.get("retention_days", DEFAULT_RETENTION_DAYS),
+        "max_events": given.get("max_events", DEFAULT_MAX_EVENTS),
+        "batch": given.get("batch", DEFAULT_BATCH),
+        "flush_ms": given.get("flush_ms", DEFAULT_FLUSH_MS),
+    }
+    for name, number in out.items():
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise RememberConfigurationError(
+                f"RememberPlugin.init option '{option}.{name}': must be an int >= 1; "
+                f"got {number!r}"
+            )
+    return out
+
+
+class TrailWitness(Protocol):
+    """Somewhere outside the store that remembers the trail's newest head.
+
+    After each append the trail hands the new head to :meth:`record_head`;
+    :meth:`AuditTrail.verify` asks :meth:`latest_head` and fails when the
+    store's chain does not reach it (the store was rolled back, or its head
+    replaced by an older copy).
+    """
+
+    def record_head(self, head: Mapping[str, Any]) -> None:
+        """Remember *head* (``{"seq": int, "mac": str, ...}``) if it is newer."""
+        ...
+
+    def latest_head(self) -> Mapping[str, Any] | None:
+        """The newest head recorded, or ``None``."""
+        ...
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One recorded operation, as :meth:`AuditTrail.events` returns it.
+
+    ``key_hash`` and ``namespace_hash`` are keyed hashes (base64url): equal
+    keys hash equal, and only holders of the secret can compute one to look
+    for.  ``principal`` and ``session`` are decrypted from the event (``None``
+    when there was none, or it does not open).
+    """
+
+    seq: int
+    at: int
+    op: str
+    scope: str | None
+    key_hash: str | None
+    namespace_hash: str | None
+    brand: str | None
+    ttl: int | None
+    outcome: str
+    count: int | None
+    tool: str | None
+    principal: str | None
+    session: str | None
+    #: What the operation produced that names it (an erasure: its receipt's MAC).
+    ref: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (one line of ``remember-sync audit export``)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class AuditVerification:
+    """What :meth:`AuditTrail.verify` found: ``ok`` and, if not, every problem."""
+
+    ok: bool
+    #: Events checked.
+    events: int
+    #: Sequence numbers of the first and last event checked (``0`` when none).
+    first_seq: int
+    last_seq: int
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+# An event waiting in the buffer: (at, op, scope, key, identity, brand, ttl, outcome, count,
+# ref) -- as the caller gave them; checked and turned into text at the append.
+_Pending = tuple[
+    int, str, object, object, Identity, object, object, str, "int | None", "str | None",
+]
+
+
+class _NoAudit:
+    """What :meth:`AccessorCore.audited` gives with the trail off: a context doing nothing."""
+
+    outcome: str = "ok"
+    count: int | None = None
+    ref: str | None = None
+
+    def __enter__(self) -> _NoAudit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+#: The shared do-nothing recorder (setting ``outcome``/``count`` on it is harmless).
+NO_AUDIT = _NoAudit()
+
+
+class Recorder:
+    """Records one operation when its ``with`` block ends: ``outcome`` (and ``count``)
+    as set inside, or ``error:<code>`` when the block raised."""
+
+    __slots__ = ("brand", "count", "ident", "key", "op", "outcome", "ref", "scope", "trail", "ttl")
+
+    def __init__(
+        self,
+        trail: AuditTrail,
+        op: str,
+        ident: Identity | None,
+        scope: object,
+        key: object,
+        brand: object,
+        ttl: object,
+    ) -> None:
+        self.trail, self.op, self.ident, self.scope, self.key = trail, op, ident, scope, key
+        self.brand, self.ttl = brand, ttl
+        self.outcome = "ok"
+        self.count: int | None = None
+        self.ref: str | None = None
+
+    def __enter__(self) -> Recorder:
+        if self.ident is None:  # the context's identity, read now, inside the context
+            try:
+                self.ident = current_identity()
+            except RememberError:
+                self.ident = Identity()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        outcome = self.outcome
+        if exc is not None:
+            outcome = f"error:{getattr(exc, 'code', None) or type(exc).__name__}"
+        trail, ident = self.trail, self.ident
+        assert ident is not None  # resolved by __enter__
+        trail.push((trail.clock(), self.op, self.scope, self.key, ident, self.brand, self.ttl,
+                    outcome, self.count, self.ref))
+
+
+def _canonical(obj: Mapping[str, Any]) -> str:
+    """A head or checkpoint record's fields as its MAC covers them (sorted keys)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+#: Strings JSON spells as they are: printable ASCII without ``"`` and ``\\``.
+_PLAIN = re.compile(r'[ !#-\[\]-~]*').fullmatch
+
+
+@functools.lru_cache(maxsize=1024)  # operations, outcomes, scopes, brands, tool names repeat
+def _q(text: str) -> str:
+    """*text* as a JSON string, exactly as :func:`json.dumps` writes it."""
+    return f'"{text}"' if _PLAIN(text) else json.dumps(text)
+
+
+def _compact(obj: Mapping[str, Any]) -> str:
+    """An event's text as stored (fields in the order written; what its MAC covers)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=True)
+
+
+class AuditTrail:
+    """The trail of one plugin (``plugin.audit``): record, flush, read, verify.
+
+    :param store: where the trail lives (the plugin's store).
+    :param keyring: the master secrets (the first MACs and seals; all verify and open).
+    :param prefix: the key prefix ``P``.
+    :param clock: epoch-millisecond clock.
+    :param settings: :func:`audit_settings`.
+    :param witness: a :class:`TrailWitness`, or ``None``.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        keyring: Keyring | None,
+        prefix: str,
+        clock: Clock,
+        settings: Mapping[str, int],
+        witness: TrailWitness | None = None,
+    ) -> None:
+        if keyring is None:
+            raise RememberConfigurationError(
+                "RememberPlugin.init option 'audit': the trail is MAC'd and its identities "
+                "sealed with the master secret; it needs encryption enabled"
+            )
+        self.store = store
+        self.keyring = keyring
+        self.prefix = prefix
+        self.clock = clock
+        self.retention_days = settings["retention_days"]
+        self.max_events = settings["max_events"]
+        self.batch = settings["batch"]
+        self.flush_ms = settings["flush_ms"]
+        self.witness = witness
+        #: The storage-key head of (identity, scope); the core sets its own.
+        self.head_of: Callable[[Identity, str], str] = lambda ident, scope: ""
+        self._mac_keys = keyring.purpose_keys(_MAC_INFO)
+        self._seal_keys = keyring.purpose_keys(_SEAL_INFO)
+        self._hash_key = keyring.purpose_keys(_HASH_INFO)[0]
+        self._hashes: BoundedCache[tuple[str, str], str] = BoundedCache(4096)
+        self._head_key = f"{prefix}{AUDIT_HEAD}head"
+        self._checkpoint_key = f"{prefix}{AUDIT_HEAD}checkpoint"
+        self._closed = False
+        self._reset()
+        after_fork_in_child(self._reset)
+
+    def _reset(self) -> None:
+        # A forked child starts with no buffer (the parent's events are the parent's)
+        # and no flusher thread (threads do not survive fork).
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._appended = 0
+        self._lost = 0
+
+    # -- recording ----------------------------------------------------------------------
+
+    def record(
+        self,
+        op: str,
+        ident: Identity | None,
+        scope: object,
+        key: object = None,
+        *,
+        brand: object = None,
+        ttl: object = None,
+        outcome: str = "ok",
+        count: int | None = None,
+        ref: str | None = None,
+    ) -> None:
+        """Buffer one event (the way :class:`Recorder` does, for operations outside an accessor)."""
+        if ident is None:
+            try:
+                ident = current_identity()
+            except RememberError:
+                ident = Identity()
+        self.push((self.clock(), op, scope, key, ident, brand, ttl, outcome, count, ref))
+
+    def push(self, event: _Pending) -> None:
+        """Buffer *event*; append the buffer when it holds ``batch`` events.
+
+        Only a tuple is built per operation: hashing, sealing and MACs happen
+        at the append, once per block.
+        """
+        pending = self._pending
+        pending.append(event)  # a deque: appends and pops are atomic, no lock needed
+        if len(pending) >= self.batch:
+            if len(pending) > _MAX_BUFFER:  # the store refuses appends: bounded memory
+                pending.popleft()
+                self._lost += 1
+            self.flush()
+        elif self._thread is None and not self._closed:
+            self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(
+                target=self._run, name="remember-audit-flush", daemon=True
+            )
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.flush_ms / 1000)
+            if self._closed:
+                return
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - logged; the events stay buffered, retried next time
+                log.warning("remember: the audit trail could not be appended", exc_info=True)
+
+    def hash_text(self, kind: str, text: str) -> str:
+        """The keyed hash events carry for a key (``kind="key"``) or namespace (``"ns"``)."""
+        found = self._hashes.get((kind, text))
+        if found is None:
+            message = kind.encode() + b"\x00" + text.encode("utf-8", "surrogatepass")
+            digest = hmac.new(self._hash_key, message, hashlib.sha256).digest()[:18]
+            found = b64url_encode(digest)
+            self._hashes.put((kind, text), found)
+        return found
+
+    def _event_body(self, seq: int, item: _Pending, who: dict[tuple[Any, Any], int]) -> str:
+        """The event's compact JSON (without its MAC); *who* collects the block's identities.
+
+        Written field by field, as :func:`_compact` would spell the same dict (a test
+        pins the equality): what verification recomputes from the stored event.
+        """
+        at, op, scope, key, ident, brand, ttl, outcome, count, ref = item
+        text = f'{{"seq":{seq},"at":{at},"op":{_q(op)},"outcome":{_q(outcome)}'
+        if type(scope) is str:
+            text += f',"scope":{_q(scope)}'
+            if key is not None and type(key) is str:
+                text += f',"key":"{self.hash_text("key", key)}"'
+            head = self._head(ident, scope)
+            if head is not None:
+                text += f',"ns":"{self.hash_text("ns", head)}"'
+        if type(brand) is str:
+            text += f',"brand":{_q(brand)}'
+        if type(ttl) is int:
+            text += f',"ttl":{ttl}'
+        if count is not None:
+            text += f',"count":{count}'
+        tool, principal, session = ident.tool_name, ident.user_id, ident.session_id
+        if tool is not None:
+            text += f',"tool":{_q(str(tool))}'
+        if ref is not None:
+            text += f',"ref":{_q(ref)}'
+        if principal is not None or session is not None:
+            text += f',"w":{who.setdefault((principal, session), len(who))}'
+        return text + "}"
+
+    def _head(self, ident: Identity, scope: str) -> str | None:
+        """The namespace's storage-key head (``None`` when the identity was refused)."""
+        try:
+            return self.head_of(ident, scope)
+        except Exception:  # noqa: BLE001 - refused identity or scope: no namespace to name
+            return None
+
+    @staticmethod
+    def _who_aad(first_seq: int) -> bytes:
+        return b"remember:audit-who:" + str(first_seq).encode()
+
+    def _mac(self, prev: str, text: str, index: int = 0) -> str:
+        """``MAC(k, prev || 0x00 || text)``: an event's chain link, or a record's MAC.
+
+        Keyed BLAKE2b-256 (a MAC by construction, RFC 7693), several times cheaper
+        than HMAC-SHA256 through OpenSSL 3 -- it runs once per recorded operation.
+        """
+        message = prev.encode() + b"\x00" + text.encode()
+        return blake2b(message, key=self._mac_keys[index], digest_size=32).hexdigest()
+
+    def _check(self, prev: str, text: str, mac: object) -> bool:
+        ok = False
+        for index in range(len(self._mac_keys)):
+            ok |= hmac.compare_digest(self._mac(prev, text, index), str(mac))
+        return ok
+
+    def _check_event(self, prev: str, event: Mapping[str, Any]) -> bool:
+        return self._check(prev, _compact({k: v for k, v in event.items() if k != "mac"}),
+                           event.get("mac"))
+
+    # -- appending ----------------------------------------------------------------------
+
+    def _block_key(self, n: int) -> str:
+        return f"{self.prefix}{AUDIT_HEAD}b:{n:020d}"
+
+    def _signed(self, raw: str | None, kind: str) -> dict[str, Any] | None:
+        """A head or checkpoint record if present and its MAC is right; else ``None``."""
+        if raw is None:
+            return None
+        try:
+            record = json.loads(raw)
+            mac = record.pop("mac")
+        except (ValueError, KeyError, AttributeError, TypeError):
+            return None
+        if not isinstance(record, dict) or not self._check(kind, _canonical(record), mac):
+            return None
+        return record
+
+    def _signed_text(self, kind: str, fields: dict[str, Any]) -> str:
+        return json.dumps({**fields, "mac": self._mac(kind, _canonical(fields))}, sort_keys=True)
+
+    def _parse_block(self, raw: str | None) -> list[dict[str, Any]] | None:
+        """The events of a stored block (``[]`` when malformed, ``None`` when absent).
+
+        Each event gets ``"_who"``: its (principal, session) from the block's sealed
+        table, or ``(None, None)``; a table that does not open gives ``"_who": None``.
+        """
+        if raw is None:
+            return None
+        try:
+            block = json.loads(raw)
+            events = block["events"]
+            sealed = block.get("who")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return []
+        if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+            return []
+        table: list[Any] | None = []
+        if isinstance(sealed, str) and events:
+            try:
+                aad = self._who_aad(int(events[0].get("seq", 0)))
+                table = json.loads(open_sealed(sealed, self._seal_keys, aad))
+            except (RememberDecryptionError, ValueError, TypeError):
+                table = None
+        for event in events:
+            index = event.get("w")
+            if not isinstance(index, int):
+                event["_who"] = (None, None)
+            elif table is None or not 0 <= index < len(table):
+                event["_who"] = None
+            else:
+                event["_who"] = tuple(table[index])
+        return events
+
+    def flush(self) -> None:
+        """Append every buffered event to the trail now (blocks of at most 1,024 events).
+
+        Events the buffer had to drop while the store refused appends (more than
+        :data:`_MAX_BUFFER` waiting) are recorded as one ``lost`` event with
+        their count, so the gap is in the trail, not silent.
+        """
+        with self._flush_lock:
+            buffer = self._pending
+            while buffer or self._lost:
+                pending = [buffer.popleft() for _ in range(min(len(buffer), _BLOCK_MAX))]
+                lost = self._lost
+                if lost:
+                    pending.insert(0, (self.clock(), "lost", None, None, Identity(), None, None,
+                                       "dropped", lost, None))
+                try:
+                    self._append(pending)
+                except BaseException:
+                    # Kept, in order, for the next flush.
+                    buffer.extendleft(reversed(pending[1:] if lost else pending))
+                    raise
+                self._lost -= lost
+                self._appended += 1
+                if self._appended % _TRIM_EVERY == 0:
+                    self.trim()
+
+    def _append(self, pending: Sequence[_Pending]) -> None:
+        store = self.store
+        head_raw = store.get(self._head_key)
+        head = self._signed(head_raw, "head")
+        if head is not None:
+            block, seq, prev = int(head["block"]), int(head["seq"]), str(head["last"])
+        else:
+            block, seq, prev = 0, 0, ""
+            checkpoint = self._signed(store.get(self._checkpoint_key), "checkpoint")
+            if checkpoint is not None:  # trimmed: the trail goes on after its first kept block
+                block, seq = int(checkpoint["block"]) - 1, int(checkpoint["seq"]) - 1
+                prev = str(checkpoint["prev"])
+        for _attempt in range(_CLAIM_ATTEMPTS):
+            n = block + 1
+            texts = []
+            last = prev
+            who: dict[tuple[Any, Any], int] = {}
+            body_of, key = self._event_body, self._mac_keys[0]
+            for i, item in enumerate(pending):
+                body = body_of(seq + 1 + i, item, who)
+                # self._mac, inline: it runs once per recorded operation.
+                last = blake2b(f"{last}\x00{body}".encode(), key=key, digest_size=32).hexdigest()
+                texts.append(f'{body[:-1]},"mac":"{last}"}}')
+            table = ""
+            if who:
+                sealed = seal(
+                    json.dumps(list(who)).encode("utf-8", "surrogatepass"), self._seal_keys[0],
+                    kid=self.keyring.primary_kid, aad=self._who_aad(seq + 1),
+                )
+                table = f',"who":{json.dumps(sealed)}'
+            text = f'{{"block":{n}{table},"events":[{",".join(texts)}]}}'
+            if store.set(self._block_key(n), text, only_if_absent=True):
+                block, seq, prev = n, seq + len(texts), last
+                break
+            # Block n is another writer's: continue the chain after it.
+            taken = self._parse_block(store.get(self._block_key(n)))
+            if taken:
+                seq, prev = int(taken[-1].get("seq", seq)), str(taken[-1].get("mac", ""))
+            block = n
+        else:
+            raise RememberConfigurationError("the audit trail could not claim a block")
+        new_head = {"block": block, "seq": seq, "last": prev, "at": self.clock()}
+        text = self._signed_text("head", new_head)
+        for _attempt in range(_CLAIM_ATTEMPTS):
+            if head_raw is None:
+                if store.set(self._head_key, text, only_if_absent=True):
+                    break
+            elif store.compare_and_set(self._head_key, head_raw, text):
+                break
+            head_raw = store.get(self._head_key)
+            now_head = self._signed(head_raw, "head")
+            if now_head is not None and int(now_head["block"]) >= block:
+                break  # another writer's head is already past ours
+        if self.witness is not None:
+            self.witness.record_head({"seq": seq, "mac": prev, "block": block})
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _start(self) -> tuple[int, int, str, list[str]]:
+        """(first block, first seq, prev mac, problems) from the checkpoint, or the genesis."""
+        raw = self.store.get(self._checkpoint_key)
+        if raw is None:
+            return 1, 1, "", []
+        checkpoint = self._signed(raw, "checkpoint")
+        if checkpoint is None:
+            return 1, 1, "", ["the checkpoint record is not authentic (edited or forged)"]
+        return int(checkpoint["block"]), int(checkpoint["seq"]), str(checkpoint["prev"]), []
+
+    def _blocks(self, first: int) -> Iterator[tuple[int, str | None]]:
+        """(number, raw) of consecutive blocks from *first* until two chunks find none."""
+        n = first
+        while True:
+            keys = [self._block_key(i) for i in range(n, n + _READ_CHUNK)]
+            values = self.store.get_many(keys)
+            if all(v is None for v in values):
+                return
+            for i, value in enumerate(values):
+                yield n + i, value
+            n += _READ_CHUNK
+
+    def _walk(self) -> tuple[list[dict[str, Any]], list[str], int, int]:
+        """Every event from the checkpoint on, checked: (events, problems, last block, head seq)."""
+        self.flush()
+        first_block, seq, prev, problems = self._start()
+        head_record = self._signed(self.store.get(self._head_key), "head")
+        events: list[dict[str, Any]] = []
+        last_block = first_block - 1
+        missing: list[int] = []
+        for n, raw in self._blocks(first_block):
+            parsed = self._parse_block(raw)
+            if parsed is None:
+                missing.append(n)
+                continue
+            if missing:
+                problems.append(f"block(s) {missing[0]}..{missing[-1]} missing (deleted)")
+                missing = []
+            last_block = n
+            if not parsed:
+                problems.append(f"block {n} is not a well-formed block (edited)")
+                continue
+            for event in parsed:
+                who = event.pop("_who")
+                found = event.get("seq")
+                if found != seq:
+                    problems.append(
+                        f"event {seq} expected, found {found!r} in block {n} "
+                        "(events deleted, reordered or inserted)"
+                    )
+                if not self._check_event(prev, event):
+                    problems.append(
+                        f"event {found!r} in block {n} does not verify (edited, "
+                        "forged, moved or its predecessor removed)"
+                    )
+                if who is None:
+                    problems.append(f"the identities of block {n} do not open (edited)")
+                    who = (None, None)
+                prev = str(event.get("mac"))
+                seq = (found if isinstance(found, int) else seq) + 1
+                event["_who"] = who
+                events.append(event)
+        head_seq = 0
+        if head_record is None:
+            if self.store.get(self._head_key) is not None:
+                problems.append("the head record is not authentic (edited or forged)")
+            elif events:
+                problems.append("the head record is missing (deleted)")
+        else:
+            head_seq = int(head_record["seq"])
+            if head_seq > seq - 1:
+                problems.append(
+                    f"the trail ends at event {seq - 1} but its head records {head_seq}: "
+                    "the last events were removed"
+                )
+            if int(head_record["block"]) > last_block:
+                problems.append(
+                    f"the head records block {head_record['block']}; the last found is "
+                    f"{last_block}"
+                )
+        if self.witness is not None:
+            seen = self.witness.latest_head()
+            if seen is not None and int(seen.get("seq", 0)) > seq - 1:
+                problems.append(
+                    f"the witness recorded event {seen.get('seq')}; the store's trail ends at "
+                    f"{seq - 1} (rolled back)"
+                )
+            elif seen is not None and not any(
+                e.get("seq") == seen.get("seq") and e.get("mac") == seen.get("mac") for e in events
+            ):
+                problems.append("the witness's head is not in the store's trail (rewritten)")
+        return events, problems, last_block, head_seq
+
+    def _event(self, raw: Mapping[str, Any]) -> AuditEvent:
+        principal, session = raw["_who"]
+
+        def opt(name: str, kind: type) -> Any:
+            value = raw.get(name)
+            return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+        return AuditEvent(
+            seq=int(raw.get("seq", 0)), at=int(raw.get("at", 0)), op=str(raw.get("op")),
+            scope=opt("scope", str), key_hash=opt("key", str), namespace_hash=opt("ns", str),
+            brand=opt("brand", str), ttl=opt("ttl", int), outcome=str(raw.get("outcome")),
+            count=opt("count", int), tool=opt("tool", str), principal=principal, session=session,
+            ref=opt("ref", str),
+        )
+
+    def events(
+        self,
+        since: int | None = None,
+        until: int | None = None,
+        principal: str | None = None,
+        key: str | None = None,
+        scope: str | None = None,
+        limit: int | None = None,
+    ) -> list[AuditEvent]:
+        """Recorded events, oldest first, filtered; with *limit*, the newest *limit* of them.
+
+        :param since: only events at or after this epoch-millisecond time.
+        :param until: only events before this time.
+        :param principal: only events of this user id.
+        :param key: only events about this memory key (any namespace).
+        :param scope: only events in this scope.
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise RememberConfigurationError(f"limit must be an int >= 1; got {limit!r}")
+        raw_events = self._walk()[0]
+        key_hash = self.hash_text("key", key) if key is not None else None
+        out: list[AuditEvent] = []
+        for raw in raw_events:
+            at = raw.get("at", 0)
+            if since is not None and at < since:
+                continue
+            if until is not None and at >= until:
+                continue
+            if scope is not None and raw.get("scope") != scope:
+                continue
+            if key_hash is not None and raw.get("key") != key_hash:
+                continue
+            event = self._event(raw)
+            if principal is not None and event.principal != principal:
+                continue
+            out.append(event)
+        return out[-limit:] if limit is not None else out
+
+    def verify(self) -> AuditVerification:
+        """Check the whole chain from the checkpoint to the head (and the witness's head)."""
+        events, problems, _, _ = self._walk()
+        first = int(events[0].get("seq", 0)) if events else 0
+        last = int(events[-1].get("seq", 0)) if events else 0
+        return AuditVerification(
+            ok=not problems, events=len(events), first_seq=first, last_seq=last,
+            problems=tuple(problems),
+        )
+
+    # -- retention ----------------------------------------------------------------------
+
+    def trim(self) -> int:
+        """Drop events past ``retention_days`` and beyond ``max_events``; blocks deleted.
+
+        The checkpoint is moved (compare-and-set, only forwards) before any block
+        is deleted, so the trail verifies at every moment.
+        """
+        store = self.store
+        checkpoint_raw = store.get(self._checkpoint_key)
+        first_block, _, _, problems = self._start()
+        if problems:
+            return 0  # never trim a trail whose start is in doubt
+        head = self._signed(store.get(self._head_key), "head")
+        if head is None:
+            return 0
+        last_block, last_seq = int(head["block"]), int(head["seq"])
+        cutoff_at = self.clock() - self.retention_days * 86_400_000
+        numbers = list(range(first_block, last_block + 1))
+        cache: dict[int, list[dict[str, Any]]] = {}
+
+        def events_of(n: int) -> list[dict[str, Any]]:
+            if n not in cache:
+                cache[n] = self._parse_block(store.get(self._block_key(n))) or []
+            return cache[n]
+
+        def keep(n: int) -> bool:
+            events = events_of(n)
+            if not events:
+                return False
+            newest_at = events[-1].get("at", 0)
+            first_seq = int(events[0].get("seq", 0))
+            return newest_at >= cutoff_at and last_seq - first_seq + 1 <= self.max_events
+
+        # keep() is monotone (older blocks fail first): the first kept block by bisection.
+        cut = bisect.bisect_left(numbers, True, key=keep)
+        if cut == 0 or cut >= len(numbers):
+            return 0  # nothing to drop; the newest block always stays
+        keep_from = numbers[cut]
+        first_kept = events_of(keep_from)
+        previous = events_of(keep_from - 1)
+        if not first_kept or not previous:
+            return 0
+        fields = {
+            "block": keep_from,
+            "seq": int(first_kept[0]["seq"]),
+            "prev": str(previous[-1].get("mac")),
+        }
+        text = self._signed_text("checkpoint", fields)
+        if checkpoint_raw is None:
+            moved = store.set(self._checkpoint_key, text, only_if_absent=True)
+        else:
+            moved = store.compare_and_set(self._checkpoint_key, checkpoint_raw, text)
+        if not moved:
+            return 0  # another process trims
+        doomed = [self._block_key(n) for n in range(first_block, keep_from)]
+        for i in range(0, len(doomed), 500):
+            store.delete(*doomed[i : i + 500])
+        return len(doomed)
+
+    def close(self) -> None:
+        """Flush what is buffered and stop the flusher thread."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            self._wake.set()

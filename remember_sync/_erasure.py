@@ -1,0 +1,352 @@
+"""Who owns a session, and erasing every entry of one person.
+
+A session namespace carries no user id: its storage key holds the session
+identity only.  So that a person's sessions can be found from the person,
+every write in session or tool scope by an authenticated user records the
+session's owner once (:class:`OwnerBook`):
+
+``P + "__owner__:" + H(user) + ":" + H(session)``
+
+where ``H`` is a keyed hash (HMAC-SHA256 under a key derived from the master
+secret, cut to 18 bytes, base64url) -- never the raw id in a storage key.  The
+value is the session identity, sealed (AES-GCM under a key derived from the
+master secret for this purpose alone, bound to the record's key).
+Like the layout marker, the key starts with neither ``v2:`` nor ``global:``
+(no scope lists or forgets it) nor a legacy head (the purge leaves it), and
+:func:`~remember_sync._keys.parse_storage_key` returns ``None`` for it.
+
+:func:`erase` walks the store once and deletes, for one user id: the user
+namespace, every session the person owns (unless someone else is recorded as
+owner too), tool namespaces under those sessions, the ``stateless-user:``
+session, and the owner records -- in our layout and, when enabled, in 1.8.0's
+doubled-prefix one.  An entry in those namespaces that cannot be decrypted is
+deleted too (it is the person's by namespace) and counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ._bounded import BoundedCache
+from ._clock import Clock
+from ._codec import EntryCodec
+from ._crypto import b64url_encode, open_sealed, seal
+from ._keys import glob_escape, parse_storage_key
+from .errors import RememberDecryptionError, RememberInputError
+from .identity import current_identity
+from .stores.base import Store
+from .types import ErasureReceipt, Identity, Namespace
+
+__all__ = [
+    "OWNER_HEAD",
+    "OwnerBook",
+    "erase",
+    "is_owner_key",
+    "receipt_mac",
+    "subject_hashes",
+]
+
+#: What follows ``P`` in every owner record's key.
+OWNER_HEAD = "__owner__:"
+_OWNER_INFO = b"remember:owner-records:v1"
+_SEAL_INFO = b"remember:owner-records-seal:v1"
+_RECEIPT_INFO = b"remember:erasure-receipt:v1"
+_STATELESS = "stateless-user:"
+#: (user, session) pairs whose record this process already wrote (oldest forgotten first).
+_NOTED = 8192
+#: Milliseconds before a noted pair is written again (``SET NX``: a no-op while the
+#: record exists), so a session keeps its owner recorded after another process erased it.
+_RENOTE_MS = 60_000
+_BATCH = 500
+
+
+def is_owner_key(prefix: str, full_key: str) -> bool:
+    """Whether *full_key* is an owner record under *prefix*."""
+    return full_key.startswith(prefix + OWNER_HEAD)
+
+
+def _anonymous(user: str | None) -> bool:
+    return not user or user.startswith("anon:")
+
+
+def _hash_keys(codec: EntryCodec) -> tuple[bytes | None, ...]:
+    """One hash key per configured secret (newest first); ``(None,)`` without encryption."""
+    keyring = codec.keyring
+    return (None,) if keyring is None else keyring.purpose_keys(_OWNER_INFO)
+
+
+def _h(key: bytes | None, kind: bytes, text: str) -> str:
+    message = kind + b"\x00" + text.encode("utf-8", "surrogatepass")
+    if key is None:  # encryption disabled: the ids are in clear in the entries' keys anyway
+        digest = hashlib.sha256(b"remember_sync owner\x00" + message).digest()
+    else:
+        digest = hmac.new(key, message, hashlib.sha256).digest()
+    return b64url_encode(digest[:18])
+
+
+def subject_hashes(codec: EntryCodec, user_id: str) -> tuple[str, ...]:
+    """``H(user)`` under every configured secret, newest first."""
+    return tuple(_h(k, b"user", user_id) for k in _hash_keys(codec))
+
+
+class OwnerBook:
+    """Records, once per process, which authenticated user wrote into which session.
+
+    :meth:`note` is called by every write path once the entry is written (a
+    write that fails or is refused records nothing); it costs a cache lookup
+    except on a session's first write by a user in this process, and then at
+    most once a minute, when it writes the record (one ``SET ... NX``).  A
+    process killed between the two leaves an entry without a recorded owner:
+    :func:`erase` reports its session as unattributed.
+    """
+
+    def __init__(self, store: Store, codec: EntryCodec, prefix: str, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+        self.codec = codec
+        self.prefix = prefix
+        self._noted: BoundedCache[tuple[str, str], int] = BoundedCache(_NOTED)
+
+    def note(self, ident: Identity | None, ns: Namespace) -> None:
+        """Record the user of *ident* (default: the bound one) as an owner of *ns*'s session.
+
+        Only session and tool scope of a verified session have one to record.
+        """
+        session = ns.session
+        if session is None or session.startswith(_STATELESS):
+            return  # user/global scope; a stateless session names its user already
+        user = (ident or current_identity()).user_id
+        if _anonymous(user):
+            return
+        assert user is not None
+        pair = (user, session)
+        now = self.clock()
+        noted = self._noted.get(pair)
+        if noted is not None and 0 <= now - noted < _RENOTE_MS:
+            return
+        key = self.record_key(user, session)
+        self.store.set(key, self._seal(user, session, key), only_if_absent=True)
+        self._noted.put(pair, now)
+
+    def record_key(self, user: str, session: str, index: int = 0) -> str:
+        """The owner record's key under secret number *index*."""
+        k = _hash_keys(self.codec)[index]
+        return f"{self.prefix}{OWNER_HEAD}{_h(k, b'user', user)}:{_h(k, b'session', session)}"
+
+    def _seal(self, user: str, session: str, key: str) -> str:
+        text = json.dumps({"session": session}, ensure_ascii=False).encode("utf-8")
+        keyring = self.codec.keyring
+        if keyring is None:
+            return text.decode("utf-8")
+        aad = key[len(self.prefix) :].encode("utf-8", "surrogatepass")
+        return seal(text, keyring.purpose_keys(_SEAL_INFO)[0], kid=keyring.primary_kid, aad=aad)
+
+    def open(self, key: str, stored: str) -> str | None:
+        """The session identity the record under *key* names, or ``None`` if it does not open."""
+        keyring = self.codec.keyring
+        try:
+            if keyring is None:
+                text: str | bytes = stored
+            else:
+                aad = key[len(self.prefix) :].encode("utf-8", "surrogatepass")
+                text = open_sealed(stored, keyring.purpose_keys(_SEAL_INFO), aad)
+            session = json.loads(text).get("session")
+        except (RememberDecryptionError, ValueError, AttributeError):
+            return None
+        return session if isinstance(session, str) and session else None
+
+    def forget_noted(self) -> None:
+        """Empty the cache: after an erasure, a later write records its owner anew."""
+        self._noted = BoundedCache(_NOTED)
+
+
+@dataclass
+class _Plan:
+    """What one erasure found: storage keys by scope, and what it left alone."""
+
+    doomed: dict[str, list[tuple[str, str, Namespace]]] = field(
+        default_factory=lambda: {"user": [], "session": [], "tool": []}
+    )
+    owner_keys: list[str] = field(default_factory=list)
+    sessions: set[str] = field(default_factory=set)
+    unattributed: set[str] = field(default_factory=set)
+    shared: set[str] = field(default_factory=set)
+
+
+def _pages(store: Store, pattern: str) -> Iterator[list[tuple[str, str]]]:
+    """(key, value) pages of every key matching *pattern*."""
+    scanner = getattr(store, "scan_pages", None)
+    if scanner is not None:
+        yield from scanner(pattern)
+        return
+    keys = list(store.scan(pattern))
+    for i in range(0, len(keys), _BATCH):
+        chunk = keys[i : i + _BATCH]
+        got = store.get_many(chunk)
+        yield [(k, v) for k, v in zip(chunk, got, strict=True) if v is not None]
+
+
+def _owners(
+    book: OwnerBook, user: str, subjects: Sequence[str]
+) -> tuple[set[str], list[str], dict[str, set[str]]]:
+    """The person's sessions, their owner record keys, and every session hash -> owner hashes."""
+    prefix = book.prefix
+    head = prefix + OWNER_HEAD
+    mine: set[str] = set()
+    mine_keys: list[str] = []
+    owners: dict[str, set[str]] = {}
+    for page in _pages(book.store, glob_escape(head) + "*"):
+        for key, stored in page:
+            if not key.startswith(head):
+                continue
+            who, _, session_hash = key[len(head) :].partition(":")
+            owners.setdefault(session_hash, set()).add(who)
+            if who in subjects:
+                mine_keys.append(key)
+                session = book.open(key, stored)
+                if session is not None:
+                    mine.add(session)
+    return mine, mine_keys, owners
+
+
+def _plan(book: OwnerBook, user: str, doubled: bool) -> _Plan:
+    prefix = book.prefix
+    keys = _hash_keys(book.codec)
+    subjects = {_h(k, b"user", user) for k in keys}
+    mine, plan_owner_keys, owners = _owners(book, user, tuple(subjects))
+    plan = _Plan(owner_keys=plan_owner_keys)
+    stateless = _STATELESS + user
+    verdicts: dict[str, str] = {}  # session -> "mine" / "other" / "shared" / "unattributed"
+
+    def verdict(session: str) -> str:
+        found = verdicts.get(session)
+        if found is not None:
+            return found
+        if session == stateless:
+            found = "mine"
+        elif session.startswith(_STATELESS):
+            found = "other"
+        else:
+            recorded: set[str] = set()
+            for k in keys:
+                recorded |= owners.get(_h(k, b"session", session), set())
+            if not recorded:
+                found = "unattributed"
+            elif recorded <= subjects:
+                found = "mine" if session in mine else "other"
+            elif recorded & subjects:
+                found = "shared"
+            else:
+                found = "other"
+        verdicts[session] = found
+        return found
+
+    heads = [prefix] + ([prefix + prefix] if doubled and prefix else [])
+    for head in heads:
+        # Keys only: the values of the person's entries are read afterwards, nobody
+        # else's are read at all.
+        for full in book.store.scan(glob_escape(head) + "v2:*"):
+            parsed = parse_storage_key(prefix, full[len(head) - len(prefix) :])
+            if parsed is None or not full.startswith(head):
+                continue
+            ns = parsed.namespace
+            if ns.scope == "user":
+                if ns.user != user:
+                    continue
+            else:
+                assert ns.session is not None
+                seen = verdict(ns.session)
+                if seen == "unattributed":
+                    plan.unattributed.add(ns.session)
+                if seen == "shared":
+                    plan.shared.add(ns.session)
+                if seen != "mine":
+                    continue
+                plan.sessions.add(ns.session)
+            skey = full[len(head) - len(prefix) :]
+            plan.doomed[ns.scope].append((full, skey, ns))
+    return plan
+
+
+def _unreadable(
+    store: Store, codec: EntryCodec, found: Sequence[tuple[str, str, Namespace]]
+) -> int:
+    """How many of the entries *found* the secrets cannot open (read in batches)."""
+    by_ns: dict[Namespace, list[tuple[str, str]]] = {}
+    for i in range(0, len(found), _BATCH):
+        chunk = found[i : i + _BATCH]
+        values = store.get_many([full for full, _, _ in chunk])
+        for (_, skey, ns), stored in zip(chunk, values, strict=True):
+            if stored is not None:
+                by_ns.setdefault(ns, []).append((skey, stored))
+    bad = 0
+    for ns, items in by_ns.items():
+        decoded = codec.decode_many([v for _, v in items], ns, [k for k, _ in items])
+        bad += sum(isinstance(d, RememberDecryptionError) for d in decoded)
+    return bad
+
+
+def receipt_mac(codec: EntryCodec, fields: dict[str, object], index: int = 0) -> str:
+    """The receipt's MAC over *fields* (every field but ``mac``); empty without encryption."""
+    keyring = codec.keyring
+    if keyring is None:
+        return ""
+    body = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    key = keyring.purpose_keys(_RECEIPT_INFO)[index]
+    return b64url_encode(hmac.new(key, body, hashlib.sha256).digest())
+
+
+def check_receipt(codec: EntryCodec, receipt: ErasureReceipt) -> bool:
+    """Whether *receipt*'s MAC is right under one of the configured secrets."""
+    keyring = codec.keyring
+    if keyring is None or not isinstance(receipt, ErasureReceipt):
+        return False
+    fields = receipt.as_dict()
+    mac = fields.pop("mac")
+    ok = False
+    for index in range(len(keyring.kids)):
+        ok |= hmac.compare_digest(receipt_mac(codec, fields, index), str(mac))
+    return ok
+
+
+def erase(
+    book: OwnerBook, user_id: object, *, now: int, doubled: bool, dry_run: bool
+) -> ErasureReceipt:
+    """Delete every entry of *user_id* (see the module docstring); the receipt.
+
+    :raises RememberInputError: *user_id* is not a non-empty str, or is anonymous
+        (an ``anon:`` principal is shared, nobody's to erase).
+    """
+    if isinstance(user_id, int) and not isinstance(user_id, bool):
+        user_id = str(user_id)
+    if not isinstance(user_id, str) or _anonymous(user_id):
+        raise RememberInputError(
+            f"user_id must be an authenticated user id (a non-empty str, not anon:); "
+            f"got {type(user_id).__name__}"
+        )
+    plan = _plan(book, user_id, doubled)
+    codec, store = book.codec, book.store
+    every = [item for scope in ("user", "session", "tool") for item in plan.doomed[scope]]
+    unreadable = _unreadable(store, codec, every)
+    if not dry_run:
+        doomed = [full for full, _, _ in every] + plan.owner_keys
+        for i in range(0, len(doomed), _BATCH):
+            store.delete(*doomed[i : i + _BATCH])
+        book.forget_noted()
+    fields: dict[str, object] = {
+        "subject": subject_hashes(codec, user_id)[0],
+        "user_entries": len(plan.doomed["user"]),
+        "session_entries": len(plan.doomed["session"]),
+        "tool_entries": len(plan.doomed["tool"]),
+        "unreadable": unreadable,
+        "sessions": len(plan.sessions),
+        "unattributed_sessions": len(plan.unattributed),
+        "shared_sessions": len(plan.shared),
+        "erased_at": now,
+        "dry_run": dry_run,
+    }
+    return ErasureReceipt(**fields, mac=receipt_mac(codec, fields))  # type: ignore[arg-type]

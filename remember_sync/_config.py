@@ -56,6 +56,9 @@ AUTH_TOKENS_ENV = "REMEMBER_AUTH_TOKENS"
 MAX_BYTES_ENV = "REMEMBER_MAX_BYTES"
 MAX_ENTRIES_ENV = "REMEMBER_MAX_ENTRIES"
 MAX_VALUE_BYTES_ENV = "REMEMBER_MAX_VALUE_BYTES"
+#: Per-principal quotas read by ``serve`` and ``create_app`` (``--quota-entries``/``-bytes``).
+QUOTA_ENTRIES_ENV = "REMEMBER_QUOTA_ENTRIES"
+QUOTA_BYTES_ENV = "REMEMBER_QUOTA_BYTES"
 #: OAuth resource server settings read by ``create_app`` (``serve``: ``--oauth-*``), name ->
 #: :class:`~remember_sync.mcp.oauth.OAuthVerifier` argument.
 OAUTH_ENV = {

@@ -35,6 +35,7 @@ from ._keys import (
     scope_glob,
     scope_prefix,
 )
+from ._quota import Owners
 from .errors import (
     RememberConfigurationError,
     RememberConflictError,
@@ -43,7 +44,7 @@ from .errors import (
     RememberInputTypeError,
 )
 from .identity import current_identity, resolve_namespace
-from .stores.base import NamespaceIndex, Store
+from .stores.base import NamespaceIndex, OwnedWrites, Store
 from .types import Identity, Namespace, RememberEntry, check_brand, check_scope
 
 __all__ = [
@@ -131,6 +132,10 @@ class AccessorCore:
         until then they scan).  ``"scan"``: walk the database, as 1.8.0 does.
         A store without the :class:`~remember_sync.stores.base.NamespaceIndex`
         capability always scans.
+    :param owners: charge every write to its principal's owner tag
+        (:class:`~remember_sync._quota.Owners`: quotas, and the memory store's
+        eviction by principal); the store must have the
+        :class:`~remember_sync.stores.base.OwnedWrites` capability.
     """
 
     def __init__(
@@ -146,6 +151,7 @@ class AccessorCore:
         read_doubled_prefix: bool = False,
         sleep: Callable[[float], None] | None = None,
         listing: str = "index",
+        owners: Owners | None = None,
     ) -> None:
         if listing not in LISTING_MODES:
             raise RememberConfigurationError(f"listing must be 'index' or 'scan'; got {listing!r}")
@@ -158,6 +164,12 @@ class AccessorCore:
         self.on_decrypt_error = on_decrypt_error
         self.read_doubled_prefix = read_doubled_prefix
         self.sleep = sleep or time.sleep
+        if owners is not None and not isinstance(store, OwnedWrites):
+            raise RememberConfigurationError(
+                f"quotas need a store that charges writes to their owner; {type(store).__name__} "
+                "does not implement OwnedWrites"
+            )
+        self.owners = owners
         self._stats = _Stats()
         self._lock = threading.Lock()
         self._new_caches()
@@ -429,6 +441,50 @@ class AccessorCore:
             if kept:
                 yield kept
 
+    # -- every write and delete of an entry ------------------------------------------------
+
+    def write(
+        self,
+        ident: Identity | None,
+        ns: Namespace,
+        skey: str,
+        stored: str,
+        *,
+        ttl_ms: int | None,
+        only_if_absent: bool = False,
+        expected: str | None = None,
+        charge_only: bool = False,
+    ) -> bool:
+        """Store *stored* under *skey* (compare-and-set with *expected*); whether written.
+
+        With owners tracked, the write is charged to the principal of *ident*
+        in *ns* and refused over its quota (unless *charge_only*: a write
+        that forgets or moves an entry is never refused).
+
+        :raises RememberQuotaError: over the principal's quota; nothing written.
+        """
+        owners = self.owners
+        if owners is not None:
+            owner = owners.of(ident, ns)
+            if owner is not None:
+                return cast(OwnedWrites, self.store).write_owned(
+                    skey, stored, owner=owner[0], group=owner[1],
+                    quota=None if charge_only else owners.quota, ttl_ms=ttl_ms,
+                    only_if_absent=only_if_absent, expected=expected,
+                )  # fmt: skip
+        if expected is not None:
+            return self.store.compare_and_set(skey, expected, stored, ttl_ms=ttl_ms)
+        return self.store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
+
+    def delete(self, ident: Identity | None, ns: Namespace, *keys: str) -> int:
+        """Delete *keys* of *ns*, refunding their owner when owners are tracked."""
+        owners = self.owners
+        if owners is not None:
+            owner = owners.of(ident, ns)
+            if owner is not None:
+                return cast(OwnedWrites, self.store).delete_owned(owner[0], *keys)
+        return self.store.delete(*keys)
+
     # -- the read and write paths of RememberAccessor ------------------------------------
 
     def set(
@@ -457,7 +513,7 @@ class AccessorCore:
         now = self.clock()
         expires = self.deadline(ttl, now)
         stored = self.seal_checked(entry_json(value, brand, now, now, expires, metadata), ns, skey)
-        self.store.set(skey, stored, ttl_ms=self.ttl_ms(expires, now))
+        self.write(ident, ns, skey, stored, ttl_ms=self.ttl_ms(expires, now))
 
     def get_fields(self, ident: Identity | None, key: str, scope: object) -> EntryFields | None:
         """The live entry under *key* as its fields, or ``None`` (the path of every read)."""
@@ -472,10 +528,11 @@ class AccessorCore:
         if ttl is not None:
             check_ttl(ttl)
         check_json_value(value, "value")
-        return self._swap(key, ns, skey, lambda current: value, ttl=ttl, create=False)
+        return self._swap(ident, key, ns, skey, lambda current: value, ttl=ttl, create=False)
 
     def _swap(
         self,
+        ident: Identity | None,
         key: str,
         ns: Namespace,
         skey: str,
@@ -533,7 +590,10 @@ class AccessorCore:
                     current = None  # expired: replaced as if missing
             if current is not None and raw is not None and source != skey:
                 # A 1.8.0 doubled-prefix entry: move it under the real key first.
-                if store.set(skey, raw, ttl_ms=self.ttl_ms(current[4], now), only_if_absent=True):
+                ttl_ms = self.ttl_ms(current[4], now)
+                if self.write(
+                    ident, ns, skey, raw, ttl_ms=ttl_ms, only_if_absent=True, charge_only=True
+                ):
                     store.delete(source)
                 continue
             value = value_for(current)
@@ -549,9 +609,9 @@ class AccessorCore:
             )
             ttl_ms = self.ttl_ms(expires, now)
             if raw is None or source != skey:
-                written = store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=True)
+                written = self.write(ident, ns, skey, stored, ttl_ms=ttl_ms, only_if_absent=True)
             else:
-                written = store.compare_and_set(skey, raw, stored, ttl_ms=ttl_ms)
+                written = self.write(ident, ns, skey, stored, ttl_ms=ttl_ms, expected=raw)
             if written:
                 return True
             if unique:
@@ -594,14 +654,14 @@ class AccessorCore:
             check_json_value(new, "the value fn returned")
             return new
 
-        self._swap(key, ns, skey, apply, ttl=ttl, create=True)
+        self._swap(ident, key, ns, skey, apply, ttl=ttl, create=True)
         return new
 
     def forget(self, ident: Identity | None, key: str, scope: object) -> bool:
         """Delete the entry (and its 1.8.0 doubled-prefix twin); whether one was there."""
-        skey = self.key(ident, key, scope)[1]
+        ns, skey = self.key(ident, key, scope)
         keys = [skey, self.prefix + skey] if self.read_doubled_prefix else [skey]
-        return self.store.delete(*keys) > 0
+        return self.delete(ident, ns, *keys) > 0
 
     def _decoded_pages(
         self, ident: Identity | None, scope: object, pattern: str, brand: str | None
@@ -684,11 +744,12 @@ class AccessorCore:
         # Between the read and the delete another writer may replace an entry; the
         # store protocol has no compare-and-delete, so that window (one round trip)
         # remains.  What is never deleted is an entry this call read as unreadable.
+        ns = self.namespace(ident, scope)[0]
         deleted = sum(
-            self.store.delete(*doomed[i : i + _BATCH]) for i in range(0, len(doomed), _BATCH)
+            self.delete(ident, ns, *doomed[i : i + _BATCH]) for i in range(0, len(doomed), _BATCH)
         )
         for i in range(0, len(expired), _BATCH):
-            self.store.delete(*expired[i : i + _BATCH])
+            self.delete(ident, ns, *expired[i : i + _BATCH])
         if unreadable:
             log.warning(
                 "remember: forget_many in %s scope %s %d unreadable entries%s",

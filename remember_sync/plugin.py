@@ -20,6 +20,7 @@ from ._core import DEFAULT_MAX_VALUE_BYTES, MAX_TTL_SECONDS, AccessorCore
 from ._crypto import Keyring
 from ._keys import storage_namespace
 from ._purge import IndexBackfill, KeyIdCheck, LegacyPurge
+from ._quota import Owners, check_quota
 from ._secrets import resolve_keyring
 from .accessor import RememberAccessor
 from .errors import RememberConfigurationError
@@ -51,6 +52,7 @@ _OPTIONS = frozenset(
         "max_value_bytes",
         "max_entries",
         "max_bytes",
+        "quota",
         "on_decrypt_error",
         "read_doubled_prefix",
         "listing",
@@ -241,6 +243,7 @@ class RememberPlugin:
         if listing not in ("index", "scan"):
             raise _config_error("listing", f"must be 'index' or 'scan'; got {listing!r}")
         backfill = _check_bool(options.get("background_reindex", True), "background_reindex")
+        quota = check_quota(options.get("quota"))
 
         store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:
@@ -266,6 +269,8 @@ class RememberPlugin:
                 on_decrypt_error=on_decrypt_error,
                 read_doubled_prefix=read_doubled,
                 listing=listing,
+                # Quotas, and a bounded memory store's eviction by principal.
+                owners=Owners(keyring, prefix, quota) if quota is not None or bounds else None,
             )
         except BaseException:
             if owns:

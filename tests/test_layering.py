@@ -16,7 +16,7 @@ PACKAGE = Path(remember_sync.__file__).parent
 
 CORE = {
     "_bounded", "_clock", "errors", "types", "_keys", "_crypto", "identity", "_codec",
-    "_secrets", "_sessions",
+    "_secrets", "_sessions", "_quota",
 }
 # module (first dotted part below remember_sync) -> internal modules it may import.
 ALLOWED: dict[str, set[str]] = {
@@ -33,6 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "_codec": {"errors", "types", "_crypto", "_text"},
     "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded", "_config"},
     "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},
+    "_quota": {"errors", "types", "identity", "_crypto", "_bounded", "stores"},
     "stores": {"errors", "stores", "_glob", "_fork", "_clock", "_bounded", "_text"},
     "_purge": {
         "errors", "types", "_keys", "_crypto", "_codec", "stores", "_fork", "_clock", "_bounded",

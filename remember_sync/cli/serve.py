@@ -21,7 +21,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from .._config import MAX_VALUE_BYTES_ENV, REDIS_URL_ENV, scope_list, store_settings
+from .._config import (
+    MAX_VALUE_BYTES_ENV,
+    QUOTA_BYTES_ENV,
+    QUOTA_ENTRIES_ENV,
+    REDIS_URL_ENV,
+    scope_list,
+    store_settings,
+)
 from .._core import DEFAULT_MAX_VALUE_BYTES
 from .._keys import layout_marker_key
 from .._progress import is_tty
@@ -210,7 +217,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="N",
         help="bound of the in-process memory store in bytes (default: "
         f"${BOUND_ENV['max_bytes'][0]} or {DEFAULT_MAX_BYTES} = 256 MiB); when full it evicts "
-        "from the caller namespace holding the most",
+        "from the caller (principal) holding the most",
     )
     parser.add_argument(
         "--max-entries",
@@ -218,6 +225,21 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="N",
         help="bound of the in-process memory store in entries (default: "
         f"${BOUND_ENV['max_entries'][0]} or {DEFAULT_MAX_ENTRIES})",
+    )
+    parser.add_argument(
+        "--quota-entries",
+        type=_positive,
+        metavar="N",
+        help=f"entries each caller (principal) may hold across all of its scopes (default: "
+        f"${QUOTA_ENTRIES_ENV} or none); a write beyond it is a REMEMBER_QUOTA_EXCEEDED "
+        "tool error",
+    )
+    parser.add_argument(
+        "--quota-bytes",
+        type=_positive,
+        metavar="N",
+        help=f"bytes (keys and stored values) each caller may hold (default: "
+        f"${QUOTA_BYTES_ENV} or none)",
     )
     parser.add_argument(
         "--max-value-bytes",
@@ -380,6 +402,8 @@ def run_serve(args: argparse.Namespace) -> int:
             max_bytes=args.max_bytes,
             max_entries=args.max_entries,
             max_value_bytes=args.max_value_bytes,
+            quota_entries=args.quota_entries,
+            quota_bytes=args.quota_bytes,
         )
     except RememberError as exc:
         sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")

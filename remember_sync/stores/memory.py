@@ -48,7 +48,16 @@ from .._clock import Clock, system_clock
 from .._fork import after_fork_in_child
 from .._glob import glob_matcher
 from ..errors import RememberConfigurationError, RememberInputError
-from .base import IndexOf, check_key, check_keys, check_scan, check_write, merged_index_of
+from .base import (
+    IndexOf,
+    Quota,
+    check_key,
+    check_keys,
+    check_scan,
+    check_write,
+    merged_index_of,
+    quota_exceeded,
+)
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
 
@@ -141,6 +150,9 @@ class MemoryStore:
         self._index_of: IndexOf | None = None
         self._groups: dict[str, dict[str, None]] = {}
         self._group_of: dict[str, str] = {}
+        # Owned writes (write_owned): owner -> [entries, bytes], and key -> (owner, bytes).
+        self._owners: dict[str, list[int]] = {}
+        self._owner_of: dict[str, tuple[str, int]] = {}
         after_fork_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
@@ -171,6 +183,8 @@ class MemoryStore:
         del self._data[key]
         if self._index_of is not None:
             self._ungroup(key)
+        if self._owner_of:
+            self._disown(key)
         if self._bounded:
             space = self._space_of.pop(key)
             charge = space.lru.pop(key)
@@ -178,6 +192,31 @@ class MemoryStore:
             self._bytes -= charge
             if not space.lru:
                 del self._spaces[space.name]
+
+    def _disown(self, key: str) -> None:
+        """Refund *key*'s owner, if an owned write charged one (lock held)."""
+        owned = self._owner_of.pop(key, None)
+        if owned is None:
+            return
+        owner, size = owned
+        usage = self._owners[owner]
+        usage[0] -= 1
+        usage[1] -= size
+        if not usage[0]:
+            del self._owners[owner]
+
+    def _over_quota(self, owner: str, key: str, size: int, quota: Quota) -> str | None:
+        """Which count of *quota* writing *size* bytes under *key* would exceed, if any."""
+        entries, nbytes = self._owners.get(owner, (0, 0))
+        old = self._owner_of.get(key)
+        if old is not None and old[0] == owner:
+            entries -= 1
+            nbytes -= old[1]
+        if quota[0] is not None and entries + 1 > quota[0]:
+            return "entries"
+        if quota[1] is not None and nbytes + size > quota[1]:
+            return "bytes"
+        return None
 
     def _group(self, key: str) -> None:
         """Put *key* into its index group (lock held, index on)."""
@@ -252,8 +291,13 @@ class MemoryStore:
         if space.lru:
             heapq.heappush(self._by_size, (-space.nbytes, space.name))
 
-    def _put(self, key: str, value: str, ttl_ms: int | None, now: int) -> None:
-        """Write with the lock held; under a bound, make room fairly first."""
+    def _put(
+        self, key: str, value: str, ttl_ms: int | None, now: int, group: str | None = None
+    ) -> None:
+        """Write with the lock held; under a bound, make room fairly first.
+
+        *group* is the unit of fair eviction (default: the key's namespace).
+        """
         deadline = None if ttl_ms is None else now + ttl_ms
         if self._index_of is not None:
             self._group(key)
@@ -263,7 +307,10 @@ class MemoryStore:
             if deadline is not None:
                 heapq.heappush(self._heap, (deadline, key))
             return
-        name = "" if self._namespace_of is None else self._namespace_of(key)
+        if group is not None:
+            name = group
+        else:
+            name = "" if self._namespace_of is None else self._namespace_of(key)
         charge = _utf8_len(key) + _utf8_len(value) + ENTRY_OVERHEAD_BYTES
         max_bytes = self._max_bytes
         if max_bytes is not None and charge > max_bytes:
@@ -404,6 +451,70 @@ class MemoryStore:
                     removed += 1
             return removed
 
+    # -- owned writes (OwnedWrites) ----------------------------------------------------
+
+    def write_owned(
+        self,
+        key: str,
+        value: str,
+        *,
+        owner: str,
+        group: str | None = None,
+        quota: Quota | None = None,
+        ttl_ms: int | None = None,
+        only_if_absent: bool = False,
+        expected: str | None = None,
+    ) -> bool:
+        """:meth:`set` / :meth:`compare_and_set` charged to *owner* (see
+        :class:`~remember_sync.stores.base.OwnedWrites`).
+
+        A bounded store evicts by *group* (default: *owner*), not by namespace:
+        one principal opening many sessions is still one unit of fair eviction.
+        The quota check, the write and the charge happen under the lock; a
+        write over the quota first drops every expired entry, then is refused.
+        """
+        check_write(key, value, ttl_ms, "" if expected is None else expected)
+        check_key(owner)
+        with self._lock:
+            now = self._clock()
+            if self._bounded:
+                self._sweep(now)
+            item = self._live(key, now)
+            if expected is not None:
+                if item is None or item[0] != expected:
+                    return False
+            elif only_if_absent and item is not None:
+                return False
+            size = _utf8_len(key) + _utf8_len(value)
+            if quota is not None and self._over_quota(owner, key, size, quota) is not None:
+                self._sweep(now)  # expired entries no longer count
+                which = self._over_quota(owner, key, size, quota)
+                if which is not None:
+                    raise quota_exceeded(which, quota)
+            self._put(key, value, ttl_ms, now, owner if group is None else group)
+            self._disown(key)  # an unbounded overwrite: _put removed nothing
+            self._owner_of[key] = (owner, size)
+            usage = self._owners.get(owner)
+            if usage is None:
+                self._owners[owner] = [1, size]
+            else:
+                usage[0] += 1
+                usage[1] += size
+            return True
+
+    def delete_owned(self, owner: str, *keys: str) -> int:
+        """:meth:`delete`: every key knows its owner here."""
+        check_key(owner)
+        return self.delete(*keys)
+
+    def owner_usage(self, owner: str) -> tuple[int, int]:
+        """The live entries and bytes charged to *owner* (expired ones dropped first)."""
+        check_key(owner)
+        with self._lock:
+            self._sweep(self._clock())
+            entries, nbytes = self._owners.get(owner, (0, 0))
+            return entries, nbytes
+
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
         check_scan(pattern, count)
         matches = glob_matcher(pattern)  # linear time, whatever the pattern
@@ -485,6 +596,8 @@ class MemoryStore:
             self._by_size.clear()
             self._groups.clear()
             self._group_of.clear()
+            self._owners.clear()
+            self._owner_of.clear()
             self._bytes = 0
 
     @property

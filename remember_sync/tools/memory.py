@@ -421,7 +421,7 @@ class MemoryTools:
             if twin_raw is not None:
                 _check_replaceable(core, ns, skey, twin_raw, key, scope)
         _write_unless_protected(
-            core, ns, skey, skey, key, scope, stored, core.ttl_ms(expires, now)
+            core, mem.identity, ns, skey, skey, key, scope, stored, core.ttl_ms(expires, now)
         )
         out: dict[str, Any] = {"success": True, "key": key, "scope": scope}
         if expires is not None:
@@ -456,7 +456,9 @@ class MemoryTools:
         places = [skey, core.prefix + skey] if core.read_doubled_prefix else [skey]
         existed = False
         for where in places:
-            existed |= _write_unless_protected(core, ns, where, skey, key, scope, None, None)
+            existed |= _write_unless_protected(
+                core, mem.identity, ns, where, skey, key, scope, None, None
+            )
         return {"success": True, "key": key, "scope": scope, "existed": existed}
 
     def _list_memories(
@@ -509,6 +511,7 @@ def _check_replaceable(
 
 def _write_unless_protected(
     core: AccessorCore,
+    ident: Identity,
     ns: Namespace,
     where: str,
     skey: str,
@@ -532,16 +535,19 @@ def _write_unless_protected(
     for _attempt in range(_WRITE_ATTEMPTS):
         raw = store.get(where)
         if raw is None:
-            if stored is None or store.set(where, stored, ttl_ms=ttl_ms, only_if_absent=True):
+            if stored is None or core.write(
+                ident, ns, where, stored, ttl_ms=ttl_ms, only_if_absent=True
+            ):
                 return False
             continue  # written meanwhile: check what is there now
         live = _check_replaceable(core, ns, skey, raw, key, scope)
         if stored is None:
-            # Expired since the epoch, so every reader sees nothing from now on.
+            # Expired since the epoch, so every reader sees nothing from now on (and
+            # its owner's quota no longer counts it).  Never refused by a quota.
             gone = core.seal_checked(entry_json(None, None, 0, 0, 1, None), ns, skey)
-            if store.compare_and_set(where, raw, gone, ttl_ms=1):
+            if core.write(ident, ns, where, gone, ttl_ms=1, expected=raw, charge_only=True):
                 return live
-        elif store.compare_and_set(where, raw, stored, ttl_ms=ttl_ms):
+        elif core.write(ident, ns, where, stored, ttl_ms=ttl_ms, expected=raw):
             return live
     raise RememberStoreError(
         f"memory {key!r} changed {_WRITE_ATTEMPTS} times while a tool was writing it"

@@ -21,6 +21,7 @@ from ..errors import (
     RememberIdentityError,
     RememberInputError,
     RememberInputTypeError,
+    RememberQuotaError,
     RememberScopeNotAllowedError,
     RememberStoreError,
 )
@@ -48,7 +49,8 @@ _DECRYPT_MESSAGE = (
 
 #: Errors the caller can act on: their code and message go back as they are.
 _CALLER_ERRORS: Final = (
-    RememberInputError, RememberInputTypeError, RememberScopeNotAllowedError, RememberIdentityError
+    RememberInputError, RememberInputTypeError, RememberScopeNotAllowedError, RememberIdentityError,
+    RememberQuotaError,
 )
 
 

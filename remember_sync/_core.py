@@ -467,7 +467,8 @@ class AccessorCore:
         if owners is not None:
             owner = owners.of(ident, ns)
             if owner is not None:
-                return cast(OwnedWrites, self.store).write_owned(
+                # (no cast(): a call on every write; __init__ checked the capability)
+                return self.store.write_owned(  # type: ignore[attr-defined, no-any-return]
                     skey, stored, owner=owner[0], group=owner[1],
                     quota=None if charge_only else owners.quota, ttl_ms=ttl_ms,
                     only_if_absent=only_if_absent, expected=expected,

@@ -91,7 +91,8 @@ class Owners:
         self.quota = quota
         #: The eviction group every anonymous caller shares (see :meth:`of`).
         self.anonymous = self._head + "anonymous"
-        self._tags: BoundedCache[tuple[str, str], tuple[str, str]] = BoundedCache(_TAGS_CACHED)
+        self._tags: BoundedCache[tuple[str | None, str | None], tuple[str, str]]
+        self._tags = BoundedCache(_TAGS_CACHED)
 
     def __repr__(self) -> str:
         return f"Owners(quota={self.quota})"
@@ -109,16 +110,17 @@ class Owners:
         if ident is None:
             ident = current_identity()
         user = ident.user_id
-        if not is_anonymous(user):
-            assert user is not None
-            principal = ("user", user)
-        else:
-            principal = ("session", ns.session or "")
-        found = self._tags.get(principal)
+        cache_key = (user, ns.session)
+        found = self._tags.get(cache_key)
         if found is None:
-            tag = self._head + "{" + self._digest("\x00".join(principal)) + "}"
-            found = (tag, tag if principal[0] == "user" else self.anonymous)
-            self._tags.put(principal, found)
+            if not is_anonymous(user):
+                assert user is not None
+                principal = "user\x00" + user
+            else:
+                principal = "session\x00" + (ns.session or "")
+            tag = self._head + "{" + self._digest(principal) + "}"
+            found = (tag, tag if principal.startswith("user") else self.anonymous)
+            self._tags.put(cache_key, found)
         return found
 
     def _digest(self, principal: str) -> str:

@@ -9,6 +9,7 @@ reservation when the write does not happen.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from . import _quota_lua as quota_lua
@@ -25,6 +26,26 @@ def quota_args(quota: Quota | None) -> list[str]:
     """The entry and byte quotas as script arguments (``-1``: no bound)."""
     entries, nbytes = quota if quota is not None else (None, None)
     return ["-1" if entries is None else str(entries), "-1" if nbytes is None else str(nbytes)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _ledger_keys(owner: str) -> tuple[bytes, bytes]:
+    return _b(owner), _b(quota_lua.sizes_key(owner))
+
+
+def _ledger(owner: str) -> list[bytes]:
+    """The ledger's two keys as sent (cached: every write of an owner names them)."""
+    return list(_ledger_keys(owner))
+
+
+@functools.lru_cache(maxsize=64)
+def _quota_args_bytes(quota: Quota | None) -> tuple[bytes, ...]:
+    return tuple(_b(a) for a in quota_args(quota))
+
+
+def _quota_bytes(quota: Quota | None) -> list[bytes]:
+    """:func:`quota_args` as sent (cached per quota)."""
+    return list(_quota_args_bytes(quota))
 
 
 def refused(reply: int, quota: Quota | None) -> bool:
@@ -90,13 +111,13 @@ class OwnedRedisWrites:
             name, body = "QUOTA_SET", [value, px, "1" if only_if_absent else ""]
         else:
             name, body = "QUOTA_CAS", [expected, value, px]
-        keys = [key]
+        keys = [_b(key)]
         if index is not None:
             name += "_INDEXED"
-            keys.append(index)
-        keys += [owner, quota_lua.sizes_key(owner)]
-        args = [_b(a) for a in (*body, *quota_args(quota))]
-        reply = self._eval_reply(name, [_b(k) for k in keys], args, "SET (with quota)")
+            keys.append(_b(index))
+        keys += _ledger(owner)
+        args = [_b(a) for a in body]
+        reply = self._eval_reply(name, keys, args + _quota_bytes(quota), "SET (with quota)")
         return refused(reply, quota)
 
     def _write_reserved(
@@ -109,7 +130,7 @@ class OwnedRedisWrites:
         only_if_absent: bool,
         expected: str | None,
     ) -> bool:
-        ledger = [_b(owner), _b(quota_lua.sizes_key(owner))]
+        ledger = _ledger(owner)
         size = len(_b(key)) + len(_b(value))
         px = "" if ttl_ms is None else str(ttl_ms)
         reserve = [key, str(size), px, *quota_args(quota)]
@@ -137,7 +158,7 @@ class OwnedRedisWrites:
         check_key(owner)
         if not keys:
             return 0
-        ledger = [_b(owner), _b(quota_lua.sizes_key(owner))]
+        ledger = _ledger(owner)
         if self._cluster:
             removed = self.delete(*keys)
             for start in range(0, len(keys), _CHUNK):
@@ -164,7 +185,7 @@ class OwnedRedisWrites:
     def owner_usage(self, owner: str) -> tuple[int, int]:
         """The live entries and bytes charged to *owner* (expired ones pruned first)."""
         check_key(owner)
-        ledger = [_b(owner), _b(quota_lua.sizes_key(owner))]
+        ledger = _ledger(owner)
         entries, nbytes = self._script("QUOTA_USAGE", ledger, [], "quota usage")
         return int(entries), int(nbytes)
 

@@ -10,11 +10,11 @@ of key and value -- and, under the empty field, their sum).  The entry count
 is the sorted set's size.  Both keys expire with the owner's latest deadline
 (plus :data:`LEDGER_SLACK_MS`), and persist while an entry without one is held.
 
-Expired members leave the ledger inside the write scripts: up to
-:data:`PRUNE_EACH_WRITE` of them on every write, and all of them before a
-write is refused (each member is pruned once, so that work is amortised over
-the writes that added them).  An expired entry therefore never counts against
-its owner.
+Expired members leave the ledger inside the write scripts, before a write
+would be refused: all of them go (each member is pruned once, so that work
+is amortised over the writes that added them) and the write is judged again.
+An expired entry therefore never counts against its owner, and a ledger never
+holds much more than its quota.
 
 Standalone servers and Vercel KV check, write and account in one script: the
 existing write scripts (:mod:`~remember_sync.stores._index_lua`'s
@@ -47,7 +47,6 @@ __all__ = [
     "LEDGER_SLACK_MS",
     "OVER_BYTES",
     "OVER_ENTRIES",
-    "PRUNE_EACH_WRITE",
     "RESERVE",
     "RESTORE",
     "SCRIPTS",
@@ -58,8 +57,6 @@ __all__ = [
 OVER_ENTRIES = -1
 #: A refused write's reply: the owner's byte quota would be exceeded.
 OVER_BYTES = -2
-#: Expired ledger members dropped by every write (more only before a refusal).
-PRUNE_EACH_WRITE = 16
 #: How long a ledger outlives its owner's latest deadline.
 LEDGER_SLACK_MS = 60_000
 
@@ -87,25 +84,28 @@ local function q_prune(z, h, now, limit)
   return #gone
 end
 local function q_verdict(z, h, member, size, max_n, max_b)
-  local count = redis.call('ZCARD', z)
-  local total = tonumber(redis.call('HGET', h, '')) or 0
-  local old = redis.call('HGET', h, member)
-  if old then count = count - 1; total = total - tonumber(old) end
-  if max_n >= 0 and count + 1 > max_n then return {OVER_ENTRIES} end
-  if max_b >= 0 and total + size > max_b then return {OVER_BYTES} end
-  return 0
+  local got = redis.call('HMGET', h, '', member)
+  local count, total = redis.call('ZCARD', z), tonumber(got[1]) or 0
+  if got[2] then count = count - 1; total = total - tonumber(got[2]) end
+  if max_n >= 0 and count + 1 > max_n then return {OVER_ENTRIES}, got[2] end
+  if max_b >= 0 and total + size > max_b then return {OVER_BYTES}, got[2] end
+  return 0, got[2]
 end
+-- The verdict (0, or why the write is refused), the time and the member's old size.
+-- Expired members count until a write would be refused: then every one of them goes
+-- (each is pruned once, so that work is amortised) and the write is judged again.  A
+-- ledger therefore never holds much more than its quota.
 local function q_check(z, h, member, size, max_n, max_b)
   local now = q_now()
-  q_prune(z, h, now, {PRUNE_EACH_WRITE})
-  local v = q_verdict(z, h, member, size, max_n, max_b)
-  if v ~= 0 then
-    -- Before refusing: every expired member goes (each is pruned once: amortised).
+  if max_n < 0 and max_b < 0 then return 0, now, redis.call('HGET', h, member) end
+  local v, old = q_verdict(z, h, member, size, max_n, max_b)
+  if v ~= 0 and q_prune(z, h, now, 1000) > 0 then
     while q_prune(z, h, now, 1000) > 0 do end
-    v = q_verdict(z, h, member, size, max_n, max_b)
+    v, old = q_verdict(z, h, member, size, max_n, max_b)
   end
-  return v
+  return v, now, old
 end
+-- After a change: the ledger lives until its latest deadline plus the slack.
 local function q_lifetime(z, h)
   local top = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
   if #top == 0 then
@@ -117,14 +117,24 @@ local function q_lifetime(z, h)
     redis.call('PEXPIREAT', z, at); redis.call('PEXPIREAT', h, at)
   end
 end
-local function q_account(z, h, member, size, px)
+-- After adding a member with *score*: extend the ledger's life if it would end before.
+local function q_extend(z, h, score, now)
+  local ttl = redis.call('PTTL', z)
+  if score >= {index_lua.PERSISTENT_SCORE} then
+    if ttl ~= -1 then redis.call('PERSIST', z); redis.call('PERSIST', h) end
+  elseif ttl == -1 or now + ttl < score + {LEDGER_SLACK_MS} then
+    q_lifetime(z, h)
+  end
+end
+-- Charge *member* (*old*: its previous size, or false) with the deadline PX ms from *now*.
+local function q_account(z, h, member, size, px, now, old)
   local score = {index_lua.PERSISTENT_SCORE}
-  if px ~= '' then score = q_now() + tonumber(px) end
-  local old = tonumber(redis.call('HGET', h, member)) or 0
+  if px ~= '' then score = now + tonumber(px) end
+  old = tonumber(old) or 0
   redis.call('ZADD', z, score, member)
   redis.call('HSET', h, member, size)
   if size ~= old then redis.call('HINCRBY', h, '', size - old) end
-  q_lifetime(z, h)
+  q_extend(z, h, score, now)
   return score
 end
 local function q_drop(z, h, members)
@@ -169,10 +179,10 @@ def quota_write(body: str, *, ledger_at: int, value_at: int, px_at: int) -> str:
 local z, h = KEYS[{ledger_at}], KEYS[{ledger_at + 1}]
 local size = string.len(KEYS[1]) + string.len(ARGV[{value_at}])
 local max_n, max_b = tonumber(ARGV[{quotas}]), tonumber(ARGV[{quotas + 1}])
-local v = q_check(z, h, KEYS[1], size, max_n, max_b)
+local v, now, old = q_check(z, h, KEYS[1], size, max_n, max_b)
 if v ~= 0 then return v end
 local r = q_write()
-if r == 1 then q_account(z, h, KEYS[1], size, ARGV[{px_at}]) end
+if r == 1 then q_account(z, h, KEYS[1], size, ARGV[{px_at}], now, old) end
 return r
 """
     )
@@ -206,12 +216,11 @@ return n
 #: {verdict (0, OVER_ENTRIES, OVER_BYTES), new score, old size or "", old score or ""}.
 RESERVE = _QUOTA_HELPERS + """\
 local z, h, member, size = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local v = q_check(z, h, member, size, tonumber(ARGV[4]), tonumber(ARGV[5]))
+local v, now, old = q_check(z, h, member, size, tonumber(ARGV[4]), tonumber(ARGV[5]))
 if v ~= 0 then return {v, '', '', ''} end
-local old_size = redis.call('HGET', h, member) or ''
 local old_score = redis.call('ZSCORE', z, member) or ''
-local score = q_account(z, h, member, size, ARGV[3])
-return {0, tostring(score), old_size, old_score}
+local score = q_account(z, h, member, size, ARGV[3], now, old)
+return {0, tostring(score), old or '', old_score}
 """
 
 #: Cluster: undo a reservation whose write did not happen.  KEYS = ledger (2); ARGV =

@@ -474,27 +474,70 @@ class MemoryStore:
         write over the quota first drops every expired entry, then is refused.
         """
         check_write(key, value, ttl_ms, "" if expected is None else expected)
-        check_key(owner)
+        if not (isinstance(owner, str) and owner.isascii()):
+            check_key(owner)
+        if key.isascii() and value.isascii():  # every encrypted entry (see _utf8_len)
+            size = len(key) + len(value)
+        else:
+            size = _utf8_len(key) + _utf8_len(value)
+        now = self._clock()
         with self._lock:
-            now = self._clock()
-            if self._bounded:
+            data = self._data
+            heap = self._heap
+            # A bounded store sweeps on every write (as set does); an unbounded one when a
+            # deadline is due or many are pending (see set).
+            if self._bounded or len(self._pending) >= _PENDING_MAX or self._pending_min <= now or (
+                heap and heap[0][0] <= now
+            ):
                 self._sweep(now)
-            item = self._live(key, now)
+            item = data.get(key)
+            if item is not None and item[1] is not None and now >= item[1]:
+                self._remove(key)
+                item = None
             if expected is not None:
                 if item is None or item[0] != expected:
                     return False
             elif only_if_absent and item is not None:
                 return False
-            size = _utf8_len(key) + _utf8_len(value)
-            if quota is not None and self._over_quota(owner, key, size, quota) is not None:
-                self._sweep(now)  # expired entries no longer count
-                which = self._over_quota(owner, key, size, quota)
-                if which is not None:
-                    raise quota_exceeded(which, quota)
-            self._put(key, value, ttl_ms, now, owner if group is None else group)
-            self._disown(key)  # an unbounded overwrite: _put removed nothing
-            self._owner_of[key] = (owner, size)
-            usage = self._owners.get(owner)
+            owner_of = self._owner_of
+            if quota is not None:
+                usage = self._owners.get(owner)
+                entries, nbytes = (0, 0) if usage is None else usage
+                old = owner_of.get(key)
+                if old is not None and old[0] == owner:
+                    entries -= 1
+                    nbytes -= old[1]
+                limit_n, limit_b = quota
+                if (limit_n is not None and entries >= limit_n) or (
+                    limit_b is not None and nbytes + size > limit_b
+                ):
+                    self._sweep(now)  # expired entries no longer count
+                    which = self._over_quota(owner, key, size, quota)
+                    if which is not None:
+                        raise quota_exceeded(which, quota)
+            if self._bounded:
+                self._put(key, value, ttl_ms, now, owner if group is None else group)
+            else:
+                # set's unbounded write, under the lock (the charge must be exact).
+                deadline = None if ttl_ms is None else now + ttl_ms
+                data[key] = (value, deadline)
+                data.move_to_end(key)
+                if self._index_of is not None and key not in self._group_of:
+                    self._group(key)
+                if deadline is not None:
+                    self._pending.append((deadline, key))
+                    if deadline < self._pending_min:
+                        self._pending_min = deadline
+            old = owner_of.get(key)  # an unbounded overwrite: nothing removed it
+            if old is not None and old[0] == owner:
+                if old[1] != size:
+                    self._owners[owner][1] += size - old[1]
+                    owner_of[key] = (owner, size)
+                return True
+            if old is not None:
+                self._disown(key)
+            usage = self._owners.get(owner)  # _put or _disown may have dropped it
+            owner_of[key] = (owner, size)
             if usage is None:
                 self._owners[owner] = [1, size]
             else:

@@ -18,6 +18,8 @@ with 4 workers on a throw-away redis-server, all driven with raw MCP requests
 from __future__ import annotations
 
 import http.client
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from importlib.util import find_spec
 from pathlib import Path
@@ -26,9 +28,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from remember_sync import Identity, RememberConfigurationError, RememberQuotaError
 from remember_sync.mcp import create_app
 from tests.conftest import TEST_SECRET, require_component
 from tests.test_gunicorn_workers import Gunicorn, worker_pids
+from tests.test_mcp_server import REPO
 from tests.test_mcp_sessions import threaded
 from tests.test_memory_bounds import Caller, start_serve  # noqa: F401 - the fixture, by name
 
@@ -190,3 +194,46 @@ def test_four_gunicorn_workers_on_redis_share_each_quota(gunicorn_quota: Any) ->
     with ThreadPoolExecutor(8) as pool:
         late = list(pool.map(lambda n: _one_session_write(url, MALLORY, f"late-{n}"), range(16)))
     assert late == [QUOTA] * 16
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def test_create_app_reads_the_quota_from_the_environment_and_arguments() -> None:
+    """REMEMBER_QUOTA_ENTRIES / _BYTES give every principal a quota; arguments override them."""
+    env = {"REMEMBER_SECRET": TEST_SECRET, "REMEMBER_QUOTA_ENTRIES": " 2 ",
+           "REMEMBER_QUOTA_BYTES": "100000"}  # fmt: skip
+    for options, allowed in (({}, 2), ({"quota_entries": 3}, 3)):
+        app = create_app(environ=env, **options)
+        try:
+            mem = app.plugin.accessor(Identity(session_id="s", user_id="u"))
+            for i in range(allowed):
+                mem.set(f"k{i}", i, scope="user")
+            with pytest.raises(RememberQuotaError):
+                mem.set("one-more", 1, scope="user")
+        finally:
+            app.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [({"REMEMBER_QUOTA_ENTRIES": "0"}, "REMEMBER_QUOTA_ENTRIES"),
+     ({"REMEMBER_QUOTA_BYTES": "lots"}, "REMEMBER_QUOTA_BYTES")],
+)
+def test_create_app_rejects_a_bad_quota(env: dict[str, str], named: str) -> None:
+    """A bad quota variable raises naming it."""
+    with pytest.raises(RememberConfigurationError, match=named):
+        create_app(environ={"REMEMBER_SECRET": TEST_SECRET, **env})
+
+
+@pytest.mark.parametrize("flag", ["--quota-entries", "--quota-bytes"])
+def test_serve_rejects_a_bad_quota_flag(tmp_path: Path, flag: str) -> None:
+    """serve --quota-entries 0 is a usage error naming the flag; nothing starts."""
+    done = subprocess.run(
+        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", flag, "0"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "REMEMBER_SECRET": TEST_SECRET},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert flag in done.stderr

@@ -13,7 +13,10 @@ function given by its owner (the plugin passes
 :func:`remember_sync._keys.storage_namespace`: one namespace per scope and
 identity; the store itself knows nothing of scopes), and evicts from the
 namespace holding the most bytes, there the entry with the earliest deadline
-first, then the least recently used one.  So a caller filling the store with
+first, then the least recently used one.  Writes made with
+:meth:`MemoryStore.write_owned` are grouped by the *group* they name instead
+(the plugin's core names the principal, as an opaque tag): a caller opening
+many sessions is still one group.  So a caller filling the store with
 long-lived entries evicts its own entries, never every other caller's.
 Without a namespace function the whole store is one namespace.  An entry
 larger than ``max_bytes`` on its own is refused (nothing written).

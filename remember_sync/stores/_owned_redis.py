@@ -10,13 +10,17 @@ reservation when the write does not happen.
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
+from ..errors import RememberStoreError
 from . import _quota_lua as quota_lua
 from .base import Quota, check_key, check_keys, check_write, group_by_index, quota_exceeded
 from .base import to_bytes as _b
 
 __all__ = ["OwnedRedisWrites", "quota_args"]
+
+log = logging.getLogger("remember_sync")
 
 _CHUNK = 1000
 _VERDICTS = {quota_lua.OVER_ENTRIES: "entries", quota_lua.OVER_BYTES: "bytes"}
@@ -138,17 +142,23 @@ class OwnedRedisWrites:
             "QUOTA_RESERVE", ledger, [_b(a) for a in reserve], "quota reserve"
         )
         refused(int(verdict), quota)
-        written = False
+        undo = [_b(key), _b(str(size)), _b(_text(score)), _b(_text(old_size)),
+                _b(_text(old_score))]  # fmt: skip
         try:
             if expected is None:
                 written = self.set(key, value, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
             else:
                 written = self.compare_and_set(key, expected, value, ttl_ms=ttl_ms)
-        finally:
-            if not written:
-                undo = [_b(key), _b(str(size)), _b(_text(score)), _b(_text(old_size)),
-                        _b(_text(old_score))]  # fmt: skip
+        except Exception:
+            try:
                 self._script("QUOTA_RESTORE", ledger, undo, "quota restore")
+            except RememberStoreError as exc:
+                # The write's own error is what the caller needs; the charge stays (the
+                # owner pays for an entry that may not exist: the safe side).
+                log.warning("remember: a quota reservation could not be undone: %s", exc.message)
+            raise
+        if not written:
+            self._script("QUOTA_RESTORE", ledger, undo, "quota restore")
         return written
 
     def delete_owned(self, owner: str, *keys: str) -> int:

@@ -15,8 +15,11 @@ import pytest
 
 from remember_sync import Identity, RememberPlugin, RememberQuotaError
 from remember_sync.errors import RememberConfigurationError
+from remember_sync.stores._quota_lua import LEDGER_SLACK_MS, sizes_key
 from remember_sync.stores.base import OwnedWrites, Store
 from remember_sync.stores.memory import MemoryStore
+from remember_sync.stores.redis import RedisStore
+from tests.fixtures_redis import SENTINEL_SERVICE
 
 ALICE = Identity(session_id="s-alice", user_id="alice")
 BOB = Identity(session_id="s-bob", user_id="bob")
@@ -339,8 +342,6 @@ def test_owned_write_bad_owner_is_refused(store: Store) -> None:
 def test_a_ledger_expires_with_its_owners_entries(redis_store: Any) -> None:
     """Redis: the ledger's two keys live until the latest deadline plus a minute, and
     persist while an entry without a deadline is charged."""
-    from remember_sync.stores._quota_lua import LEDGER_SLACK_MS, sizes_key
-
     client = redis_store.client
     redis_store.write_owned("test:a", "v", owner=OWNER, ttl_ms=5_000)
     for name in (OWNER, sizes_key(OWNER)):
@@ -351,3 +352,28 @@ def test_a_ledger_expires_with_its_owners_entries(redis_store: Any) -> None:
     assert 0 < client.pttl(OWNER) <= 5_000 + LEDGER_SLACK_MS
     redis_store.delete_owned(OWNER, "test:a")
     assert client.exists(OWNER, sizes_key(OWNER)) == 0
+
+
+def test_quota_through_sentinel_with_wait(sentinel_set_factory: Any) -> None:
+    """Sentinel (with WAIT for a replica): the same one-script quota; a refused write is
+    not written on the primary nor reported as unreplicated."""
+    sentinels = sentinel_set_factory()
+    store = RedisStore(
+        sentinels=sentinels.addresses, service_name=SENTINEL_SERVICE, wait_replicas=1
+    )
+    plugin = RememberPlugin.init(
+        store=store, quota={"entries": 2}, encryption={"secrets": ["q" * 32]},
+        skip_legacy_purge=True, background_reindex=False,
+    )  # fmt: skip
+    try:
+        alice = plugin.accessor(ALICE)
+        alice.set("a", 1, scope="user")
+        alice.set("b", 2, scope="session")
+        with pytest.raises(RememberQuotaError):
+            alice.set("c", 3, scope="user")
+        assert alice.forget("a", scope="user")
+        alice.set("c", 3, scope="user")
+        assert alice.get("c", scope="user") == 3
+    finally:
+        plugin.close()
+        store.close()

@@ -377,3 +377,24 @@ def test_quota_through_sentinel_with_wait(sentinel_set_factory: Any) -> None:
     finally:
         plugin.close()
         store.close()
+
+
+def test_entries_deleted_outside_the_library_stop_counting(
+    make_plugin: Any, store_kind: str
+) -> None:
+    """An entry deleted by another program (no ledger kept) no longer counts once a write
+    would be refused: the memory store always knows; Redis and Vercel KV check the
+    ledger's entries then (at most once a minute per principal).  On a cluster the
+    ledger cannot see the entries: the charge stays until the principal forgets the key."""
+    plugin = make_plugin(quota={"entries": 2})
+    alice = plugin.accessor(ALICE)
+    alice.set("a", 1, scope="user")
+    alice.set("b", 2, scope="user")
+    assert plugin.store.delete(_skey(plugin, ALICE, "a")) == 1  # behind the ledger's back
+    if store_kind == "redis_cluster":
+        with pytest.raises(RememberQuotaError):
+            alice.set("c", 3, scope="user")
+        assert not alice.forget("a", scope="user")  # nothing there, but the charge goes
+    alice.set("c", 3, scope="user")
+    with pytest.raises(RememberQuotaError):
+        alice.set("d", 4, scope="user")

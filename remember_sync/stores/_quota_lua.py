@@ -47,6 +47,7 @@ __all__ = [
     "LEDGER_SLACK_MS",
     "OVER_BYTES",
     "OVER_ENTRIES",
+    "RECONCILE_MS",
     "RESERVE",
     "RESTORE",
     "SCRIPTS",
@@ -59,6 +60,8 @@ OVER_ENTRIES = -1
 OVER_BYTES = -2
 #: How long a ledger outlives its owner's latest deadline.
 LEDGER_SLACK_MS = 60_000
+#: At most one pass per owner in this long over the ledger for entries that are gone.
+RECONCILE_MS = 60_000
 
 
 def sizes_key(owner: str) -> str:
@@ -90,20 +93,6 @@ local function q_verdict(z, h, member, size, max_n, max_b)
   if max_n >= 0 and count + 1 > max_n then return {OVER_ENTRIES}, got[2] end
   if max_b >= 0 and total + size > max_b then return {OVER_BYTES}, got[2] end
   return 0, got[2]
-end
--- The verdict (0, or why the write is refused), the time and the member's old size.
--- Expired members count until a write would be refused: then every one of them goes
--- (each is pruned once, so that work is amortised) and the write is judged again.  A
--- ledger therefore never holds much more than its quota.
-local function q_check(z, h, member, size, max_n, max_b)
-  local now = q_now()
-  if max_n < 0 and max_b < 0 then return 0, now, redis.call('HGET', h, member) end
-  local v, old = q_verdict(z, h, member, size, max_n, max_b)
-  if v ~= 0 and q_prune(z, h, now, 1000) > 0 then
-    while q_prune(z, h, now, 1000) > 0 do end
-    v, old = q_verdict(z, h, member, size, max_n, max_b)
-  end
-  return v, now, old
 end
 -- After a change: the ledger lives until its latest deadline plus the slack.
 local function q_lifetime(z, h)
@@ -147,6 +136,42 @@ local function q_drop(z, h, members)
   if freed ~= 0 then redis.call('HINCRBY', h, '', -freed) end
   q_lifetime(z, h)
 end
+-- Members whose entry is gone (deleted by something that kept no ledger: another
+-- program, an erasure) go too, in one pass over the ledger at most once per
+-- RECONCILE_MS per owner; only where the script may read the entries (not on a
+-- cluster, where *entries* is false).
+local function q_reconcile(z, h, now)
+  local last = tonumber(redis.call('HGET', h, '\\0reconciled')) or 0
+  if now - last < {RECONCILE_MS} then return 0 end
+  redis.call('HSET', h, '\\0reconciled', now)
+  local members, gone = redis.call('ZRANGE', z, 0, -1), {{}}
+  for _, m in ipairs(members) do
+    if redis.call('EXISTS', m) == 0 then gone[#gone + 1] = m end
+  end
+  for i = 1, #gone, 1000 do q_drop(z, h, {{unpack(gone, i, math.min(i + 999, #gone))}}) end
+  return #gone
+end
+-- The verdict (0, or why the write is refused), the time and the member's old size.
+-- Expired members count until a write would be refused: then every one of them goes
+-- (each is pruned once, so that work is amortised), and where *entries* allows, the
+-- members without an entry (q_reconcile); then the write is judged again.  A ledger
+-- therefore never holds more than its quota.
+local function q_check(z, h, member, size, max_n, max_b, entries)
+  local now = q_now()
+  if max_n < 0 and max_b < 0 then return 0, now, redis.call('HGET', h, member) end
+  local v, old = q_verdict(z, h, member, size, max_n, max_b)
+  if v ~= 0 then
+    local freed = 0
+    while true do
+      local n = q_prune(z, h, now, 1000)
+      if n == 0 then break end
+      freed = freed + n
+    end
+    if entries then freed = freed + q_reconcile(z, h, now) end
+    if freed > 0 then v, old = q_verdict(z, h, member, size, max_n, max_b) end
+  end
+  return v, now, old
+end
 """
 
 #: A plain (unindexed) write, with SET_INDEXED's contract minus the index:
@@ -179,7 +204,7 @@ def quota_write(body: str, *, ledger_at: int, value_at: int, px_at: int) -> str:
 local z, h = KEYS[{ledger_at}], KEYS[{ledger_at + 1}]
 local size = string.len(KEYS[1]) + string.len(ARGV[{value_at}])
 local max_n, max_b = tonumber(ARGV[{quotas}]), tonumber(ARGV[{quotas + 1}])
-local v, now, old = q_check(z, h, KEYS[1], size, max_n, max_b)
+local v, now, old = q_check(z, h, KEYS[1], size, max_n, max_b, true)
 if v ~= 0 then return v end
 local r = q_write()
 if r == 1 then q_account(z, h, KEYS[1], size, ARGV[{px_at}], now, old) end
@@ -216,7 +241,7 @@ return n
 #: {verdict (0, OVER_ENTRIES, OVER_BYTES), new score, old size or "", old score or ""}.
 RESERVE = _QUOTA_HELPERS + """\
 local z, h, member, size = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local v, now, old = q_check(z, h, member, size, tonumber(ARGV[4]), tonumber(ARGV[5]))
+local v, now, old = q_check(z, h, member, size, tonumber(ARGV[4]), tonumber(ARGV[5]), false)
 if v ~= 0 then return {v, '', '', ''} end
 local old_score = redis.call('ZSCORE', z, member) or ''
 local score = q_account(z, h, member, size, ARGV[3], now, old)

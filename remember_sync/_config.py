@@ -58,6 +58,9 @@ MAX_ENTRIES_ENV = "REMEMBER_MAX_ENTRIES"
 MAX_VALUE_BYTES_ENV = "REMEMBER_MAX_VALUE_BYTES"
 #: ``audit=True`` when ``init`` is not given ``audit``.
 AUDIT_ENV = "REMEMBER_AUDIT"
+#: Per-principal quotas read by ``serve`` and ``create_app`` (``--quota-entries``/``-bytes``).
+QUOTA_ENTRIES_ENV = "REMEMBER_QUOTA_ENTRIES"
+QUOTA_BYTES_ENV = "REMEMBER_QUOTA_BYTES"
 #: OAuth resource server settings read by ``create_app`` (``serve``: ``--oauth-*``), name ->
 #: :class:`~remember_sync.mcp.oauth.OAuthVerifier` argument.
 OAUTH_ENV = {

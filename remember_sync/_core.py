@@ -41,6 +41,7 @@ from ._keys import (
     scope_glob,
     scope_prefix,
 )
+from ._quota import Owners
 from ._search import Hit, SearchCache, SearchSettings, check_query, embedding_member
 from .errors import (
     RememberConfigurationError,
@@ -51,7 +52,7 @@ from .errors import (
     RememberInputTypeError,
 )
 from .identity import current_identity, resolve_namespace
-from .stores.base import CasMarkers, NamespaceIndex, Store
+from .stores.base import CasMarkers, NamespaceIndex, OwnedWrites, Store
 from .types import SCOPES, Identity, Namespace, RememberEntry, Scope, check_brand, check_scope
 
 __all__ = [
@@ -147,6 +148,10 @@ class AccessorCore:
         until then they scan).  ``"scan"``: walk the database, as 1.8.0 does.
         A store without the :class:`~remember_sync.stores.base.NamespaceIndex`
         capability always scans.
+    :param owners: charge every write to its principal's owner tag
+        (:class:`~remember_sync._quota.Owners`: quotas, and the memory store's
+        eviction by principal); the store must have the
+        :class:`~remember_sync.stores.base.OwnedWrites` capability.
     """
 
     def __init__(
@@ -164,6 +169,7 @@ class AccessorCore:
         listing: str = "index",
         verifier: Verifier | None = None,
         search: SearchSettings | None = None,
+        charges: Owners | None = None,
     ) -> None:
         if listing not in LISTING_MODES:
             raise RememberConfigurationError(f"listing must be 'index' or 'scan'; got {listing!r}")
@@ -181,6 +187,13 @@ class AccessorCore:
         self.verifier = verifier
         if verifier is not None:
             listing = "scan"  # the manifest lists a namespace; no index is kept or read
+        if charges is not None and not isinstance(store, OwnedWrites):
+            raise RememberConfigurationError(
+                f"quotas need a store that charges writes to their owner; {type(store).__name__} "
+                "does not implement OwnedWrites"
+            )
+        #: Quotas and the memory store's fair eviction: who is charged for a write.
+        self.charges = charges
         self._stats = _Stats()
         #: Who owns which session (erasure finds a person's sessions through it).
         self.owners = OwnerBook(store, codec, prefix, self.clock)
@@ -506,6 +519,51 @@ class AccessorCore:
             if kept:
                 yield kept
 
+    # -- every write and delete of an entry ------------------------------------------------
+
+    def write(
+        self,
+        ident: Identity | None,
+        ns: Namespace,
+        skey: str,
+        stored: str,
+        *,
+        ttl_ms: int | None,
+        only_if_absent: bool = False,
+        expected: str | None = None,
+        charge_only: bool = False,
+    ) -> bool:
+        """Store *stored* under *skey* (compare-and-set with *expected*); whether written.
+
+        With owners tracked, the write is charged to the principal of *ident*
+        in *ns* and refused over its quota (unless *charge_only*: a write
+        that forgets or moves an entry is never refused).
+
+        :raises RememberQuotaError: over the principal's quota; nothing written.
+        """
+        owners = self.charges
+        if owners is not None:
+            owner = owners.of(ident, ns)
+            if owner is not None:
+                # (no cast(): a call on every write; __init__ checked the capability)
+                return self.store.write_owned(  # type: ignore[attr-defined, no-any-return]
+                    skey, stored, owner=owner[0], group=owner[1],
+                    quota=None if charge_only else owners.quota, ttl_ms=ttl_ms,
+                    only_if_absent=only_if_absent, expected=expected,
+                )  # fmt: skip
+        if expected is not None:
+            return self.store.compare_and_set(skey, expected, stored, ttl_ms=ttl_ms)
+        return self.store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
+
+    def delete(self, ident: Identity | None, ns: Namespace, *keys: str) -> int:
+        """Delete *keys* of *ns*, refunding their owner when owners are tracked."""
+        owners = self.charges
+        if owners is not None:
+            owner = owners.of(ident, ns)
+            if owner is not None:
+                return cast(OwnedWrites, self.store).delete_owned(owner[0], *keys)
+        return self.store.delete(*keys)
+
     # -- the read and write paths of RememberAccessor ------------------------------------
 
     def set(
@@ -547,7 +605,7 @@ class AccessorCore:
                 ns, head, manifest_key(self.prefix, head), lambda m: {key: (stored, expires)}
             )
             return
-        self.store.set(skey, stored, ttl_ms=self.ttl_ms(expires, now))
+        self.write(ident, ns, skey, stored, ttl_ms=self.ttl_ms(expires, now))
         self.owners.note(ident, ns)
 
     def search_extras(
@@ -662,13 +720,14 @@ class AccessorCore:
         if ttl is not None:
             check_ttl(ttl)
         check_json_value(value, "value")
-        found = self._swap(key, ns, skey, lambda current: value, ttl=ttl, create=False)
+        found = self._swap(ident, key, ns, skey, lambda current: value, ttl=ttl, create=False)
         if found:
             self.owners.note(ident, ns)
         return found
 
     def _swap(
         self,
+        ident: Identity | None,
         key: str,
         ns: Namespace,
         skey: str,
@@ -731,7 +790,10 @@ class AccessorCore:
                     current = None  # expired: replaced as if missing
             if current is not None and raw is not None and source != skey:
                 # A 1.8.0 doubled-prefix entry: move it under the real key first.
-                if store.set(skey, raw, ttl_ms=self.ttl_ms(current[4], now), only_if_absent=True):
+                ttl_ms = self.ttl_ms(current[4], now)
+                if self.write(
+                    ident, ns, skey, raw, ttl_ms=ttl_ms, only_if_absent=True, charge_only=True
+                ):
                     store.delete(source)
                 continue
             value = value_for(current)
@@ -756,9 +818,9 @@ class AccessorCore:
                 assert seen is not None
                 written = self.swap_verified(ns, key, skey, seen, stored, expires)
             elif raw is None or source != skey:
-                written = store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=True)
+                written = self.write(ident, ns, skey, stored, ttl_ms=ttl_ms, only_if_absent=True)
             else:
-                written = store.compare_and_set(skey, raw, stored, ttl_ms=ttl_ms)
+                written = self.write(ident, ns, skey, stored, ttl_ms=ttl_ms, expected=raw)
             if written:
                 return True
             if unique:
@@ -832,7 +894,7 @@ class AccessorCore:
             check_json_value(new, "the value fn returned")
             return new
 
-        self._swap(key, ns, skey, apply, ttl=ttl, create=True)
+        self._swap(ident, key, ns, skey, apply, ttl=ttl, create=True)
         self.owners.note(ident, ns)
         return new
 
@@ -852,7 +914,7 @@ class AccessorCore:
                 record[1] is None or self.clock() < record[1]
             )
         keys = [skey, self.prefix + skey] if self.read_doubled_prefix else [skey]
-        return self.store.delete(*keys) > 0
+        return self.delete(ident, ns, *keys) > 0
 
     def _raw_pages(
         self, ns: Namespace, head: str, pattern: str, count: int = 1000
@@ -958,11 +1020,13 @@ class AccessorCore:
         if self.verifier is not None:
             deleted = self._verified_delete(ident, scope, doomed, expired)
         else:
+            ns = self.namespace(ident, scope)[0]
             deleted = sum(
-                self.store.delete(*doomed[i : i + _BATCH]) for i in range(0, len(doomed), _BATCH)
+                self.delete(ident, ns, *doomed[i : i + _BATCH])
+                for i in range(0, len(doomed), _BATCH)
             )
             for i in range(0, len(expired), _BATCH):
-                self.store.delete(*expired[i : i + _BATCH])
+                self.delete(ident, ns, *expired[i : i + _BATCH])
         if unreadable:
             log.warning(
                 "remember: forget_many in %s scope %s %d unreadable entries%s",

@@ -110,3 +110,14 @@ class RedisConfig(TypedDict, total=False):
     sentinel_kwargs: Mapping[str, Any] | None
     wait_replicas: int
     wait_timeout_ms: int | None
+
+
+class QuotaOptions(TypedDict, total=False):
+    """``quota=``: every principal's bound, across all of its namespaces (``docs/many-users.rst``).
+
+    :key entries: live entries a principal may hold (``None``: no bound).
+    :key bytes: bytes (keys and stored values) a principal may hold (``None``: no bound).
+    """
+
+    entries: int | None
+    bytes: int | None

@@ -22,6 +22,7 @@ __all__ = [
     "RememberInputError",
     "RememberInputTypeError",
     "RememberIntegrityError",
+    "RememberQuotaError",
     "RememberScopeNotAllowedError",
     "RememberStoreError",
     "RememberUnavailableError",
@@ -101,6 +102,20 @@ class RememberStoreError(RememberError):
 
     code = "REMEMBER_STORE_ERROR"
     http_status = 503
+
+
+class RememberQuotaError(RememberError):
+    """A write would take its principal over its quota; nothing was written.
+
+    Quotas count the entries and bytes of one principal (a signed-in user, a
+    token's or OAuth principal, or an anonymous caller's session) across all of
+    its namespaces.  Forget entries, write smaller ones, or wait for entries
+    with a TTL to expire; a write is never made room for by evicting anyone
+    else's entries.
+    """
+
+    code = "REMEMBER_QUOTA_EXCEEDED"
+    http_status = 429
 
 
 class RememberUnavailableError(RememberError):

@@ -34,12 +34,14 @@ from ._keys import storage_namespace
 from ._options import (
     AuditOptions,
     EncryptionOptions,
+    QuotaOptions,
     RedisConfig,
     SearchOptions,
     StoreType,
     ToolsOptions,
 )
 from ._purge import DoubledPrefixCheck, IndexBackfill, KeyIdCheck, LegacyPurge
+from ._quota import Owners, check_quota
 from ._search import build_settings
 from ._secrets import resolve_keyring
 from .accessor import RememberAccessor, accessor_for
@@ -158,6 +160,7 @@ class RememberPlugin:
         witness: object = None,
         search: SearchOptions | None = None,
         metrics: bool | None = None,
+        quota: QuotaOptions | None = None,
         clock: Clock | None = None,
         environ: Mapping[str, str] | None = None,
         audit: bool | AuditOptions | None = None,
@@ -203,6 +206,8 @@ class RememberPlugin:
             ranks by meaning (``docs/search.rst``).
         :param metrics: record OpenTelemetry metrics (the ``[metrics]`` extra;
             ``docs/limits-and-metrics.rst``); default ``REMEMBER_METRICS``.
+        :param quota: a :class:`~remember_sync.QuotaOptions`: every principal's
+            bound on entries and bytes across its namespaces (``docs/many-users.rst``).
         :param clock: epoch-millisecond clock (tests).
         :param environ: the environment to read (default :data:`os.environ`).
         :param audit: ``True`` or an :class:`~remember_sync.AuditOptions`: record
@@ -245,6 +250,7 @@ class RememberPlugin:
             "integrity": integrity,
             "witness": witness,
             "metrics": metrics,
+            "quota": quota,
             "clock": clock,
             "environ": environ,
             "audit": audit,
@@ -333,6 +339,7 @@ class RememberPlugin:
                 "docs/limits-and-metrics.rst)",
             )
         audit = audit_settings(options.get("audit", env_flag(environ, AUDIT_ENV)))
+        quota = check_quota(options.get("quota"))
 
         store, owns = _build_store(store_type, options, environ, clock, prefix, bounds)
         try:
@@ -349,6 +356,11 @@ class RememberPlugin:
                 keyring, prefix=prefix, bind_key=not compatible, accept_unbound=accept_unbound
             )
             verifier = _verifier(options, environ, store, codec, prefix, clock)
+            if verifier is not None and quota is not None:
+                # Verified writes commit through the manifest, which charges no owner.
+                raise _config_error(
+                    "quota", "is not enforced together with integrity='verified' yet"
+                )
             core = AccessorCore(
                 store,
                 codec,
@@ -361,6 +373,8 @@ class RememberPlugin:
                 listing=listing,
                 verifier=verifier,
                 search=search,
+                # Quotas, and a bounded memory store's eviction by principal.
+                charges=Owners(keyring, prefix, quota) if quota is not None or bounds else None,
             )
             if audit is not None:
                 core.audit = AuditTrail(store, keyring, prefix, core.clock, audit)

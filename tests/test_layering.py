@@ -16,7 +16,7 @@ PACKAGE = Path(remember_sync.__file__).parent
 
 CORE = {
     "_bounded", "_clock", "errors", "types", "_keys", "_crypto", "identity", "_codec",
-    "_secrets", "_sessions",
+    "_secrets", "_sessions", "_quota",
 }
 # module (first dotted part below remember_sync) -> internal modules it may import.
 ALLOWED: dict[str, set[str]] = {
@@ -35,6 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "_search": {"errors", "_codec"},
     "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded", "_config"},
     "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},
+    "_quota": {"errors", "types", "identity", "_crypto", "_bounded", "stores"},
     # _config: the environment variables' names (named constructors read them).
     "stores": {
         "errors", "stores", "_glob", "_fork", "_clock", "_bounded", "_text", "_config", "_metrics",

@@ -23,6 +23,8 @@ from typing import Any
 
 from .._config import (
     MAX_VALUE_BYTES_ENV,
+    QUOTA_BYTES_ENV,
+    QUOTA_ENTRIES_ENV,
     RATE_LIMIT_ENV,
     REDIS_URL_ENV,
     env_rate_limit,
@@ -230,7 +232,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="N",
         help="bound of the in-process memory store in bytes (default: "
         f"${BOUND_ENV['max_bytes'][0]} or {DEFAULT_MAX_BYTES} = 256 MiB); when full it evicts "
-        "from the caller namespace holding the most",
+        "from the caller (principal) holding the most",
     )
     parser.add_argument(
         "--integrity",
@@ -261,6 +263,21 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="N",
         help="bound of the in-process memory store in entries (default: "
         f"${BOUND_ENV['max_entries'][0]} or {DEFAULT_MAX_ENTRIES})",
+    )
+    parser.add_argument(
+        "--quota-entries",
+        type=_positive,
+        metavar="N",
+        help=f"entries each caller (principal) may hold across all of its scopes (default: "
+        f"${QUOTA_ENTRIES_ENV} or none); a write beyond it is a REMEMBER_QUOTA_EXCEEDED "
+        "tool error",
+    )
+    parser.add_argument(
+        "--quota-bytes",
+        type=_positive,
+        metavar="N",
+        help=f"bytes (keys and stored values) each caller may hold (default: "
+        f"${QUOTA_BYTES_ENV} or none)",
     )
     parser.add_argument(
         "--max-value-bytes",
@@ -442,6 +459,8 @@ def run_serve(args: argparse.Namespace) -> int:
             max_value_bytes=args.max_value_bytes,
             **{k: v for k in ("integrity", "witness") if (v := getattr(args, k)) is not None},
             **({"audit": True} if args.audit else {}),
+            quota_entries=args.quota_entries,
+            quota_bytes=args.quota_bytes,
         )
     except RememberError as exc:
         sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")

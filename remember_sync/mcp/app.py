@@ -45,6 +45,8 @@ def plugin_from_options(
     max_bytes: int | None = None,
     max_entries: int | None = None,
     max_value_bytes: int | None = None,
+    quota_entries: int | None = None,
+    quota_bytes: int | None = None,
     **extra: Any,
 ) -> RememberPlugin:
     """A plugin with the memory tools enabled: memory store, or Redis, or Vercel KV.
@@ -58,6 +60,9 @@ def plugin_from_options(
     (``encryption={"require_secret": True}`` unless *encryption* says otherwise).
     *max_value_bytes* (else ``REMEMBER_MAX_VALUE_BYTES``, else the plugin's
     default) bounds each value; the server's HTTP body limit follows it.
+    *quota_entries* and *quota_bytes* (else ``REMEMBER_QUOTA_ENTRIES`` and
+    ``REMEMBER_QUOTA_BYTES``, else none) are every principal's quota
+    (``RememberPlugin.init(quota=...)``; ``docs/many-users.rst``).
     Extra keyword arguments go to :meth:`RememberPlugin.init`.
     """
     store = _config.store_settings({}, redis_url=redis_url, vercel_kv=vercel_kv)  # the checks
@@ -88,6 +93,12 @@ def plugin_from_options(
         )
     if max_value_bytes is not None:
         options["max_value_bytes"] = max_value_bytes
+    quota = {"entries": quota_entries, "bytes": quota_bytes}
+    for part, name in (("entries", _config.QUOTA_ENTRIES_ENV), ("bytes", _config.QUOTA_BYTES_ENV)):
+        if quota[part] is None:
+            quota[part] = _config.env_whole(env, name, minimum=1, unit="a whole number")
+    if quota["entries"] is not None or quota["bytes"] is not None:
+        options["quota"] = quota
     if store.kind == "redis":
         options.update(type="redis", config={"url": store.redis_url})
     elif store.kind == "vercel-kv":
@@ -112,6 +123,8 @@ def create_app(
     environ: Mapping[str, str] | None = None,
     max_bytes: int | None = None,
     max_entries: int | None = None,
+    quota_entries: int | None = None,
+    quota_bytes: int | None = None,
     **server_options: Any,
 ) -> McpServer:
     """An :class:`McpServer` for a WSGI server: ``gunicorn 'remember_sync.mcp:create_app()'``.
@@ -129,9 +142,11 @@ def create_app(
     :mod:`remember_sync.mcp.oauth`), and for the memory store
     ``REMEMBER_MAX_BYTES`` / ``REMEMBER_MAX_ENTRIES`` (defaults
     :data:`DEFAULT_MAX_BYTES`, :data:`DEFAULT_MAX_ENTRIES`; see
-    :func:`plugin_from_options`), ``REMEMBER_MAX_VALUE_BYTES``, and
-    ``REMEMBER_RATE_LIMIT`` (``60/minute``: ``McpServer(rate_limit=...)``).  The
-    master secret comes from ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
+    :func:`plugin_from_options`), ``REMEMBER_MAX_VALUE_BYTES``,
+    ``REMEMBER_RATE_LIMIT`` (``60/minute``: ``McpServer(rate_limit=...)``), and every
+    principal's quota ``REMEMBER_QUOTA_ENTRIES`` / ``REMEMBER_QUOTA_BYTES``
+    (*quota_entries*, *quota_bytes*; none by default).  The master secret comes from
+    ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
     :class:`McpServer`.
 
     Callers are anonymous unless ``REMEMBER_AUTH_TOKENS`` (or *auth_tokens*,
@@ -172,6 +187,8 @@ def create_app(
             default_ttl=default_ttl or 0,
             max_bytes=max_bytes,
             max_entries=max_entries,
+            quota_entries=quota_entries,
+            quota_bytes=quota_bytes,
             environ=env,
         )
     server_options.setdefault("owns_plugin", owns)

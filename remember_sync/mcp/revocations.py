@@ -19,11 +19,16 @@ Where the record lives:
   :class:`~remember_sync.stores.memory.MemoryStore` of this server.  The
   plugin's memory store may evict (``max_entries``, ``max_bytes``), and an
   evicted record would bring its session back.  Records expire with their
-  sessions; their number is capped (``max_local``), and when the cap is
-  reached a ``DELETE`` is refused with ``503`` rather than any record being
-  dropped: an ended session never comes back, at worst a caller cannot end one
-  until older records expire.  It is one process's memory: a restart forgets
-  it (together with every memory the store held).
+  sessions; their number is capped (``max_local``), and so is each
+  principal's share of it (``max_per_principal``; every anonymous caller
+  together counts as one principal, since an anonymous caller can open any
+  number of sessions): one caller ending its own sessions fills its own share,
+  never the table, and every other caller can still end theirs.  When a
+  share (or the table) is full a ``DELETE`` is refused with ``503`` rather
+  than any record being dropped: an ended session never comes back, at worst
+  a caller cannot end one until its older records expire.  It is one
+  process's memory: a restart forgets it (together with every memory the
+  store held).
 
 Nothing is ever evicted: a shared store must not be configured to evict keys
 either (Redis ``maxmemory-policy noeviction``, its default).
@@ -31,24 +36,33 @@ either (Redis ``maxmemory-policy noeviction``, its default).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 
 from .._clock import Clock, system_clock
 from .._fork import after_fork_in_child
 from .._keys import ended_session_key
 from .._sessions import session_digest
-from ..errors import RememberInputError, RememberStoreError
+from ..errors import RememberInputError, RememberQuotaError, RememberStoreError
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 
-__all__ = ["CLOCK_MARGIN_MS", "DEFAULT_MAX_LOCAL", "FULL_CODE", "EndedSessions"]
+__all__ = [
+    "CLOCK_MARGIN_MS",
+    "DEFAULT_MAX_LOCAL",
+    "DEFAULT_MAX_PER_PRINCIPAL",
+    "FULL_CODE",
+    "EndedSessions",
+]
 
 #: Added to every record's TTL: another worker's clock may run behind this one's, so
 #: it accepts an id a little longer than this worker would.
 CLOCK_MARGIN_MS = 5 * 60_000
 #: How many ended sessions an in-process table holds (about 33 MB at most: some 330 bytes each).
 DEFAULT_MAX_LOCAL = 100_000
-#: The code of the error raised when the in-process table is full.
+#: How many of those one principal (or all anonymous callers together) may hold.
+DEFAULT_MAX_PER_PRINCIPAL = 10_000
+#: The code of the error raised when the in-process table (or a caller's share) is full.
 FULL_CODE = "REMEMBER_ENDED_SESSIONS_FULL"
 #: What the in-process table holds per session: one shared string.
 _LOCAL_RECORD = "ended"
@@ -60,15 +74,17 @@ class EndedSessions:
     :param store: the plugin's store.
     :param prefix: the plugin's key prefix.
     :param max_local: the cap of the in-process table (memory store only).
+    :param max_per_principal: each principal's share of it (at most *max_local*).
     :param clock: when the in-process table's records expire.
     """
 
     def __init__(
         self, store: Store, prefix: str, *, max_local: int = DEFAULT_MAX_LOCAL,
-        clock: Clock = system_clock,
+        max_per_principal: int = DEFAULT_MAX_PER_PRINCIPAL, clock: Clock = system_clock,
     ) -> None:
-        if isinstance(max_local, bool) or not isinstance(max_local, int) or max_local < 1:
-            raise RememberInputError(f"max_local must be a positive int; got {max_local!r}")
+        for name, value in (("max_local", max_local), ("max_per_principal", max_per_principal)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise RememberInputError(f"{name} must be a positive int; got {value!r}")
         self.local = isinstance(store, MemoryStore)
         # A store of its own, without a bound: a bounded one evicts, and an evicted
         # record would bring its session back.
@@ -76,6 +92,7 @@ class EndedSessions:
         # The private table needs no prefix (it holds nothing else): shorter keys.
         self._prefix = "" if self.local else prefix
         self.max_local = max_local
+        self.max_per_principal = min(max_per_principal, max_local)
         self._lock = threading.Lock()
         after_fork_in_child(self._after_fork_in_child)
 
@@ -99,11 +116,16 @@ class EndedSessions:
         """
         return self._store.get(self._key(session_id)) is not None
 
-    def end(self, session_id: str, deadline_ms: int | None, now_ms: int) -> None:
+    def end(
+        self, session_id: str, deadline_ms: int | None, now_ms: int, principal: str | None = None
+    ) -> None:
         """Record *session_id* as ended until *deadline_ms* (``None``: for good).
 
+        :param principal: who ends it (``None``: an anonymous caller); its share
+            of the in-process table is what it may fill.
         :raises RememberStoreError: nothing was recorded (the store failed, or
-            the in-process table is full: code :data:`FULL_CODE`).
+            the in-process table or the principal's share of it is full: code
+            :data:`FULL_CODE`).
         """
         ttl_ms = None if deadline_ms is None else max(1, deadline_ms - now_ms) + CLOCK_MARGIN_MS
         if not self.local:
@@ -118,7 +140,21 @@ class EndedSessions:
                     "limit; no more can be ended until the oldest expire",
                     code=FULL_CODE,
                 )
-            self._store.set(self._key(session_id), _LOCAL_RECORD, ttl_ms=ttl_ms)
+            # The share is counted by the table itself, under an owner that is a hash
+            # of the principal (in-process only; nothing of it is shown).
+            owner = hashlib.sha256(f"ended by\x00{principal or ''}".encode()).hexdigest()
+            try:
+                self._store.write_owned(
+                    self._key(session_id), _LOCAL_RECORD, owner=owner, ttl_ms=ttl_ms,
+                    quota=(self.max_per_principal, None),
+                )  # fmt: skip
+            except RememberQuotaError:
+                raise RememberStoreError(
+                    f"this caller already has {self.max_per_principal} ended sessions "
+                    "remembered, its share of this server's table; it can end more when the "
+                    "oldest expire",
+                    code=FULL_CODE,
+                ) from None
 
     def close(self) -> None:
         """Drop the in-process table (a shared store is the plugin's to close)."""

@@ -41,7 +41,12 @@ from ._wsgi import DEFAULT_PATH, _Response, check_cors_origin, default_max_body_
 from .auth import FROM_HOST, PrincipalResolver, TokenVerifier, _FromHost, host_auth
 from .authoring import ToolContext, ToolFunction, UserTool
 from .protocol import INVALID_PARAMS
-from .revocations import DEFAULT_MAX_LOCAL, FULL_CODE, EndedSessions
+from .revocations import (
+    DEFAULT_MAX_LOCAL,
+    DEFAULT_MAX_PER_PRINCIPAL,
+    FULL_CODE,
+    EndedSessions,
+)
 
 __all__ = ["McpServer"]
 
@@ -110,6 +115,9 @@ class McpServer(ProtocolDispatch):
         sessions this server remembers at once (each until its signed lifetime
         ends); when full, ``DELETE`` answers ``503`` (see
         :mod:`remember_sync.mcp.revocations`).  Shared stores have no such cap.
+    :param max_ended_per_principal: each principal's share of those (every
+        anonymous caller together is one): a caller that fills its share gets
+        ``503`` for its own ``DELETE`` while everyone else can still end theirs.
     :param clock: every reading of the time (session issue and expiry, ended
         sessions): epoch milliseconds, :func:`~remember_sync._clock.system_clock`
         by default.
@@ -144,6 +152,7 @@ class McpServer(ProtocolDispatch):
         allowed_origins: Sequence[str] = (),
         owns_plugin: bool = False,
         max_ended_sessions: int = DEFAULT_MAX_LOCAL,
+        max_ended_per_principal: int = DEFAULT_MAX_PER_PRINCIPAL,
         cors_origins: Sequence[str] = (),
         clock: Clock = system_clock,
         rate_limit: str | None = None,
@@ -222,7 +231,8 @@ class McpServer(ProtocolDispatch):
         self._lock = threading.Lock()
         # Ended sessions (DELETE), kept until their signature expires anyway.
         self._ended = EndedSessions(
-            plugin.store, plugin.key_prefix, max_local=max_ended_sessions, clock=clock
+            plugin.store, plugin.key_prefix, max_local=max_ended_sessions,
+            max_per_principal=max_ended_per_principal, clock=clock,
         )
 
     def __repr__(self) -> str:
@@ -361,7 +371,8 @@ class McpServer(ProtocolDispatch):
             return refused
         now = self._clock()
         try:
-            self._ended.end(session_id, self.session_signer.deadline_ms(session_id), now)
+            deadline = self.session_signer.deadline_ms(session_id)
+            self._ended.end(session_id, deadline, now, principal)
         except RememberStoreError as exc:
             log.warning("remember-sync MCP: cannot end a session: %s", exc.message)
             # The store's own message can name hosts: only the cap's is shown.

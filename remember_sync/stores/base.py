@@ -18,7 +18,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from .._text import TEXT_ERRORS, to_bytes, to_text
-from ..errors import RememberConfigurationError, RememberInputError, RememberInputTypeError
+from ..errors import (
+    RememberConfigurationError,
+    RememberInputError,
+    RememberInputTypeError,
+    RememberQuotaError,
+)
 
 __all__ = [
     "CAS_LUA_SCRIPT",
@@ -30,12 +35,15 @@ __all__ = [
     "MarkerOf",
     "NamespaceIndex",
     "PrunesIndexes",
+    "OwnedWrites",
+    "Quota",
     "Store",
     "check_key",
     "check_keys",
     "check_scan",
     "check_write",
     "merged_index_of",
+    "quota_exceeded",
     "to_bytes",
     "to_text",
 ]
@@ -44,6 +52,8 @@ __all__ = [
 IndexOf = Callable[[str], str | None]
 #: ``marker_of(key, hash_tag)``: the compare-and-set marker key of an entry (``None``: none).
 MarkerOf = Callable[[str, str], str | None]
+#: One owner's quota: (entries, bytes), ``None`` for no bound on that count.
+Quota = tuple[int | None, int | None]
 
 
 # -- the contract's argument checks: every store calls them first, before any I/O -------------
@@ -324,4 +334,61 @@ class PrunesIndexes(Protocol):
 
     def prune_indexes(self, pattern: str, *, count: int = 1000) -> int:
         """Settle every index key matching glob *pattern*; return how many members were dropped."""
+
+
+def quota_exceeded(which: str, quota: Quota) -> RememberQuotaError:
+    """The error of a write refused by *quota*; *which* is ``"entries"`` or ``"bytes"``."""
+    entries, nbytes = quota
+    if which == "entries":
+        limit = f"its quota of {entries} entries"
+    else:
+        limit = f"its quota of {nbytes} bytes (keys and stored values)"
+    return RememberQuotaError(
+        f"this caller already holds {limit}, across all of its scopes; nothing was "
+        "written. Forget entries it no longer needs, store smaller values, or give "
+        "entries a TTL so they expire"
+    )
+
+
+@runtime_checkable
+class OwnedWrites(Protocol):
+    """An optional capability: writes charged to an *owner*, with a quota per owner.
+
+    The owner is an opaque tag (the core passes a keyed hash of the principal;
+    a store never sees an identity).  An owner's usage counts its live
+    entries and their bytes (UTF-8 key plus stored value); entries that
+    expire, are deleted or are overwritten smaller stop counting or count
+    less.  A write over the quota raises
+    :class:`~remember_sync.errors.RememberQuotaError` and writes nothing,
+    atomically with the write itself: concurrent writers of one owner never
+    take it past its quota.  Nothing is ever evicted to make room.
+    """
+
+    def write_owned(
+        self,
+        key: str,
+        value: str,
+        *,
+        owner: str,
+        group: str | None = None,
+        quota: Quota | None = None,
+        ttl_ms: int | None = None,
+        only_if_absent: bool = False,
+        expected: str | None = None,
+    ) -> bool:
+        """:meth:`Store.set` (or, with *expected*, :meth:`Store.compare_and_set`) for *owner*.
+
+        :param group: the unit of fair eviction for a store that evicts
+            (default: *owner*); stores that never evict ignore it.
+        :param quota: the owner's (entries, bytes) bound (``None``: only charge it).
+        :raises RememberQuotaError: the write would take *owner* over *quota*.
+        """
+        ...
+
+    def delete_owned(self, owner: str, *keys: str) -> int:
+        """:meth:`Store.delete` of *owner*'s *keys*, refunding *owner*; how many existed."""
+        ...
+
+    def owner_usage(self, owner: str) -> tuple[int, int]:
+        """The live entries and bytes charged to *owner*."""
         ...

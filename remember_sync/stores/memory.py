@@ -13,7 +13,10 @@ function given by its owner (the plugin passes
 :func:`remember_sync._keys.storage_namespace`: one namespace per scope and
 identity; the store itself knows nothing of scopes), and evicts from the
 namespace holding the most bytes, there the entry with the earliest deadline
-first, then the least recently used one.  So a caller filling the store with
+first, then the least recently used one.  Writes made with
+:meth:`MemoryStore.write_owned` are grouped by the *group* they name instead
+(the plugin's core names the principal, as an opaque tag): a caller opening
+many sessions is still one group.  So a caller filling the store with
 long-lived entries evicts its own entries, never every other caller's.
 Without a namespace function the whole store is one namespace.  An entry
 larger than ``max_bytes`` on its own is refused (nothing written).
@@ -61,7 +64,16 @@ from .._clock import Clock, system_clock
 from .._fork import after_fork_in_child
 from .._glob import glob_matcher
 from ..errors import RememberConfigurationError, RememberConflictError, RememberInputError
-from .base import IndexOf, check_key, check_keys, check_scan, check_write, merged_index_of
+from .base import (
+    IndexOf,
+    Quota,
+    check_key,
+    check_keys,
+    check_scan,
+    check_write,
+    merged_index_of,
+    quota_exceeded,
+)
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "MemoryStore"]
 
@@ -194,6 +206,9 @@ class MemoryStore:
         self._index_of: IndexOf | None = None
         self._groups: dict[str, dict[str, None]] = {}
         self._group_of: dict[str, str] = {}
+        # Owned writes (write_owned): owner -> [entries, bytes], and key -> (owner, bytes).
+        self._owners: dict[str, list[int]] = {}
+        self._owner_of: dict[str, tuple[str, int]] = {}
         after_fork_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
@@ -280,6 +295,8 @@ class MemoryStore:
         del self._data[key]
         if self._index_of is not None:
             self._ungroup(key)
+        if self._owner_of:
+            self._disown(key)
         if self._bounded:
             space = self._space_of.pop(key)
             charge = space.lru.pop(key)
@@ -287,6 +304,31 @@ class MemoryStore:
             self._bytes -= charge
             if not space.lru:
                 del self._spaces[space.name]
+
+    def _disown(self, key: str) -> None:
+        """Refund *key*'s owner, if an owned write charged one (lock held)."""
+        owned = self._owner_of.pop(key, None)
+        if owned is None:
+            return
+        owner, size = owned
+        usage = self._owners[owner]
+        usage[0] -= 1
+        usage[1] -= size
+        if not usage[0]:
+            del self._owners[owner]
+
+    def _over_quota(self, owner: str, key: str, size: int, quota: Quota) -> str | None:
+        """Which count of *quota* writing *size* bytes under *key* would exceed, if any."""
+        entries, nbytes = self._owners.get(owner, (0, 0))
+        old = self._owner_of.get(key)
+        if old is not None and old[0] == owner:
+            entries -= 1
+            nbytes -= old[1]
+        if quota[0] is not None and entries + 1 > quota[0]:
+            return "entries"
+        if quota[1] is not None and nbytes + size > quota[1]:
+            return "bytes"
+        return None
 
     def _group(self, key: str) -> None:
         """Put *key* into its index group (lock held, index on)."""
@@ -362,8 +404,13 @@ class MemoryStore:
         if space.lru:
             heapq.heappush(self._by_size, (-space.nbytes, space.name))
 
-    def _put(self, key: str, value: str, ttl_ms: int | None, now: int) -> None:
-        """Write with the lock held; under a bound, make room fairly first."""
+    def _put(
+        self, key: str, value: str, ttl_ms: int | None, now: int, group: str | None = None
+    ) -> None:
+        """Write with the lock held; under a bound, make room fairly first.
+
+        *group* is the unit of fair eviction (default: the key's namespace).
+        """
         deadline = None if ttl_ms is None else now + ttl_ms
         if self._index_of is not None:
             self._group(key)
@@ -373,7 +420,10 @@ class MemoryStore:
             if deadline is not None:
                 heapq.heappush(self._heap, (deadline, key))
             return
-        name = "" if self._namespace_of is None else self._namespace_of(key)
+        if group is not None:
+            name = group
+        else:
+            name = "" if self._namespace_of is None else self._namespace_of(key)
         charge = self._check_charge(key, value)
         max_bytes = self._max_bytes
         if key in self._data:
@@ -529,6 +579,120 @@ class MemoryStore:
                     removed += 1
             return removed
 
+    # -- owned writes (OwnedWrites) ----------------------------------------------------
+
+    def write_owned(
+        self,
+        key: str,
+        value: str,
+        *,
+        owner: str,
+        group: str | None = None,
+        quota: Quota | None = None,
+        ttl_ms: int | None = None,
+        only_if_absent: bool = False,
+        expected: str | None = None,
+    ) -> bool:
+        """:meth:`set` / :meth:`compare_and_set` charged to *owner* (see
+        :class:`~remember_sync.stores.base.OwnedWrites`).
+
+        A bounded store evicts by *group* (default: *owner*), not by namespace:
+        one principal opening many sessions is still one unit of fair eviction.
+        The quota check, the write and the charge happen under the lock; a
+        write over the quota first drops every expired entry, then is refused.
+        """
+        check_write(key, value, ttl_ms, "" if expected is None else expected)
+        if not (isinstance(owner, str) and owner.isascii()):
+            check_key(owner)
+        if key.isascii() and value.isascii():  # every encrypted entry (see _utf8_len)
+            size = len(key) + len(value)
+        else:
+            size = _utf8_len(key) + _utf8_len(value)
+        if self._lock.held_here():
+            # A signal handler interrupted this thread's own call (see _StoreLock): a
+            # plain write is queued, uncharged; a quota or a condition cannot be decided
+            # in the middle of another write, so it is refused with nothing written.
+            if expected is None and not only_if_absent and quota is None:
+                return self.set(key, value, ttl_ms=ttl_ms)
+            raise self._busy()
+        now = self._clock()
+        with self._lock:
+            data = self._data
+            heap = self._heap
+            # A bounded store sweeps on every write (as set does); an unbounded one when a
+            # deadline is due or many are pending (see set).
+            if self._bounded or len(self._pending) >= _PENDING_MAX or self._pending_min <= now or (
+                heap and heap[0][0] <= now
+            ):
+                self._sweep(now)
+            item = data.get(key)
+            if item is not None and item[1] is not None and now >= item[1]:
+                self._remove(key)
+                item = None
+            if expected is not None:
+                if item is None or item[0] != expected:
+                    return False
+            elif only_if_absent and item is not None:
+                return False
+            owner_of = self._owner_of
+            if quota is not None:
+                usage = self._owners.get(owner)
+                entries, nbytes = (0, 0) if usage is None else usage
+                old = owner_of.get(key)
+                if old is not None and old[0] == owner:
+                    entries -= 1
+                    nbytes -= old[1]
+                limit_n, limit_b = quota
+                if (limit_n is not None and entries >= limit_n) or (
+                    limit_b is not None and nbytes + size > limit_b
+                ):
+                    self._sweep(now)  # expired entries no longer count
+                    which = self._over_quota(owner, key, size, quota)
+                    if which is not None:
+                        raise quota_exceeded(which, quota)
+            if self._bounded:
+                self._put(key, value, ttl_ms, now, owner if group is None else group)
+            else:
+                # set's unbounded write, under the lock (the charge must be exact).
+                deadline = None if ttl_ms is None else now + ttl_ms
+                data[key] = (value, deadline)
+                data.move_to_end(key)
+                if self._index_of is not None and key not in self._group_of:
+                    self._group(key)
+                if deadline is not None:
+                    self._pending.append((deadline, key))
+                    if deadline < self._pending_min:
+                        self._pending_min = deadline
+            old = owner_of.get(key)  # an unbounded overwrite: nothing removed it
+            if old is not None and old[0] == owner:
+                if old[1] != size:
+                    self._owners[owner][1] += size - old[1]
+                    owner_of[key] = (owner, size)
+                return True
+            if old is not None:
+                self._disown(key)
+            usage = self._owners.get(owner)  # _put or _disown may have dropped it
+            owner_of[key] = (owner, size)
+            if usage is None:
+                self._owners[owner] = [1, size]
+            else:
+                usage[0] += 1
+                usage[1] += size
+            return True
+
+    def delete_owned(self, owner: str, *keys: str) -> int:
+        """:meth:`delete`: every key knows its owner here."""
+        check_key(owner)
+        return self.delete(*keys)
+
+    def owner_usage(self, owner: str) -> tuple[int, int]:
+        """The live entries and bytes charged to *owner* (expired ones dropped first)."""
+        check_key(owner)
+        with self._lock:
+            self._sweep(self._clock())
+            entries, nbytes = self._owners.get(owner, (0, 0))
+            return entries, nbytes
+
     def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
         check_scan(pattern, count)
         matches = glob_matcher(pattern)  # linear time, whatever the pattern
@@ -632,6 +796,8 @@ class MemoryStore:
             self._by_size.clear()
             self._groups.clear()
             self._group_of.clear()
+            self._owners.clear()
+            self._owner_of.clear()
             self._bytes = 0
 
     @property

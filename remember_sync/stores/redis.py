@@ -44,7 +44,9 @@ from ..errors import (
     RememberStoreError,
 )
 from . import _index_lua as index_lua
+from . import _quota_lua as quota_lua
 from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST
+from ._owned_redis import OwnedRedisWrites
 from ._redis_cas import key_slot, new_token, slot_tag
 from ._redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -238,7 +240,7 @@ def _matching(members: list[Any], pattern: bytes) -> list[tuple[Any, str]]:
     return [(m, _s(m)) for m in members if matches(_b(_s(m)).decode("latin-1"))]
 
 
-class RedisStore:
+class RedisStore(OwnedRedisWrites):
     """A :class:`~remember_sync.stores.base.Store` on Redis, Redis Sentinel or Redis Cluster.
 
     Either give connection settings (the store creates its own client and
@@ -402,6 +404,7 @@ class RedisStore:
         sources["CAS"] = CAS_LUA_SCRIPT
         sources["COMMIT_MANIFEST"] = COMMIT_MANIFEST
         sources["READ_WITH_MANIFEST"] = READ_WITH_MANIFEST
+        sources.update(quota_lua.SCRIPTS)
         self._scripts = {name: client.register_script(text) for name, text in sources.items()}
         # The keys a page held last time: (pattern, count, cursor) for a SCAN page
         # (standalone), (index, pattern, count, cursor) for an index page.
@@ -815,10 +818,15 @@ class RedisStore:
         return False
 
     def _eval(self, name: str, keys: list[bytes], args: list[bytes], operation: str) -> bool:
-        """Run script *name* (and ``WAIT`` when configured); whether it returned 1.
+        """Run script *name* (and ``WAIT`` when configured); whether it returned 1."""
+        return self._eval_reply(name, keys, args, operation) == 1
 
-        ``EVALSHA``, and ``SCRIPT LOAD`` + one retry on ``NOSCRIPT`` (a restarted or
-        failed-over server has an empty script cache).
+    def _eval_reply(self, name: str, keys: list[bytes], args: list[bytes], operation: str) -> int:
+        """Run script *name* (and ``WAIT`` when configured); its integer reply.
+
+        A positive reply means something was written: only then is ``WAIT``'s count
+        checked.  ``EVALSHA``, and ``SCRIPT LOAD`` + one retry on ``NOSCRIPT`` (a
+        restarted or failed-over server has an empty script cache).
         """
         script = self._scripts[name]
         command = ["EVALSHA", script.sha, len(keys), *keys, *args]
@@ -831,18 +839,22 @@ class RedisStore:
                 except NoScriptError:  # a restarted server: nothing ran; load, run again
                     self._client.script_load(script.script)
                     done = self._client.execute_command(*command)
-                return int(done) == 1
+                return int(done)
             try:
                 done, acked = self._with_wait(command)
             except NoScriptError:  # nothing was written; WAIT ran for nothing
                 self._client.script_load(script.script)
                 done, acked = self._with_wait(command)
-            if int(done) == 1:
+            if int(done) > 0:
                 self._check_replicas(operation, acked)
-                return True
-            return False
+            return int(done)
         except _DRIVER_ERRORS as exc:
             raise _mapped(operation, exc, no_client_cert=self._no_client_cert) from exc
+
+    def _script(self, name: str, keys: list[bytes], args: list[bytes], operation: str) -> Any:
+        """Run script *name* (redis-py's ``Script``: ``NOSCRIPT`` handled); its reply."""
+        with _translate(operation, self._no_client_cert):
+            return self._scripts[name](keys=keys, args=args, client=self._client)
 
     def _index_add(self, index: str, members: Sequence[tuple[str, int | None]]) -> None:
         """Cluster, step one of a write: add *members* (key, PX ms or None) to *index*."""

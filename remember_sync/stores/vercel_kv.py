@@ -55,8 +55,10 @@ from ..errors import (
     RememberStoreError,
 )
 from . import _index_lua as index_lua
+from . import _quota_lua as quota_lua
 from . import base as contract  # the argument checks every store makes first
 from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST
+from ._owned_redis import quota_args, refused
 from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, merged_index_of, to_text
 
 __all__ = ["VercelKVStore"]
@@ -449,6 +451,77 @@ class VercelKVStore:
             )
         same, manifest, values = result
         return int(same) == 1, manifest or None, [v if v is None else str(v) for v in values]
+
+    # -- owned writes (OwnedWrites) ----------------------------------------------------
+
+    def write_owned(
+        self,
+        key: str,
+        value: str,
+        *,
+        owner: str,
+        group: str | None = None,
+        quota: contract.Quota | None = None,
+        ttl_ms: int | None = None,
+        only_if_absent: bool = False,
+        expected: str | None = None,
+    ) -> bool:
+        """:meth:`set` / :meth:`compare_and_set` charged to *owner*: one ``EVAL`` that
+        checks the quota, writes and accounts (:mod:`~remember_sync.stores._quota_lua`).
+        *group* is unused: the store never evicts for the library."""
+        contract.check_write(key, value, ttl_ms, "" if expected is None else expected)
+        contract.check_key(owner)
+        px = "" if ttl_ms is None else str(ttl_ms)
+        index = None if self._index_of is None else self._index_of(key)
+        if expected is None:
+            name, body = "QUOTA_SET", [value, px, "1" if only_if_absent else ""]
+        else:
+            name, body = "QUOTA_CAS", [expected, value, px]
+        keys = [key]
+        if index is not None:
+            name += "_INDEXED"
+            keys.append(index)
+        keys += [owner, quota_lua.sizes_key(owner)]
+        command = ["EVAL", quota_lua.SCRIPTS[name], str(len(keys)), *keys, *body]
+        command += quota_args(quota)
+        # As SET: without NX or an expected value the same state however often it runs.
+        idempotent = expected is None and not only_if_absent
+        return refused(self._number(command, "the SET with quota", idempotent=idempotent), quota)
+
+    def delete_owned(self, owner: str, *keys: str) -> int:
+        """:meth:`delete` refunding *owner*, in the same ``EVAL``."""
+        contract.check_keys(keys)
+        contract.check_key(owner)
+        if not keys:
+            return 0
+        ledger = [owner, quota_lua.sizes_key(owner)]
+        if self._index_of is None:
+            groups: dict[str, list[str]] = {}
+            plain = list(dict.fromkeys(keys))
+        else:
+            groups, plain = contract.group_by_index(keys, self._index_of)
+        script = quota_lua.SCRIPTS["QUOTA_DELETE"]
+        removed = 0
+        for start in range(0, len(plain), 1000):
+            chunk = [*ledger, *plain[start : start + 1000]]
+            removed += self._number(["EVAL", script, str(len(chunk)), *chunk], "the UNLINK")
+        script = quota_lua.SCRIPTS["QUOTA_DELETE_INDEXED"]
+        for index, members in groups.items():
+            for start in range(0, len(members), 1000):
+                chunk = [*ledger, index, *members[start : start + 1000]]
+                command = ["EVAL", script, str(len(chunk)), *chunk]
+                removed += self._number(command, "the indexed UNLINK")  # idempotent as UNLINK
+        return removed
+
+    def owner_usage(self, owner: str) -> tuple[int, int]:
+        """The live entries and bytes charged to *owner* (expired ones pruned first)."""
+        contract.check_key(owner)
+        command = ["EVAL", quota_lua.USAGE, "2", owner, quota_lua.sizes_key(owner)]
+        result = self._command(command, idempotent=True)
+        if not (isinstance(result, list) and len(result) == 2):
+            shape = self._shape(result)
+            raise RememberStoreError(f"Vercel KV answered the quota usage with {shape}")
+        return int(result[0]), int(result[1])
 
     # -- the listing index (NamespaceIndex) --------------------------------------------
 

@@ -569,7 +569,8 @@ class MemoryTools:
                 _check_replaceable(core, ns, skey, twin_raw, key, scope)
         with core.audited("set", mem.identity, scope, key, args.get("brand"), ttl) as event:
             _write_unless_protected(
-                core, ns, skey, skey, key, scope, stored, core.ttl_ms(expires, now), expires
+                core, mem.identity, ns, skey, skey, key, scope, stored,
+                core.ttl_ms(expires, now), expires,
             )
             event.outcome = "written"
         core.owners.note(mem.identity, ns)
@@ -625,7 +626,9 @@ class MemoryTools:
         existed = False
         with core.audited("forget", mem.identity, scope, key) as event:
             for where in places:
-                existed |= _write_unless_protected(core, ns, where, skey, key, scope, None, None)
+                existed |= _write_unless_protected(
+                    core, mem.identity, ns, where, skey, key, scope, None, None
+                )
             event.outcome = "deleted" if existed else "absent"
         return {"success": True, "key": key, "scope": scope, "existed": existed}
 
@@ -707,6 +710,7 @@ def _check_replaceable(
 
 def _write_unless_protected(
     core: AccessorCore,
+    ident: Identity,
     ns: Namespace,
     where: str,
     skey: str,
@@ -733,16 +737,19 @@ def _write_unless_protected(
     for _attempt in range(_WRITE_ATTEMPTS):
         raw = store.get(where)
         if raw is None:
-            if stored is None or store.set(where, stored, ttl_ms=ttl_ms, only_if_absent=True):
+            if stored is None or core.write(
+                ident, ns, where, stored, ttl_ms=ttl_ms, only_if_absent=True
+            ):
                 return False
             continue  # written meanwhile: check what is there now
         live = _check_replaceable(core, ns, skey, raw, key, scope)
         if stored is None:
-            # Expired since the epoch, so every reader sees nothing from now on.
+            # Expired since the epoch, so every reader sees nothing from now on (and
+            # its owner's quota no longer counts it).  Never refused by a quota.
             gone = core.seal_checked(entry_json(None, None, 0, 0, 1, None), ns, skey)
-            if store.compare_and_set(where, raw, gone, ttl_ms=1):
+            if core.write(ident, ns, where, gone, ttl_ms=1, expected=raw, charge_only=True):
                 return live
-        elif store.compare_and_set(where, raw, stored, ttl_ms=ttl_ms):
+        elif core.write(ident, ns, where, stored, ttl_ms=ttl_ms, expected=raw):
             return live
     raise RememberStoreError(
         f"memory {key!r} changed {_WRITE_ATTEMPTS} times while a tool was writing it"

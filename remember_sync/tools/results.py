@@ -22,6 +22,7 @@ from ..errors import (
     RememberInputError,
     RememberInputTypeError,
     RememberIntegrityError,
+    RememberQuotaError,
     RememberScopeNotAllowedError,
     RememberStoreError,
 )
@@ -54,7 +55,8 @@ _INTEGRITY_ADVICE = (
 
 #: Errors the caller can act on: their code and message go back as they are.
 _CALLER_ERRORS: Final = (
-    RememberInputError, RememberInputTypeError, RememberScopeNotAllowedError, RememberIdentityError
+    RememberInputError, RememberInputTypeError, RememberScopeNotAllowedError, RememberIdentityError,
+    RememberQuotaError,
 )
 
 

@@ -1,0 +1,204 @@
+"""Owned writes (:class:`~remember_sync.stores.base.OwnedWrites`) of :class:`RedisStore`.
+
+The protocol and the ledger's layout are in :mod:`remember_sync.stores._quota_lua`:
+standalone and Sentinel servers run the quota check, the write (the same
+write script as an unowned write, wrapped) and the accounting in one script;
+a cluster reserves on the ledger's node before the write and restores the
+reservation when the write does not happen.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from ..errors import RememberStoreError
+from . import _quota_lua as quota_lua
+from .base import Quota, check_key, check_keys, check_write, group_by_index, quota_exceeded
+from .base import to_bytes as _b
+
+__all__ = ["OwnedRedisWrites", "quota_args"]
+
+log = logging.getLogger("remember_sync")
+
+_CHUNK = 1000
+_VERDICTS = {quota_lua.OVER_ENTRIES: "entries", quota_lua.OVER_BYTES: "bytes"}
+
+
+def quota_args(quota: Quota | None) -> list[str]:
+    """The entry and byte quotas as script arguments (``-1``: no bound)."""
+    entries, nbytes = quota if quota is not None else (None, None)
+    return ["-1" if entries is None else str(entries), "-1" if nbytes is None else str(nbytes)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _ledger_keys(owner: str) -> tuple[bytes, bytes]:
+    return _b(owner), _b(quota_lua.sizes_key(owner))
+
+
+def _ledger(owner: str) -> list[bytes]:
+    """The ledger's two keys as sent (cached: every write of an owner names them)."""
+    return list(_ledger_keys(owner))
+
+
+@functools.lru_cache(maxsize=64)
+def _quota_args_bytes(quota: Quota | None) -> tuple[bytes, ...]:
+    return tuple(_b(a) for a in quota_args(quota))
+
+
+def _quota_bytes(quota: Quota | None) -> list[bytes]:
+    """:func:`quota_args` as sent (cached per quota)."""
+    return list(_quota_args_bytes(quota))
+
+
+def refused(reply: int, quota: Quota | None) -> bool:
+    """Raise the quota error a script's *reply* stands for; else whether it wrote."""
+    which = _VERDICTS.get(reply)
+    if which is not None:
+        assert quota is not None
+        raise quota_exceeded(which, quota)
+    return reply == 1
+
+
+class OwnedRedisWrites:
+    """Mixed into :class:`~remember_sync.stores.redis.RedisStore`: the owned writes."""
+
+    _cluster: bool
+    _index_of: Any
+
+    def _eval_reply(
+        self, name: str, keys: list[bytes], args: list[bytes], operation: str
+    ) -> int:  # pragma: no cover - RedisStore's
+        raise NotImplementedError
+
+    def _script(
+        self, name: str, keys: list[bytes], args: list[bytes], operation: str
+    ) -> Any:  # pragma: no cover - RedisStore's
+        raise NotImplementedError
+
+    def set(
+        self, key: str, value: str, *, ttl_ms: int | None = None, only_if_absent: bool = False
+    ) -> bool:  # pragma: no cover - RedisStore's
+        raise NotImplementedError
+
+    def compare_and_set(
+        self, key: str, expected: str, value: str, *, ttl_ms: int | None = None
+    ) -> bool:  # pragma: no cover - RedisStore's
+        raise NotImplementedError
+
+    def delete(self, *keys: str) -> int:  # pragma: no cover - RedisStore's
+        raise NotImplementedError
+
+    def write_owned(
+        self,
+        key: str,
+        value: str,
+        *,
+        owner: str,
+        group: str | None = None,
+        quota: Quota | None = None,
+        ttl_ms: int | None = None,
+        only_if_absent: bool = False,
+        expected: str | None = None,
+    ) -> bool:
+        """:meth:`set` / :meth:`compare_and_set` charged to *owner* (one script; a
+        cluster: reserve, write, restore on failure).  *group* is unused: Redis never
+        evicts for the library."""
+        check_write(key, value, ttl_ms, "" if expected is None else expected)
+        check_key(owner)
+        if self._cluster:
+            return self._write_reserved(key, value, owner, quota, ttl_ms, only_if_absent, expected)
+        px = "" if ttl_ms is None else str(ttl_ms)
+        index = None if self._index_of is None else self._index_of(key)
+        if expected is None:
+            name, body = "QUOTA_SET", [value, px, "1" if only_if_absent else ""]
+        else:
+            name, body = "QUOTA_CAS", [expected, value, px]
+        keys = [_b(key)]
+        if index is not None:
+            name += "_INDEXED"
+            keys.append(_b(index))
+        keys += _ledger(owner)
+        args = [_b(a) for a in body]
+        reply = self._eval_reply(name, keys, args + _quota_bytes(quota), "SET (with quota)")
+        return refused(reply, quota)
+
+    def _write_reserved(
+        self,
+        key: str,
+        value: str,
+        owner: str,
+        quota: Quota | None,
+        ttl_ms: int | None,
+        only_if_absent: bool,
+        expected: str | None,
+    ) -> bool:
+        ledger = _ledger(owner)
+        size = len(_b(key)) + len(_b(value))
+        px = "" if ttl_ms is None else str(ttl_ms)
+        reserve = [key, str(size), px, *quota_args(quota)]
+        verdict, score, old_size, old_score = self._script(
+            "QUOTA_RESERVE", ledger, [_b(a) for a in reserve], "quota reserve"
+        )
+        refused(int(verdict), quota)
+        undo = [_b(key), _b(str(size)), _b(_text(score)), _b(_text(old_size)),
+                _b(_text(old_score))]  # fmt: skip
+        try:
+            if expected is None:
+                written = self.set(key, value, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
+            else:
+                written = self.compare_and_set(key, expected, value, ttl_ms=ttl_ms)
+        except Exception:
+            try:
+                self._script("QUOTA_RESTORE", ledger, undo, "quota restore")
+            except RememberStoreError as exc:
+                # The write's own error is what the caller needs; the charge stays (the
+                # owner pays for an entry that may not exist: the safe side).
+                log.warning("remember: a quota reservation could not be undone: %s", exc.message)
+            raise
+        if not written:
+            self._script("QUOTA_RESTORE", ledger, undo, "quota restore")
+        return written
+
+    def delete_owned(self, owner: str, *keys: str) -> int:
+        """:meth:`delete` refunding *owner*: in the same script on a standalone server,
+        after the ``UNLINK`` on a cluster."""
+        check_keys(keys)
+        check_key(owner)
+        if not keys:
+            return 0
+        ledger = _ledger(owner)
+        if self._cluster:
+            removed = self.delete(*keys)
+            for start in range(0, len(keys), _CHUNK):
+                dropped = [_b(k) for k in keys[start : start + _CHUNK]]
+                self._script("QUOTA_DROP", ledger, dropped, "quota drop")
+            return removed
+        groups: dict[str, list[str]] = {}
+        if self._index_of is None:
+            plain = list(dict.fromkeys(keys))
+        else:
+            groups, plain = group_by_index(keys, self._index_of)
+        removed = 0
+        for start in range(0, len(plain), _CHUNK):
+            entries = [_b(k) for k in plain[start : start + _CHUNK]]
+            removed += self._eval_reply("QUOTA_DELETE", ledger + entries, [], "UNLINK (with quota)")
+        for index, members in groups.items():
+            for start in range(0, len(members), _CHUNK):
+                entries = [_b(index), *(_b(k) for k in members[start : start + _CHUNK])]
+                removed += self._eval_reply(
+                    "QUOTA_DELETE_INDEXED", ledger + entries, [], "UNLINK (indexed, with quota)"
+                )
+        return removed
+
+    def owner_usage(self, owner: str) -> tuple[int, int]:
+        """The live entries and bytes charged to *owner* (expired ones pruned first)."""
+        check_key(owner)
+        ledger = _ledger(owner)
+        entries, nbytes = self._script("QUOTA_USAGE", ledger, [], "quota usage")
+        return int(entries), int(nbytes)
+
+
+def _text(reply: Any) -> str:
+    return reply.decode("ascii") if isinstance(reply, bytes) else str(reply)

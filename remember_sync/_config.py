@@ -56,6 +56,19 @@ AUTH_TOKENS_ENV = "REMEMBER_AUTH_TOKENS"
 MAX_BYTES_ENV = "REMEMBER_MAX_BYTES"
 MAX_ENTRIES_ENV = "REMEMBER_MAX_ENTRIES"
 MAX_VALUE_BYTES_ENV = "REMEMBER_MAX_VALUE_BYTES"
+#: ``max_bytes`` of the in-process memory store that ``serve`` and ``create_app``
+#: build (256 MiB): an HTTP server must not let anonymous callers grow it without
+#: limit.  ``--max-bytes`` / ``REMEMBER_MAX_BYTES`` change it.
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+#: ``max_entries`` of that store; ``--max-entries`` / ``REMEMBER_MAX_ENTRIES`` change it.
+DEFAULT_MAX_ENTRIES = 100_000
+#: The environment variable of each bound, and its default.
+BOUND_ENV = {
+    "max_bytes": (MAX_BYTES_ENV, DEFAULT_MAX_BYTES),
+    "max_entries": (MAX_ENTRIES_ENV, DEFAULT_MAX_ENTRIES),
+}
+#: Where ``serve`` and ``create_app`` answer MCP requests.
+DEFAULT_PATH = "/mcp"
 #: ``audit=True`` when ``init`` is not given ``audit``.
 AUDIT_ENV = "REMEMBER_AUDIT"
 #: Per-principal quotas read by ``serve`` and ``create_app`` (``--quota-entries``/``-bytes``).

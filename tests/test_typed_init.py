@@ -82,3 +82,16 @@ def test_dict_forms_keep_working() -> None:
     with RememberPlugin.init(tools=options, skip_legacy_purge=True) as plugin:  # type: ignore[arg-type]
         names = [tool["name"] for tool in plugin.tool_definitions()]
     assert "m_recall" in names
+
+
+def test_building_the_cli_parser_loads_no_mcp_module() -> None:
+    """``remember-sync <any command>`` parses its arguments without importing the MCP server."""
+    code = (
+        "import sys, remember_sync.cli as cli; cli.build_parser().parse_args(['stats']); "
+        "loaded = sorted(m for m in sys.modules if m.startswith('remember_sync.mcp') "
+        "or m == 'remember_sync.cli.serve'); print(loaded)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert run.stdout.strip() == "[]", run.stdout + run.stderr

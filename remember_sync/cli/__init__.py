@@ -40,7 +40,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every subcommand with its options and handler."""
-    from .serve import add_serve_command  # the MCP server is imported only to parse
+    from ._serve_args import add_serve_command  # the server itself: only when serve runs
 
     parser, commands = top_level()
     for add_group in (

@@ -22,7 +22,6 @@ from .protocol import INTERNAL_ERROR, INVALID_REQUEST, error_body
 
 log = logging.getLogger("remember_sync.mcp")
 
-DEFAULT_PATH = "/mcp"
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 _STATUS_TEXT = {
     200: "200 OK",

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _config
+from .._config import BOUND_ENV, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
 from ._ratelimit import check_rate
@@ -21,18 +22,6 @@ __all__ = [
     "create_app",
     "plugin_from_options",
 ]
-
-#: ``max_bytes`` of the in-process memory store that ``serve`` and ``create_app``
-#: build (256 MiB): an HTTP server must not let anonymous callers grow it without
-#: limit.  ``--max-bytes`` / ``REMEMBER_MAX_BYTES`` change it.
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-#: ``max_entries`` of that store; ``--max-entries`` / ``REMEMBER_MAX_ENTRIES`` change it.
-DEFAULT_MAX_ENTRIES = 100_000
-#: The environment variable of each bound, and its default.
-BOUND_ENV = {
-    "max_bytes": (_config.MAX_BYTES_ENV, DEFAULT_MAX_BYTES),
-    "max_entries": (_config.MAX_ENTRIES_ENV, DEFAULT_MAX_ENTRIES),
-}
 
 
 def plugin_from_options(

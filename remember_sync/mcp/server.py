@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from .. import _metrics
 from .._clock import Clock, system_clock
+from .._config import DEFAULT_PATH
 from .._secrets import resolve_keyring
 from .._sessions import SessionSigner
 from ..errors import (
@@ -37,7 +38,7 @@ from ..plugin import RememberPlugin
 from ..types import Identity
 from ._dispatch import ProtocolDispatch
 from ._ratelimit import RateLimiter
-from ._wsgi import DEFAULT_PATH, _Response, check_cors_origin, default_max_body_bytes
+from ._wsgi import _Response, check_cors_origin, default_max_body_bytes
 from .auth import FROM_HOST, PrincipalResolver, TokenVerifier, _FromHost, host_auth
 from .authoring import ToolContext, ToolFunction, UserTool
 from .protocol import INVALID_PARAMS

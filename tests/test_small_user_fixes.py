@@ -59,10 +59,13 @@ def test_help_cites_nothing_users_do_not_have() -> None:
         assert "SPEC" not in _help(command), command
 
 
-def test_reindex_help_does_not_list_secret_sources() -> None:
-    """reindex needs no secret, and its help says only that; commands that read values list them."""
-    reindex = _help("reindex")
-    assert "Needs no secret" in reindex and "Secrets come from" not in reindex
+def test_reindex_help_says_when_it_needs_a_secret() -> None:
+    """reindex needs a secret only with --embeddings, and its help says so next to the
+    sources; commands that read values list them."""
+    reindex = " ".join(_help("reindex").split())
+    assert "Without --embeddings it needs no secret" in reindex
+    assert "needs --embedder and the secret, from the sources below" in reindex
+    assert "Needs no secret" not in reindex
     assert "Secrets come from" in _help("rotate")
 
 

@@ -243,10 +243,9 @@ def random_iv() -> bytes:
 
     * threads and re-entrancy: the counter is advanced by one ``next()`` on an
       :func:`itertools.count`, a single C call that no other thread and no
-      signal handler can interleave with, so no two calls get the same number.
-      (An earlier design read a per-thread offset and stored the next one in two
-      steps; a signal handler sealing in between got the same IV -- issue 18,
-      item 3.)
+      signal handler can interleave with, so no two calls get the same number
+      (reading an offset and storing the next one in two steps would let a signal
+      handler sealing in between get the same IV).
     * forks: the child draws a new fixed field before it runs any code, so
       parent and child never share one; processes on other machines draw theirs
       independently (two of *k* processes share a field with probability about
@@ -255,7 +254,7 @@ def random_iv() -> bytes:
       :func:`os.urandom` call.
 
     No system call per write: ``os.urandom`` releases the GIL, and one call per
-    write made eight threads convoy (benchmark row 6 fell from 0.90x to 0.56x).
+    write makes concurrent writer threads convoy (docs/benchmarks.rst).
     The IV reveals which writes one process made, and in what order; nothing
     about the data.
     """

@@ -482,3 +482,12 @@ def test_concurrent_writers_keep_the_manifest_whole(verified: Factory) -> None:
         found = verified().remember.entries(scope="user")
     assert found.pop("total").value == 60
     assert sorted(found) == sorted(f"w{n}-{i}" for n in range(4) for i in range(15))
+
+
+def test_a_quota_with_verified_mode_is_refused_at_init(
+    make_plugin: Factory, redis_store: Store
+) -> None:
+    """Verified writes commit through the manifest, which charges no owner: a quota there
+    would silently not hold, so init refuses the pair, naming the option."""
+    with pytest.raises(RememberConfigurationError, match="'quota'.*verified"):
+        make_plugin(store=redis_store, integrity="verified", quota={"entries": 5})

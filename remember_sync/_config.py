@@ -90,6 +90,13 @@ WITNESS_ENV = "REMEMBER_WITNESS"
 METRICS_ENV = "REMEMBER_METRICS"
 #: The rate limit of ``serve`` and ``create_app`` (``60/minute``; ``serve --rate-limit``).
 RATE_LIMIT_ENV = "REMEMBER_RATE_LIMIT"
+#: The in-process ended-session table of ``serve`` and ``create_app`` (memory store only):
+#: its cap and each principal's share (``serve --max-ended-sessions`` and
+#: ``--max-ended-per-principal``), by :class:`~remember_sync.mcp.McpServer` argument.
+ENDED_ENV = {
+    "max_ended_sessions": "REMEMBER_MAX_ENDED_SESSIONS",
+    "max_ended_per_principal": "REMEMBER_MAX_ENDED_PER_PRINCIPAL",
+}
 
 #: Older secrets that still decrypt, comma-separated, newest first (after the current one).
 PREVIOUS_SECRETS_ENV = "REMEMBER_PREVIOUS_SECRETS"  # noqa: S105 - a variable name

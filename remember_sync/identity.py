@@ -25,6 +25,7 @@ __all__ = [
     "current_identity",
     "identity",
     "is_anonymous",
+    "principal_of",
     "resolve_namespace",
     "session_identity",
 ]
@@ -71,6 +72,25 @@ def _is_bound() -> bool:
 def is_anonymous(user_id: str | None) -> bool:
     """Whether *user_id* names no one: ``None``, empty, or an ``anon:`` id."""
     return not user_id or user_id.startswith("anon:")
+
+
+def principal_of(user_id: str | None, session_id: str | None) -> str | None:
+    """Who a caller is for its quota and its rate limit (``docs/many-users.rst``).
+
+    A signed-in caller (a *user_id* that is not anonymous: a token's principal,
+    an OAuth ``sub``, a host's user) is ``"user\x00" + user_id``, whatever its
+    session; an anonymous caller is its session, ``"session\x00" + session_id``;
+    an anonymous caller without one is ``None`` (it can write global scope only,
+    and the rate limiter counts it by its address).
+
+    :param session_id: a session the host *verified* (never one a client merely
+        sent); the stateless placeholder is no session.
+    """
+    if not is_anonymous(user_id):
+        return "user\x00" + str(user_id)
+    if session_id and session_id != STATELESS_SESSION_ID:
+        return "session\x00" + session_id
+    return None
 
 
 def session_identity(ident: Identity) -> str | None:

@@ -22,6 +22,7 @@ from .types import Identity, Namespace, Scope
 
 __all__ = [
     "STATELESS_SESSION_ID",
+    "STATELESS_USER_PREFIX",
     "current_identity",
     "identity",
     "is_anonymous",
@@ -32,6 +33,8 @@ __all__ = [
 
 #: The session id stateless transports inject into every request; never an identity.
 STATELESS_SESSION_ID = "__stateless__"
+#: The session identity of a signed-in caller without a verified session, before its user id.
+STATELESS_USER_PREFIX = "stateless-user:"
 
 _EMPTY = Identity()
 _current: ContextVar[Identity | None] = ContextVar("remember_sync.identity", default=None)
@@ -99,7 +102,7 @@ def session_identity(ident: Identity) -> str | None:
     if sid and sid != STATELESS_SESSION_ID:
         return sid
     if not is_anonymous(ident.user_id):
-        return f"stateless-user:{ident.user_id}"
+        return STATELESS_USER_PREFIX + str(ident.user_id)
     return None
 
 

@@ -12,6 +12,8 @@ import argparse
 from .._config import (
     BOUND_ENV,
     DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENDED_PER_PRINCIPAL,
+    DEFAULT_MAX_ENDED_SESSIONS,
     DEFAULT_MAX_ENTRIES,
     DEFAULT_PATH,
     ENDED_ENV,
@@ -24,7 +26,6 @@ from .._config import (
 )
 from .._core import DEFAULT_MAX_VALUE_BYTES
 from ..errors import RememberError
-from ..mcp.revocations import DEFAULT_MAX_LOCAL, DEFAULT_MAX_PER_PRINCIPAL
 from ._common import _flag, _redis_url
 from ._parser import Commands, _int_at_least
 
@@ -266,9 +267,8 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         type=_positive,
         metavar="N",
         help="in-process memory store: how many ended sessions (DELETE) the server remembers "
-        f"at once (default: ${ENDED_ENV['max_ended_sessions']} or {DEFAULT_MAX_LOCAL}); when "
-        "full, DELETE "
-        "answers 503",
+        f"at once (default: ${ENDED_ENV['max_ended_sessions']} or "
+        f"{DEFAULT_MAX_ENDED_SESSIONS}); when full, DELETE answers 503",
     )
     parser.add_argument(
         "--max-ended-per-principal",
@@ -276,7 +276,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="N",
         help="each caller's (principal's) share of those, every anonymous caller together "
         f"counting as one (default: ${ENDED_ENV['max_ended_per_principal']} or "
-        f"{DEFAULT_MAX_PER_PRINCIPAL}); a "
+        f"{DEFAULT_MAX_ENDED_PER_PRINCIPAL}); a "
         "caller that fills its share gets 503 for its own DELETE, nobody else does",
     )
     parser.add_argument(

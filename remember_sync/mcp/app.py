@@ -84,11 +84,8 @@ def plugin_from_options(
         )
     if max_value_bytes is not None:
         options["max_value_bytes"] = max_value_bytes
-    quota = {"entries": quota_entries, "bytes": quota_bytes}
-    for part, name in (("entries", _config.QUOTA_ENTRIES_ENV), ("bytes", _config.QUOTA_BYTES_ENV)):
-        if quota[part] is None:
-            quota[part] = _config.env_whole(env, name, minimum=1, unit="a whole number")
-    if quota["entries"] is not None or quota["bytes"] is not None:
+    quota = _config.quota_settings(env, quota_entries, quota_bytes)
+    if quota is not None:
         options["quota"] = quota
     if store.kind == "redis":
         options.update(type="redis", config={"url": store.redis_url})

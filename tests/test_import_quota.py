@@ -163,6 +163,21 @@ def test_an_import_over_the_quota_writes_nothing_beyond_it_unless_told(
     target.close()
 
 
+def test_a_record_naming_an_anonymous_user_is_imported_uncharged(
+    new_store: Callable[[], Store],
+) -> None:
+    """A hand-made user-scope record of an ``anon:`` user (no write of the library makes one)
+    is imported uncharged and named, never charged to a shared made-up principal."""
+    target = _plugin(new_store(), {"entries": 1})
+    line = json.dumps({"scope": "user", "user": "anon:x", "key": "k", "value": 1,
+                       "createdAt": 1, "updatedAt": 1})  # fmt: skip
+    records = parse_records([line, line.replace('"k"', '"k2"')])
+    result = import_entries(target._core, records)
+    assert (result.imported, result.uncharged, result.over_quota) == (2, 2, 0)
+    assert usage(target, "session\x00") == (0, 0)
+    target.close()
+
+
 def test_import_without_a_quota_charges_no_one(new_store: Callable[[], Store]) -> None:
     """No quota configured: the import writes as before and keeps no ledger."""
     source = _plugin(new_store(), {"entries": 10})

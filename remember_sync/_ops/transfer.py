@@ -270,10 +270,10 @@ class _Principals:
     def of(self, ns: Namespace) -> Identity | None:
         """An identity the core charges as *ns*'s principal; ``None`` when unknown."""
         session = ns.session
-        if session is None:  # user or global scope
-            return Identity(user_id=ns.user)
-        if session.startswith(STATELESS_USER_PREFIX):
-            return Identity(user_id=session[len(STATELESS_USER_PREFIX) :])
+        if session is None or session.startswith(STATELESS_USER_PREFIX):
+            user = ns.user if session is None else session[len(STATELESS_USER_PREFIX) :]
+            # An anonymous user id names no one (no write of the library makes such a record).
+            return None if is_anonymous(user) else Identity(user_id=user)
         if session not in self._sessions:
             self._sessions[session] = self._session_owner(session)
         return self._sessions[session]

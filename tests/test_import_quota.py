@@ -250,3 +250,17 @@ def test_remember_sync_import_reports_entries_over_the_quota(
         for store in (source_store, target_store):
             store.client.flushdb()
             store.close()
+
+
+def test_ignore_quota_without_a_quota_is_a_usage_error(tmp_path: Path) -> None:
+    """``--ignore-quota`` needs the server's quota to charge against: exit 2, nothing opened."""
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text("", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "remember_sync", "import", str(dump), "--redis-url",
+         "redis://127.0.0.1:1/0", "--ignore-quota"],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "REMEMBER_SECRET": TEST_SECRET},
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--ignore-quota" in done.stderr and "REMEMBER_QUOTA_ENTRIES" in done.stderr

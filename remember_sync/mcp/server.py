@@ -117,6 +117,8 @@ class McpServer(ProtocolDispatch):
         sessions this server remembers at once (each until its signed lifetime
         ends); when full, ``DELETE`` answers ``503`` (see
         :mod:`remember_sync.mcp.revocations`).  Shared stores have no such cap.
+        ``create_app`` and ``serve`` read both from ``REMEMBER_MAX_ENDED_SESSIONS``
+        and ``REMEMBER_MAX_ENDED_PER_PRINCIPAL`` (``serve``: ``--max-ended-*``).
     :param max_ended_per_principal: each principal's share of those (every
         anonymous caller together is one): a caller that fills its share gets
         ``503`` for its own ``DELETE`` while everyone else can still end theirs.

@@ -65,8 +65,8 @@ def _one_session_write(url: str, token: str, key: str) -> str | None:
         caller.close()
 
 
-def _delete_answer(url: str, session_id: str, token: str) -> tuple[int, str]:
-    """DELETE *session_id*; the status and the body text."""
+def _delete_answer(url: str, session_id: str, token: str) -> tuple[int, str, str | None]:
+    """DELETE *session_id*; the status, the body text and the Retry-After header."""
     parts = urlsplit(url)
     assert parts.hostname is not None and parts.port is not None
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
@@ -76,7 +76,8 @@ def _delete_answer(url: str, session_id: str, token: str) -> tuple[int, str]:
             headers={"Mcp-Session-Id": session_id, "Authorization": f"Bearer {token}"},
         )  # fmt: skip
         response = conn.getresponse()
-        return response.status, response.read().decode("utf-8", "replace")
+        body = response.read().decode("utf-8", "replace")
+        return response.status, body, response.getheader("Retry-After")
     finally:
         conn.close()
 
@@ -137,8 +138,8 @@ def _fill_mallorys_share_then_alice_ends_hers(url: str, share: int) -> None:
         assert _delete(url, mallory.headers["Mcp-Session-Id"], MALLORY) == 204, n
         mallory.close()
     refused = Caller(url, MALLORY)
-    status, body = _delete_answer(url, refused.headers["Mcp-Session-Id"], MALLORY)
-    assert status == 503, body
+    status, body, retry_after = _delete_answer(url, refused.headers["Mcp-Session-Id"], MALLORY)
+    assert (status, retry_after) == (503, "60"), body
     assert "REMEMBER_ENDED_SESSIONS_FULL" not in body  # the documented message, no code
     assert f"already has {share} ended sessions" in body and "not ended" in body, body
     # Her session stays live (she was told it was not ended).

@@ -90,6 +90,17 @@ WITNESS_ENV = "REMEMBER_WITNESS"
 METRICS_ENV = "REMEMBER_METRICS"
 #: The rate limit of ``serve`` and ``create_app`` (``60/minute``; ``serve --rate-limit``).
 RATE_LIMIT_ENV = "REMEMBER_RATE_LIMIT"
+#: The in-process ended-session table of ``serve`` and ``create_app`` (memory store only):
+#: its cap and each principal's share (``serve --max-ended-sessions`` and
+#: ``--max-ended-per-principal``), by :class:`~remember_sync.mcp.McpServer` argument.
+ENDED_ENV = {
+    "max_ended_sessions": "REMEMBER_MAX_ENDED_SESSIONS",
+    "max_ended_per_principal": "REMEMBER_MAX_ENDED_PER_PRINCIPAL",
+}
+#: Their defaults: about 33 MB of records at most (some 330 bytes each), and each
+#: principal's (or all anonymous callers' together) share of them.
+DEFAULT_MAX_ENDED_SESSIONS = 100_000
+DEFAULT_MAX_ENDED_PER_PRINCIPAL = 10_000
 
 #: Older secrets that still decrypt, comma-separated, newest first (after the current one).
 PREVIOUS_SECRETS_ENV = "REMEMBER_PREVIOUS_SECRETS"  # noqa: S105 - a variable name
@@ -193,6 +204,21 @@ def env_scopes(env: Mapping[str, str], name: str = ALLOWED_SCOPES_ENV) -> list[s
     """
     text = _get(env, name)
     return scope_list(text, name) if text.strip(", ") else None
+
+
+def quota_settings(
+    env: Mapping[str, str], entries: int | None = None, nbytes: int | None = None
+) -> dict[str, int | None] | None:
+    """Every principal's quota: *entries* and *nbytes* (flags, arguments), else
+    ``REMEMBER_QUOTA_ENTRIES`` and ``REMEMBER_QUOTA_BYTES``; ``None`` when neither is set.
+
+    :raises RememberConfigurationError: a variable that is not a whole number >= 1.
+    """
+    quota = {"entries": entries, "bytes": nbytes}
+    for part, name in (("entries", QUOTA_ENTRIES_ENV), ("bytes", QUOTA_BYTES_ENV)):
+        if quota[part] is None:
+            quota[part] = env_whole(env, name, minimum=1, unit="a whole number")
+    return None if quota["entries"] is None and quota["bytes"] is None else quota
 
 
 def env_rate_limit(env: Mapping[str, str]) -> str | None:

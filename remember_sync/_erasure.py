@@ -37,7 +37,7 @@ from ._codec import EntryCodec
 from ._crypto import b64url_encode, open_sealed, seal
 from ._keys import glob_escape, parse_storage_key
 from .errors import RememberDecryptionError, RememberInputError
-from .identity import current_identity
+from .identity import STATELESS_USER_PREFIX, current_identity
 from .stores.base import Store
 from .types import ErasureReceipt, Identity, Namespace
 
@@ -55,7 +55,7 @@ OWNER_HEAD = "__owner__:"
 _OWNER_INFO = b"remember:owner-records:v1"
 _SEAL_INFO = b"remember:owner-records-seal:v1"
 _RECEIPT_INFO = b"remember:erasure-receipt:v1"
-_STATELESS = "stateless-user:"
+_STATELESS = STATELESS_USER_PREFIX
 #: (user, session) pairs whose record this process already wrote (oldest forgotten first).
 _NOTED = 8192
 #: Milliseconds before a noted pair is written again (``SET NX``: a no-op while the

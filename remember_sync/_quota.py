@@ -29,7 +29,7 @@ from typing import Any
 from ._bounded import BoundedCache
 from ._crypto import Keyring, b64url_encode
 from .errors import RememberConfigurationError
-from .identity import current_identity, is_anonymous
+from .identity import current_identity, principal_of
 from .stores.base import Quota
 from .types import Identity, Namespace
 
@@ -113,18 +113,19 @@ class Owners:
         cache_key = (user, ns.session)
         found = self._tags.get(cache_key)
         if found is None:
-            if not is_anonymous(user):
-                assert user is not None
-                principal = "user\x00" + user
-            else:
-                principal = "session\x00" + (ns.session or "")
-            tag = self._head + "{" + self._digest(principal) + "}"
+            # A session or tool namespace always has a session (resolve_namespace).
+            principal = principal_of(user, ns.session) or "session\x00"
+            tag = self.tag(principal)
             found = (tag, tag if principal.startswith("user") else self.anonymous)
             self._tags.put(cache_key, found)
         return found
 
-    def _digest(self, principal: str) -> str:
+    def tag(self, principal: str) -> str:
+        """The owner tag of *principal* (as :func:`~remember_sync.identity.principal_of`
+        names it): the key of its ledger, naming no one without the secret."""
         data = _MESSAGE + principal.encode("utf-8", "surrogatepass")
         if self._keyring is not None:
-            return b64url_encode(self._keyring.hmac(data)[:16])
-        return b64url_encode(hashlib.blake2b(data, digest_size=16).digest())
+            digest = b64url_encode(self._keyring.hmac(data)[:16])
+        else:
+            digest = b64url_encode(hashlib.blake2b(data, digest_size=16).digest())
+        return self._head + "{" + digest + "}"

@@ -125,6 +125,20 @@ class SessionSigner:
             self._message(nonce, issued, principal), mac, legacy=version == _LEGACY_VERSION
         )
 
+    def signed_for(self, session_id: str, principal: str | None) -> bool:
+        """Whether a configured secret issued *session_id* to *principal*, whatever its age.
+
+        For operator tools telling whose a stored session namespace is (an entry
+        outlives its session's lifetime); never for admitting a request, which
+        :meth:`verify` decides.
+        """
+        parts = session_id.split(".")
+        try:
+            issued_ms = int(parts[2], 16) if len(parts) == 4 else None
+        except ValueError:
+            issued_ms = None
+        return issued_ms is not None and self.verify(session_id, principal, now_ms=issued_ms)
+
     def deadline_ms(self, session_id: str) -> int | None:
         """The epoch millisecond after which *session_id* no longer verifies (``None``: never).
 

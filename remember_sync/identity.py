@@ -22,15 +22,19 @@ from .types import Identity, Namespace, Scope
 
 __all__ = [
     "STATELESS_SESSION_ID",
+    "STATELESS_USER_PREFIX",
     "current_identity",
     "identity",
     "is_anonymous",
+    "principal_of",
     "resolve_namespace",
     "session_identity",
 ]
 
 #: The session id stateless transports inject into every request; never an identity.
 STATELESS_SESSION_ID = "__stateless__"
+#: The session identity of a signed-in caller without a verified session, before its user id.
+STATELESS_USER_PREFIX = "stateless-user:"
 
 _EMPTY = Identity()
 _current: ContextVar[Identity | None] = ContextVar("remember_sync.identity", default=None)
@@ -73,13 +77,32 @@ def is_anonymous(user_id: str | None) -> bool:
     return not user_id or user_id.startswith("anon:")
 
 
+def principal_of(user_id: str | None, session_id: str | None) -> str | None:
+    """Who a caller is for its quota and its rate limit (``docs/many-users.rst``).
+
+    A signed-in caller (a *user_id* that is not anonymous: a token's principal,
+    an OAuth ``sub``, a host's user) is ``"user\x00" + user_id``, whatever its
+    session; an anonymous caller is its session, ``"session\x00" + session_id``;
+    an anonymous caller without one is ``None`` (it can write global scope only,
+    and the rate limiter counts it by its address).
+
+    :param session_id: a session the host *verified* (never one a client merely
+        sent); the stateless placeholder is no session.
+    """
+    if not is_anonymous(user_id):
+        return "user\x00" + str(user_id)
+    if session_id and session_id != STATELESS_SESSION_ID:
+        return "session\x00" + session_id
+    return None
+
+
 def session_identity(ident: Identity) -> str | None:
     """The session identity: the verified session, else ``stateless-user:<user>``, else None."""
     sid = ident.session_id
     if sid and sid != STATELESS_SESSION_ID:
         return sid
     if not is_anonymous(ident.user_id):
-        return f"stateless-user:{ident.user_id}"
+        return STATELESS_USER_PREFIX + str(ident.user_id)
     return None
 
 

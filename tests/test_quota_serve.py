@@ -65,7 +65,8 @@ def _one_session_write(url: str, token: str, key: str) -> str | None:
         caller.close()
 
 
-def _delete(url: str, session_id: str, token: str) -> int:
+def _delete_answer(url: str, session_id: str, token: str) -> tuple[int, str, str | None]:
+    """DELETE *session_id*; the status, the body text and the Retry-After header."""
     parts = urlsplit(url)
     assert parts.hostname is not None and parts.port is not None
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
@@ -75,10 +76,14 @@ def _delete(url: str, session_id: str, token: str) -> int:
             headers={"Mcp-Session-Id": session_id, "Authorization": f"Bearer {token}"},
         )  # fmt: skip
         response = conn.getresponse()
-        response.read()
-        return response.status
+        body = response.read().decode("utf-8", "replace")
+        return response.status, body, response.getheader("Retry-After")
     finally:
         conn.close()
+
+
+def _delete(url: str, session_id: str, token: str) -> int:
+    return _delete_answer(url, session_id, token)[0]
 
 
 def _alice_notes(url: str) -> Caller:
@@ -125,34 +130,85 @@ def test_quota_refuses_mallory_and_keeps_alices_notes(
     alice.close()
 
 
+def _fill_mallorys_share_then_alice_ends_hers(url: str, share: int) -> None:
+    """Mallory ends *share* sessions of her own (204), then is refused (503, her session stays
+    live); Alice's DELETE still answers 204 and her session is gone (404)."""
+    for n in range(share):
+        mallory = Caller(url, MALLORY)
+        assert _delete(url, mallory.headers["Mcp-Session-Id"], MALLORY) == 204, n
+        mallory.close()
+    refused = Caller(url, MALLORY)
+    status, body, retry_after = _delete_answer(url, refused.headers["Mcp-Session-Id"], MALLORY)
+    assert (status, retry_after) == (503, "60"), body
+    assert "REMEMBER_ENDED_SESSIONS_FULL" not in body  # the documented message, no code
+    assert f"already has {share} ended sessions" in body and "not ended" in body, body
+    # Her session stays live (she was told it was not ended).
+    assert refused.tool("recall", {"key": "k"})["isError"] is False
+    refused.close()
+    alice = Caller(url, ALICE)
+    sid = alice.headers["Mcp-Session-Id"]
+    assert _delete(url, sid, ALICE) == 204
+    alice.close()
+    again = Caller(url, ALICE)
+    again.headers["Mcp-Session-Id"] = sid
+    status, _, _ = again._post({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
+    assert status == 404  # ended for good
+    assert _delete(url, sid, ALICE) == 404  # and cannot be ended twice
+    again.close()
+
+
 def test_filling_ones_share_of_ended_sessions_never_stops_another_caller(
+    request: pytest.FixtureRequest, tokens_file: Path
+) -> None:
+    """serve --max-ended-sessions 40 --max-ended-per-principal 10 (a real process): Mallory
+    fills her share and gets 503; Alice's DELETE is 204 and ends her session."""
+    served = request.getfixturevalue("start_serve")(
+        "--auth-tokens", str(tokens_file),
+        "--max-ended-sessions", "40", "--max-ended-per-principal", "10",
+    )  # fmt: skip
+    _fill_mallorys_share_then_alice_ends_hers(served.url, 10)
+
+
+def test_serve_reads_the_ended_session_caps_from_the_environment(
+    request: pytest.FixtureRequest, tokens_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """REMEMBER_MAX_ENDED_PER_PRINCIPAL=5 gives every principal a share of 5 ended sessions."""
+    monkeypatch.setenv("REMEMBER_MAX_ENDED_SESSIONS", "40")
+    monkeypatch.setenv("REMEMBER_MAX_ENDED_PER_PRINCIPAL", "5")
+    served = request.getfixturevalue("start_serve")("--auth-tokens", str(tokens_file))
+    _fill_mallorys_share_then_alice_ends_hers(served.url, 5)
+
+
+def test_create_app_reads_the_ended_session_caps(
     monkeypatch: pytest.MonkeyPatch, tokens_file: Path
 ) -> None:
-    """Mallory ends sessions until her share is full (503 for her); Alice's DELETE is 204."""
+    """create_app: the variables, overridden by McpServer arguments (a threaded server)."""
     monkeypatch.setenv("REMEMBER_SECRET", TEST_SECRET)
-    app = create_app(
-        auth_tokens=str(tokens_file), max_ended_sessions=40, max_ended_per_principal=10
-    )
+    env = {"REMEMBER_SECRET": TEST_SECRET, "REMEMBER_MAX_ENDED_PER_PRINCIPAL": "3"}
+    app = create_app(auth_tokens=str(tokens_file), environ=env)
+    try:
+        assert (app._ended.max_local, app._ended.max_per_principal) == (100_000, 3)
+    finally:
+        app.close()
+    app = create_app(auth_tokens=str(tokens_file), environ=env, max_ended_per_principal=4)
     with threaded(app) as client:
-        url = client.url
-        for n in range(10):
-            mallory = Caller(url, MALLORY)
-            assert _delete(url, mallory.headers["Mcp-Session-Id"], MALLORY) == 204, n
-            mallory.close()
-        refused = Caller(url, MALLORY)
-        assert _delete(url, refused.headers["Mcp-Session-Id"], MALLORY) == 503
-        # Her session stays live (she was told it was not ended).
-        assert refused.tool("recall", {"key": "k"})["isError"] is False
-        refused.close()
-        alice = Caller(url, ALICE)
-        sid = alice.headers["Mcp-Session-Id"]
-        assert _delete(url, sid, ALICE) == 204
-        alice.close()
-        again = Caller(url, ALICE)
-        again.headers["Mcp-Session-Id"] = sid
-        status, _, _ = again._post({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
-        assert status == 404  # ended for good
-        again.close()
+        _fill_mallorys_share_then_alice_ends_hers(client.url, 4)
+
+
+def test_ended_session_caps_are_refused_with_a_shared_store(redis_url: str) -> None:
+    """On Redis the ended sessions live in the store with no cap: asking for one is an error
+    (serve exits 1 naming the flag; create_app raises naming the variable)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--redis-url",
+         redis_url, "--max-ended-per-principal", "10"],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "REMEMBER_SECRET": TEST_SECRET},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "--max-ended-per-principal" in done.stderr and "memory store" in done.stderr
+    env = {"REMEMBER_SECRET": TEST_SECRET, "REMEMBER_MAX_ENDED_SESSIONS": "10"}
+    with pytest.raises(RememberConfigurationError, match="REMEMBER_MAX_ENDED_SESSIONS"):
+        create_app(environ=env, redis_url=redis_url)
 
 
 @pytest.fixture
@@ -218,17 +274,23 @@ def test_create_app_reads_the_quota_from_the_environment_and_arguments() -> None
 @pytest.mark.parametrize(
     ("env", "named"),
     [({"REMEMBER_QUOTA_ENTRIES": "0"}, "REMEMBER_QUOTA_ENTRIES"),
-     ({"REMEMBER_QUOTA_BYTES": "lots"}, "REMEMBER_QUOTA_BYTES")],
+     ({"REMEMBER_QUOTA_BYTES": "lots"}, "REMEMBER_QUOTA_BYTES"),
+     ({"REMEMBER_MAX_ENDED_SESSIONS": "0"}, "REMEMBER_MAX_ENDED_SESSIONS"),
+     ({"REMEMBER_MAX_ENDED_PER_PRINCIPAL": "many"}, "REMEMBER_MAX_ENDED_PER_PRINCIPAL")],
 )
-def test_create_app_rejects_a_bad_quota(env: dict[str, str], named: str) -> None:
-    """A bad quota variable raises naming it."""
+def test_create_app_rejects_a_bad_quota_or_cap(env: dict[str, str], named: str) -> None:
+    """A bad quota or ended-session cap variable raises naming it."""
     with pytest.raises(RememberConfigurationError, match=named):
         create_app(environ={"REMEMBER_SECRET": TEST_SECRET, **env})
 
 
-@pytest.mark.parametrize("flag", ["--quota-entries", "--quota-bytes"])
+@pytest.mark.parametrize(
+    "flag",
+    ["--quota-entries", "--quota-bytes", "--max-ended-sessions", "--max-ended-per-principal"],
+)
 def test_serve_rejects_a_bad_quota_flag(tmp_path: Path, flag: str) -> None:
-    """serve --quota-entries 0 is a usage error naming the flag; nothing starts."""
+    """serve --quota-entries 0 (or a cap of 0) is a usage error naming the flag; nothing
+    starts."""
     done = subprocess.run(
         [sys.executable, "-m", "remember_sync", "serve", "--port", "0", flag, "0"],
         cwd=tmp_path,

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from .._audit import trail_exists
 from .._clock import system_clock
 from .._config import KV_TOKEN_ENV, StoreKind, previous_secrets
-from .._options import EncryptionOptions
+from .._options import EncryptionOptions, QuotaOptions
 from .._secrets import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
@@ -180,6 +180,7 @@ def build_plugin(
     on_decrypt_error: Literal["warn", "raise"] = "warn",
     read_doubled_prefix: bool = False,
     audit: bool | None = None,
+    quota: Mapping[str, int | None] | None = None,
 ) -> Opened:
     """A plugin over *store* with the operator's secrets, never arming the purge.
 
@@ -193,7 +194,9 @@ def build_plugin(
     secrets in ``REMEMBER_PREVIOUS_SECRETS`` are added after a file's secret too.
 
     The plugin does not own *store*: the caller closes it.  *read_doubled_prefix*
-    is the application's option of that name (``--read-doubled-prefix``).
+    is the application's option of that name (``--read-doubled-prefix``);
+    *quota* the application's too (``import`` charges its writes to their
+    principals and keeps to it).
 
     :raises RememberConfigurationError: no usable secret.
     """
@@ -229,6 +232,9 @@ def build_plugin(
         on_decrypt_error=on_decrypt_error,
         read_doubled_prefix=read_doubled_prefix,
         audit=audit if audit is not None else _trail_found(store, prefix, secrets),
+        quota=None if quota is None else QuotaOptions(
+            entries=quota.get("entries"), bytes=quota.get("bytes")
+        ),
     )
     if plugin.keyring is not None and source == "disabled":
         source = plugin.keyring.source  # env:<NAME>, resolved by the library

@@ -8,21 +8,32 @@ another prefix.  In a decrypted record ``storageKey`` is informational;
 Deadlines are absolute (``expiresAt``, epoch ms), and export must decrypt an
 entry to learn its deadline: one that does not decrypt is reported and left
 out, never exported with a made-up lifetime.
+
+With a quota configured (``RememberPlugin.init(quota=...)``; the command reads
+the server's ``REMEMBER_QUOTA_*``), import charges every entry to its
+principal through the core's own write, and an entry that would take its
+principal over the quota is not written (``ignore_quota``: written and charged
+all the same).  A record names its namespace, not its principal; the
+principal is read from it as far as it tells (:class:`_Principals`), and an
+entry whose owner it does not tell is written uncharged and reported.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from .._codec import check_json_value
 from .._core import AccessorCore
+from .._crypto import Keyring
 from .._keys import check_key, parse_storage_key, storage_key
 from .._progress import Progress
-from ..errors import RememberDecryptionError, RememberError, RememberInputError
-from ..types import SCOPES, Namespace, RememberEntry
+from .._sessions import SessionSigner
+from ..errors import RememberDecryptionError, RememberError, RememberInputError, RememberQuotaError
+from ..identity import STATELESS_USER_PREFIX, is_anonymous
+from ..types import SCOPES, Identity, Namespace, RememberEntry
 from .context import json_line
 from .walk import Report, walk_entries
 
@@ -121,6 +132,12 @@ class ImportResult(Report):
     unreadable: int = 0
     existing_keys: list[str] = field(default_factory=list)
     unreadable_keys: list[str] = field(default_factory=list)
+    #: Entries not written: they would take their principal over its quota.
+    over_quota: int = 0
+    over_quota_keys: list[str] = field(default_factory=list)
+    #: Entries written without a charge: the record does not tell whose they are.
+    uncharged: int = 0
+    uncharged_keys: list[str] = field(default_factory=list)
 
 
 def _bad(line: int, message: str) -> RememberInputError:
@@ -226,11 +243,59 @@ def parse_records(lines: Iterable[str]) -> list[ImportRecord]:
     return records
 
 
+class _Principals:
+    """Whose each imported entry is, as far as the records tell.
+
+    The principal is :func:`~remember_sync.identity.principal_of`'s: a user-scope
+    entry is its user's, and so is one under a ``stateless-user:<user>`` session;
+    an entry of an MCP session is the session's when a configured secret signed
+    that session id for an anonymous caller, else the user's it was signed for,
+    among the users the records name (one HMAC per such user, once per session).
+    A host's own session id, or an MCP session of a user the records name
+    nowhere, does not tell: ``None``.
+    """
+
+    def __init__(self, keyring: Keyring | None, records: Sequence[ImportRecord]) -> None:
+        self._signer = None if keyring is None else SessionSigner(keyring)
+        users: set[str] = set()
+        for rec in records:
+            user, session = rec.namespace.user, rec.namespace.session or ""
+            if session.startswith(STATELESS_USER_PREFIX):
+                user = session[len(STATELESS_USER_PREFIX) :]
+            if user is not None and not is_anonymous(user):
+                users.add(user)
+        self._users = sorted(users)
+        self._sessions: dict[str, Identity | None] = {}
+
+    def of(self, ns: Namespace) -> Identity | None:
+        """An identity the core charges as *ns*'s principal; ``None`` when unknown."""
+        session = ns.session
+        if session is None or session.startswith(STATELESS_USER_PREFIX):
+            user = ns.user if session is None else session[len(STATELESS_USER_PREFIX) :]
+            # An anonymous user id names no one (no write of the library makes such a record).
+            return None if is_anonymous(user) else Identity(user_id=user)
+        if session not in self._sessions:
+            self._sessions[session] = self._session_owner(session)
+        return self._sessions[session]
+
+    def _session_owner(self, session: str) -> Identity | None:
+        signer = self._signer
+        if signer is None:
+            return None
+        if signer.signed_for(session, None):
+            return Identity(session_id=session)
+        for user in self._users:
+            if signer.signed_for(session, user):
+                return Identity(session_id=session, user_id=user)
+        return None
+
+
 def import_entries(
     core: AccessorCore,
     records: list[ImportRecord],
     *,
     overwrite: bool = False,
+    ignore_quota: bool = False,
     progress_stream: TextIO | None = None,
 ) -> ImportResult:
     """Store *records* under the core's prefix.
@@ -238,10 +303,13 @@ def import_entries(
     Every record is checked first (envelopes must decrypt with the configured
     secrets; decrypted records are encrypted), then written.  Without
     *overwrite* a key that exists is left alone (only-if-absent) and reported.
+    With a quota configured each entry is charged to its principal (see the
+    module); one that would take it over the quota is not written and is
+    reported, unless *ignore_quota* (then it is written and charged).
     """
     result = ImportResult()
     prefix = core.prefix
-    ready: list[tuple[str, str, int | None]] = []
+    ready: list[tuple[Namespace, str, str, int | None]] = []
     for rec in records:
         skey = storage_key(prefix, rec.namespace, rec.key)
         if rec.stored is not None:
@@ -250,25 +318,43 @@ def import_entries(
             except RememberDecryptionError:
                 result.note("unreadable", skey)
                 continue
-            ready.append((skey, rec.stored, entry.expires_at))
+            ready.append((rec.namespace, skey, rec.stored, entry.expires_at))
         else:
             assert rec.entry is not None
             try:
                 stored = core.encode_checked(rec.entry, rec.namespace, skey)
             except RememberError as exc:
                 raise _bad(rec.line, exc.message) from None
-            ready.append((skey, stored, rec.entry.expires_at))
+            ready.append((rec.namespace, skey, stored, rec.entry.expires_at))
+    principals = None if core.charges is None else _Principals(core.codec.keyring, records)
     with Progress(len(ready), "import", stream=progress_stream) as bar:
-        for skey, stored, expires_at in ready:
+        for ns, skey, stored, expires_at in ready:
+            bar.advance()
             now = core.clock()
             ttl_ms = core.ttl_ms(expires_at, now)
             if expires_at is not None and expires_at <= now:
                 result.expired += 1
-            elif core.store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=not overwrite):
-                result.imported += 1
-            else:
+                continue
+            owner = None if principals is None or ns.scope == "global" else principals.of(ns)
+            try:
+                if owner is not None:
+                    written = core.write(
+                        owner, ns, skey, stored, ttl_ms=ttl_ms, only_if_absent=not overwrite,
+                        charge_only=ignore_quota,
+                    )  # fmt: skip
+                else:
+                    written = core.store.set(
+                        skey, stored, ttl_ms=ttl_ms, only_if_absent=not overwrite
+                    )
+            except RememberQuotaError:
+                result.note("over_quota", skey)
+                continue
+            if not written:
                 result.note("existing", skey)
-            bar.advance()
+                continue
+            result.imported += 1
+            if principals is not None and owner is None and ns.scope != "global":
+                result.note("uncharged", skey)
     if core.audit is not None:
         core.audit.record("import", None, None, outcome="imported", count=result.imported)
     return result

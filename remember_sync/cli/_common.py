@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TextIO, TypeVar
 
 from .._config import check_redis_url
@@ -66,6 +66,7 @@ def _opened(
     on_decrypt_error: Literal["warn", "raise"] = "warn",
     writes: bool = False,
     audit: bool | None = None,
+    quota: Mapping[str, int | None] | None = None,
 ) -> Iterator[Opened]:
     """Open the chosen store and build a plugin over it; close the store afterwards."""
     from .._ops.context import SecretChoice, build_plugin, open_store
@@ -85,6 +86,7 @@ def _opened(
             read_doubled_prefix=args.read_doubled_prefix,
             # Commands that only read never append to (nor look for) the audit trail.
             audit=audit if audit is not None or writes else False,
+            quota=quota,
         )
         with opened.plugin:
             yield opened

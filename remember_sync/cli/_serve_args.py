@@ -12,8 +12,11 @@ import argparse
 from .._config import (
     BOUND_ENV,
     DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENDED_PER_PRINCIPAL,
+    DEFAULT_MAX_ENDED_SESSIONS,
     DEFAULT_MAX_ENTRIES,
     DEFAULT_PATH,
+    ENDED_ENV,
     MAX_VALUE_BYTES_ENV,
     QUOTA_BYTES_ENV,
     QUOTA_ENTRIES_ENV,
@@ -258,6 +261,23 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="N",
         help=f"bytes (keys and stored values) each caller may hold (default: "
         f"${QUOTA_BYTES_ENV} or none)",
+    )
+    parser.add_argument(
+        "--max-ended-sessions",
+        type=_positive,
+        metavar="N",
+        help="in-process memory store: how many ended sessions (DELETE) the server remembers "
+        f"at once (default: ${ENDED_ENV['max_ended_sessions']} or "
+        f"{DEFAULT_MAX_ENDED_SESSIONS}); when full, DELETE answers 503",
+    )
+    parser.add_argument(
+        "--max-ended-per-principal",
+        type=_positive,
+        metavar="N",
+        help="each caller's (principal's) share of those, every anonymous caller together "
+        f"counting as one (default: ${ENDED_ENV['max_ended_per_principal']} or "
+        f"{DEFAULT_MAX_ENDED_PER_PRINCIPAL}); a "
+        "caller that fills its share gets 503 for its own DELETE, nobody else does",
     )
     parser.add_argument(
         "--max-value-bytes",

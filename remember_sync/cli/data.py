@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
+from .._config import QUOTA_BYTES_ENV, QUOTA_ENTRIES_ENV, quota_settings
 from ..errors import DemoFailed, RememberDecryptionError
 from ..types import BRANDS, RememberEntry
 from ._common import (
@@ -24,7 +25,17 @@ from ._common import (
     _report_keys,
     _stderr,
 )
-from ._parser import Commands, _json_object, _json_value, _memory_key, _pattern, _positive_int
+from ._parser import (
+    Commands,
+    _int_at_least,
+    _json_object,
+    _json_value,
+    _memory_key,
+    _pattern,
+    _positive_int,
+)
+
+_whole_number = _int_at_least(1, "a whole number")
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
     from .._ops.context import Opened
@@ -91,9 +102,20 @@ def add_transfer_commands(c: Commands) -> None:
             needs_store=True,
             description="Load entries written by `export` (either form). The whole input is "
             "checked before anything is written. Existing keys are kept unless --overwrite "
-            "(exit code 1 when some were kept); entries past their deadline are skipped.")
+            "(exit code 1 when some were kept); entries past their deadline are skipped. With "
+            f"a quota (--quota-entries/--quota-bytes, else ${QUOTA_ENTRIES_ENV} / "
+            f"${QUOTA_BYTES_ENV}, as the server reads them) every entry is charged to its "
+            "principal and one that would take it over the quota is not imported (exit code 1).")
     p.add_argument("input", metavar="FILE", help="the JSON Lines file, or - for standard input")
     p.add_argument("--overwrite", action="store_true", help="replace entries that exist")
+    p.add_argument("--quota-entries", type=_whole_number, metavar="N",
+                   help=f"every principal's quota of entries (default: ${QUOTA_ENTRIES_ENV}); "
+                   "give the server's")
+    p.add_argument("--quota-bytes", type=_whole_number, metavar="N",
+                   help=f"every principal's quota of bytes (default: ${QUOTA_BYTES_ENV})")
+    p.add_argument("--ignore-quota", action="store_true",
+                   help="import entries even past their principal's quota (still charged, so "
+                   "the principal must forget some before writing more)")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -284,12 +306,18 @@ def _cmd_import(args: argparse.Namespace) -> int:
     from .._ops.transfer import import_entries
     from .integrity import manifests_kept
 
-    with _opened(args, writes=True) as opened, manifests_kept(opened, args.prefix):
+    quota = quota_settings(os.environ, args.quota_entries, args.quota_bytes)
+    if args.ignore_quota and quota is None:
+        args.subparser.error(
+            "--ignore-quota charges each entry to its principal beyond the quota: give the "
+            f"server's quota (--quota-entries/--quota-bytes or {QUOTA_ENTRIES_ENV})"
+        )
+    with _opened(args, writes=True, quota=quota) as opened, manifests_kept(opened, args.prefix):
         result = import_entries(
             opened.plugin._core, args.records, overwrite=args.overwrite,
-            progress_stream=_progress_stream(),
+            ignore_quota=args.ignore_quota, progress_stream=_progress_stream(),
         )
-    problems = result.existing or result.unreadable
+    problems = result.existing or result.unreadable or result.over_quota
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -301,4 +329,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
         _report_keys(result.unreadable, result.unreadable_keys,
                      f"{result.unreadable} envelopes do not decrypt with the configured secrets "
                      "and were not imported: ")
+        _report_keys(result.over_quota, result.over_quota_keys,
+                     f"{result.over_quota} entries were NOT imported, each would take its "
+                     "principal over its quota (--ignore-quota imports them, charged): ")
+        _report_keys(result.uncharged, result.uncharged_keys,
+                     f"{result.uncharged} entries were imported uncharged, the file does not "
+                     "tell whose they are (a host's own session id, or the session of a user "
+                     "with no user-scope entry in the file): ")
     return EXIT_FAIL if problems else EXIT_OK

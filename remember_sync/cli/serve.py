@@ -32,7 +32,7 @@ from .._progress import is_tty
 from ..errors import RememberError
 from ..mcp._banner import Access, access_lines, client_lines, url_for_clients
 from ..mcp._ratelimit import check_rate
-from ..mcp.app import plugin_from_options
+from ..mcp.app import ended_session_caps, plugin_from_options
 from ..mcp.auth import (
     StaticTokenVerifier,
     TokenVerifier,
@@ -228,6 +228,8 @@ def run_serve(args: argparse.Namespace) -> int:
         try:
             if not args.rate_limit and options["rate_limit"]:
                 check_rate(options["rate_limit"], RATE_LIMIT_ENV)  # name the variable if bad
+            given = {o: getattr(args, o) for o in ("max_ended_sessions", "max_ended_per_principal")}
+            options.update(ended_session_caps(plugin, os.environ, given))
             app = McpServer(plugin, **options)
         except RememberError as exc:
             sys.stderr.write(f"{PROG} serve: error: {exc.message}\n")

@@ -10,6 +10,7 @@ from .. import _config
 from .._config import BOUND_ENV, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
+from ..stores.memory import MemoryStore
 from ._ratelimit import check_rate
 from .auth import StaticTokenVerifier
 from .oauth import oauth_verifier_from_env
@@ -20,6 +21,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_ENTRIES",
     "create_app",
+    "ended_session_caps",
     "plugin_from_options",
 ]
 
@@ -82,11 +84,8 @@ def plugin_from_options(
         )
     if max_value_bytes is not None:
         options["max_value_bytes"] = max_value_bytes
-    quota = {"entries": quota_entries, "bytes": quota_bytes}
-    for part, name in (("entries", _config.QUOTA_ENTRIES_ENV), ("bytes", _config.QUOTA_BYTES_ENV)):
-        if quota[part] is None:
-            quota[part] = _config.env_whole(env, name, minimum=1, unit="a whole number")
-    if quota["entries"] is not None or quota["bytes"] is not None:
+    quota = _config.quota_settings(env, quota_entries, quota_bytes)
+    if quota is not None:
         options["quota"] = quota
     if store.kind == "redis":
         options.update(type="redis", config={"url": store.redis_url})
@@ -98,6 +97,38 @@ def plugin_from_options(
         # store dies with the process, so it keeps the library's fallbacks.
         options["encryption"] = {"require_secret": True, **options.get("encryption", {})}
     return RememberPlugin.init(**options)
+
+
+def ended_session_caps(
+    plugin: RememberPlugin, env: Mapping[str, str], given: Mapping[str, int | None]
+) -> dict[str, int]:
+    """The :class:`McpServer` caps of the in-process ended-session table.
+
+    Each of ``max_ended_sessions`` and ``max_ended_per_principal`` comes from
+    *given* (a flag or argument), else its variable in :data:`_config.ENDED_ENV`,
+    else the server's default (left out).  Only the in-process memory store has
+    such a table: with a shared store a cap is refused rather than ignored.
+
+    :param given: option -> value (``None``: not given); a key missing is not given.
+    :raises RememberConfigurationError: a bad variable, or a cap with a shared store.
+    """
+    caps: dict[str, int] = {}
+    for option, name in _config.ENDED_ENV.items():
+        value = given.get(option)
+        source = f"--{option.replace('_', '-')}"
+        if value is None:
+            value = _config.env_whole(env, name, minimum=1, unit="a whole number")
+            source = name
+        if value is None:
+            continue
+        if not isinstance(plugin.store, MemoryStore):
+            raise RememberConfigurationError(
+                f"{source} bounds the in-process table of the memory store; with "
+                f"{plugin.store_type} ended sessions live in the store, without a cap "
+                "(docs/many-users.rst)"
+            )
+        caps[option] = value
+    return caps
 
 
 def create_app(
@@ -132,7 +163,9 @@ def create_app(
     ``REMEMBER_MAX_BYTES`` / ``REMEMBER_MAX_ENTRIES`` (defaults
     :data:`DEFAULT_MAX_BYTES`, :data:`DEFAULT_MAX_ENTRIES`; see
     :func:`plugin_from_options`), ``REMEMBER_MAX_VALUE_BYTES``,
-    ``REMEMBER_RATE_LIMIT`` (``60/minute``: ``McpServer(rate_limit=...)``), and every
+    ``REMEMBER_RATE_LIMIT`` (``60/minute``: ``McpServer(rate_limit=...)``),
+    ``REMEMBER_MAX_ENDED_SESSIONS`` / ``REMEMBER_MAX_ENDED_PER_PRINCIPAL`` (the memory
+    store's ended-session table, see :func:`ended_session_caps`), and every
     principal's quota ``REMEMBER_QUOTA_ENTRIES`` / ``REMEMBER_QUOTA_BYTES``
     (*quota_entries*, *quota_bytes*; none by default).  The master secret comes from
     ``REMEMBER_SECRET`` as usual.  Other keyword arguments go to
@@ -182,6 +215,8 @@ def create_app(
         )
     server_options.setdefault("owns_plugin", owns)
     try:
+        given = {o: server_options.pop(o, None) for o in _config.ENDED_ENV}
+        server_options.update(ended_session_caps(plugin, env, given))
         if "rate_limit" not in server_options:
             rate = server_options["rate_limit"] = _config.env_rate_limit(env)
             if rate is not None:

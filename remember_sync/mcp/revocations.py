@@ -40,6 +40,7 @@ import hashlib
 import threading
 
 from .._clock import Clock, system_clock
+from .._config import DEFAULT_MAX_ENDED_PER_PRINCIPAL, DEFAULT_MAX_ENDED_SESSIONS
 from .._fork import after_fork_in_child
 from .._keys import ended_session_key
 from .._sessions import session_digest
@@ -59,9 +60,9 @@ __all__ = [
 #: it accepts an id a little longer than this worker would.
 CLOCK_MARGIN_MS = 5 * 60_000
 #: How many ended sessions an in-process table holds (about 33 MB at most: some 330 bytes each).
-DEFAULT_MAX_LOCAL = 100_000
+DEFAULT_MAX_LOCAL = DEFAULT_MAX_ENDED_SESSIONS
 #: How many of those one principal (or all anonymous callers together) may hold.
-DEFAULT_MAX_PER_PRINCIPAL = 10_000
+DEFAULT_MAX_PER_PRINCIPAL = DEFAULT_MAX_ENDED_PER_PRINCIPAL
 #: The code of the error raised when the in-process table (or a caller's share) is full.
 FULL_CODE = "REMEMBER_ENDED_SESSIONS_FULL"
 #: What the in-process table holds per session: one shared string.

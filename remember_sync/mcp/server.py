@@ -34,6 +34,7 @@ from ..errors import (
     RememberUnavailableError,
 )
 from ..identity import identity as bind_identity
+from ..identity import is_anonymous, principal_of
 from ..plugin import RememberPlugin
 from ..types import Identity
 from ._dispatch import ProtocolDispatch
@@ -116,6 +117,8 @@ class McpServer(ProtocolDispatch):
         sessions this server remembers at once (each until its signed lifetime
         ends); when full, ``DELETE`` answers ``503`` (see
         :mod:`remember_sync.mcp.revocations`).  Shared stores have no such cap.
+        ``create_app`` and ``serve`` read both from ``REMEMBER_MAX_ENDED_SESSIONS``
+        and ``REMEMBER_MAX_ENDED_PER_PRINCIPAL`` (``serve``: ``--max-ended-*``).
     :param max_ended_per_principal: each principal's share of those (every
         anonymous caller together is one): a caller that fills its share gets
         ``503`` for its own ``DELETE`` while everyone else can still end theirs.
@@ -400,16 +403,20 @@ class McpServer(ProtocolDispatch):
         return _Response.too_many(limiter.rate, wait)
 
     def _rate_caller(self, environ: Mapping[str, Any], principal: str | None) -> str:
-        """Whom a request counts against: its principal; for an anonymous caller its verified
-        session, else its network address (which opening new sessions does not change)."""
-        if principal is not None:
-            return "principal:" + principal
-        session_id = self._session_header(environ)
-        if session_id is not None and self.session_signer.verify(
-            session_id, None, now_ms=self._clock()
-        ):
-            return "session:" + session_id
-        return "address:" + str(environ.get("REMOTE_ADDR") or "")
+        """Whom a request counts against: the principal its quota is charged to
+        (:func:`~remember_sync.identity.principal_of`); an anonymous caller without a
+        verified session yet (``initialize``, a stateless request) by its network
+        address, which opening new sessions does not change."""
+        session = None
+        if is_anonymous(principal):
+            # Only an anonymous caller is its session: verify the one it sent.
+            sent = self._session_header(environ)
+            if sent is not None and self.session_signer.verify(
+                sent, principal, now_ms=self._clock()
+            ):
+                session = sent
+        who = principal_of(principal, session)
+        return who if who is not None else "address\x00" + str(environ.get("REMOTE_ADDR") or "")
 
     @staticmethod
     def _session_header(environ: Mapping[str, Any]) -> str | None:

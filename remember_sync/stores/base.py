@@ -361,7 +361,11 @@ class OwnedWrites(Protocol):
     less.  A write over the quota raises
     :class:`~remember_sync.errors.RememberQuotaError` and writes nothing,
     atomically with the write itself: concurrent writers of one owner never
-    take it past its quota.  Nothing is ever evicted to make room.
+    take it past its quota.  Nothing is ever evicted to make room.  A plain
+    :meth:`Store.set` or compare-and-set over an owned entry (``rotate``
+    re-sealing it in place) leaves it charged to its owner: the memory store
+    charges its new size, a ledger in Redis keeps the size last charged (a
+    re-sealed envelope has the same length).
     """
 
     def write_owned(

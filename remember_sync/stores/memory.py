@@ -506,6 +506,8 @@ class MemoryStore:
                 raise self._busy()
             self._queue(key, (value, ttl_ms, now))
             return True
+        if self._owner_of and key in self._owner_of:
+            return self._rewrite_owned(key, value, ttl_ms, only_if_absent=only_if_absent)
         if self._bounded:
             # Bounded: eviction needs the heap exact, so everything under the lock.
             with self._lock:
@@ -553,6 +555,8 @@ class MemoryStore:
         check_write(key, value, ttl_ms, expected)
         if self._lock.held_here():
             raise self._busy()
+        if self._owner_of and key in self._owner_of:
+            return self._rewrite_owned(key, value, ttl_ms, expected=expected)
         with self._lock:
             now = self._clock()
             item = self._live(key, now)
@@ -679,6 +683,24 @@ class MemoryStore:
                 usage[0] += 1
                 usage[1] += size
             return True
+
+    def _rewrite_owned(
+        self, key: str, value: str, ttl_ms: int | None, *, only_if_absent: bool = False,
+        expected: str | None = None,
+    ) -> bool:
+        """A plain write over an owned entry (an operator's ``rotate`` re-sealing it in
+        place): it stays its owner's, charged at its new size, in its eviction group.
+        Nothing is refused: only :meth:`write_owned` with a quota is."""
+        owned = self._owner_of.get(key)
+        space = self._space_of.get(key)
+        if owned is None:  # disowned since the caller looked: a plain write after all
+            if expected is not None:
+                return self.compare_and_set(key, expected, value, ttl_ms=ttl_ms)
+            return self.set(key, value, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
+        return self.write_owned(
+            key, value, owner=owned[0], group=None if space is None else space.name,
+            ttl_ms=ttl_ms, only_if_absent=only_if_absent, expected=expected,
+        )  # fmt: skip
 
     def delete_owned(self, owner: str, *keys: str) -> int:
         """:meth:`delete`: every key knows its owner here."""

@@ -539,11 +539,20 @@ class AuditTrail:
         Events the buffer had to drop while the store refused appends (more than
         :data:`_MAX_BUFFER` waiting) are recorded as one ``lost`` event with
         their count, so the gap is in the trail, not silent.
+
+        Only the events buffered when the lock is taken are appended: events
+        other threads add meanwhile wait for the next flush, so a flusher never
+        chases a busy writer with one append (three round trips) per few events.
         """
         with self._flush_lock:
             buffer = self._pending
-            while buffer or self._lost:
-                pending = [buffer.popleft() for _ in range(min(len(buffer), _BLOCK_MAX))]
+            left = len(buffer)
+            while left > 0 or self._lost:
+                take = min(left, len(buffer), _BLOCK_MAX)
+                if take == 0 and not self._lost:
+                    break  # what was left was dropped meanwhile (the buffer is bounded)
+                left -= take
+                pending = [buffer.popleft() for _ in range(take)]
                 lost = self._lost
                 if lost:
                     pending.insert(0, (self.clock(), "lost", None, None, Identity(), None, None,

@@ -11,8 +11,11 @@ the event's canonical JSON includes its sequence number; ``k`` is derived from
 the master secret for this purpose alone.  Editing, deleting, reordering or
 inserting an event breaks the chain at that point.  The tail is anchored by a
 MAC'd *head* record naming the last block and event, so removing the last
-events is detected too; a *witness* outside the store (:class:`TrailWitness`)
-also catches a head replaced by an older copy of itself.
+events is detected too; a *witness* outside the store (:class:`TrailWitness`;
+verified mode's, through :class:`WitnessAnchor`) also catches a head replaced
+by an older copy of itself, or the whole store restored from a snapshot.  An
+append that finds the store's trail behind its witness records a ``rollback``
+event, so later appends cannot carry the trail past the witness and hide it.
 
 **Storage** (any :class:`~remember_sync.stores.base.Store`, through its
 protocol only): events are appended in *blocks*, ``P + "__audit__:b:" + n``
@@ -74,6 +77,7 @@ __all__ = [
     "AuditVerification",
     "Recorder",
     "TrailWitness",
+    "WitnessAnchor",
     "audit_settings",
     "trail_exists",
 ]
@@ -158,8 +162,59 @@ class TrailWitness(Protocol):
         ...
 
     def latest_head(self) -> Mapping[str, Any] | None:
-        """The newest head recorded, or ``None``."""
+        """The newest head recorded (``{"seq": int}`` and its ``"mac"`` or ``"tag"``), or
+        ``None``."""
         ...
+
+
+class _Floors(Protocol):
+    """Verified mode's witness, as the trail uses it (``remember_sync._integrity.Witness``)."""
+
+    def floor(self, name: str) -> tuple[int, int | None]: ...
+
+    def advance(self, name: str, counter: int, deadline: int | None) -> None: ...
+
+
+def _tag(mac: str) -> int:
+    """60 bits of an event's MAC as a positive int: what verified mode's witness keeps
+    beside a counter (``0`` for a MAC that is not hex: it matches no event)."""
+    try:
+        return int(mac[:15], 16) + 1
+    except ValueError:
+        return 0
+
+
+def _witnessed(seen: Mapping[str, Any], mac: str) -> bool:
+    """Whether an event whose MAC is *mac* is the one a witness's head names."""
+    if "mac" in seen:
+        return hmac.compare_digest(str(seen["mac"]), mac)
+    return seen.get("tag") == _tag(mac)
+
+
+class WitnessAnchor:
+    """A :class:`TrailWitness` kept in verified mode's witness (a file, a second store).
+
+    That witness holds, per name, a counter it only ever raises and one integer
+    beside it; the trail's head goes in as (its sequence number, 60 bits of its
+    MAC) under a name only holders of the secret can compute.  Max-only, so
+    processes appending at once leave the newest head, whatever their order.
+
+    :param witness: an object with ``floor(name)`` and ``advance(name, counter, n)``.
+    :param name: the trail's name in it.
+    """
+
+    def __init__(self, witness: _Floors, name: str) -> None:
+        self.witness = witness
+        self.name = name
+
+    def record_head(self, head: Mapping[str, Any]) -> None:
+        """Raise the recorded head to *head* unless a later one is recorded."""
+        self.witness.advance(self.name, int(head["seq"]), _tag(str(head["mac"])))
+
+    def latest_head(self) -> Mapping[str, Any] | None:
+        """``{"seq": ..., "tag": ...}`` of the newest head recorded, or ``None``."""
+        seq, tag = self.witness.floor(self.name)
+        return {"seq": seq, "tag": tag} if seq > 0 else None
 
 
 @dataclass(frozen=True)
@@ -570,16 +625,23 @@ class AuditTrail:
 
     def _append(self, pending: Sequence[_Pending]) -> None:
         store = self.store
+        # The witness first: it is advanced only after the store, so read in this order an
+        # honest witness is never ahead of the head (another process may append between).
+        seen = self.witness.latest_head() if self.witness is not None else None
         head_raw = store.get(self._head_key)
         head = self._signed(head_raw, "head")
+        noted = 0
         if head is not None:
             block, seq, prev = int(head["block"]), int(head["seq"]), str(head["last"])
+            noted = int(head.get("noted", 0))
         else:
             block, seq, prev = 0, 0, ""
             checkpoint = self._signed(store.get(self._checkpoint_key), "checkpoint")
             if checkpoint is not None:  # trimmed: the trail goes on after its first kept block
                 block, seq = int(checkpoint["block"]) - 1, int(checkpoint["seq"]) - 1
                 prev = str(checkpoint["prev"])
+        if seen is not None:
+            pending, noted = self._behind(seen, seq, prev, noted, pending)
         for _attempt in range(_CLAIM_ATTEMPTS):
             n = block + 1
             texts = []
@@ -610,6 +672,8 @@ class AuditTrail:
         else:
             raise RememberConfigurationError("the audit trail could not claim a block")
         new_head = {"block": block, "seq": seq, "last": prev, "at": self.clock()}
+        if noted:
+            new_head["noted"] = noted
         text = self._signed_text("head", new_head)
         for _attempt in range(_CLAIM_ATTEMPTS):
             if head_raw is None:
@@ -623,6 +687,33 @@ class AuditTrail:
                 break  # another writer's head is already past ours
         if self.witness is not None:
             self.witness.record_head({"seq": seq, "mac": prev, "block": block})
+
+    def _behind(
+        self, seen: Mapping[str, Any], seq: int, prev: str, noted: int,
+        pending: Sequence[_Pending],
+    ) -> tuple[Sequence[_Pending], int]:
+        """*pending*, led by a ``rollback`` event when the store's trail is behind its witness.
+
+        The store was rolled back (or its trail cut): appending on would soon carry the
+        trail past what the witness recorded and hide that, so the finding goes into the
+        chain itself, once (the head's ``noted`` names the witness's event it covers).
+        """
+        witnessed = int(seen.get("seq", 0))
+        if witnessed <= noted or witnessed < seq or (
+            witnessed == seq and _witnessed(seen, prev)
+        ):
+            return pending, noted
+        log.warning(
+            "remember: the audit trail ends at event %d but its witness recorded event %d: "
+            "the store was rolled back; recorded in the trail", seq, witnessed,
+        )
+        found = (self.clock(), "rollback", None, None, Identity(), None, None, "detected",
+                 witnessed, None)
+        return [found, *pending], witnessed
+
+    def anchor_in(self, witness: _Floors) -> None:
+        """Keep the trail's head in *witness* (verified mode's): see :class:`WitnessAnchor`."""
+        self.witness = WitnessAnchor(witness, self._mac("witness-name", self._head_key)[:40])
 
     # -- reading ------------------------------------------------------------------------
 
@@ -651,6 +742,8 @@ class AuditTrail:
     def _walk(self) -> tuple[list[dict[str, Any]], list[str], int, int]:
         """Every event from the checkpoint on, checked: (events, problems, last block, head seq)."""
         self.flush()
+        # The witness before the store (see _append): an honest one is never ahead of it.
+        seen = self.witness.latest_head() if self.witness is not None else None
         first_block, seq, prev, problems = self._start()
         head_record = self._signed(self.store.get(self._head_key), "head")
         events: list[dict[str, Any]] = []
@@ -684,6 +777,11 @@ class AuditTrail:
                 if who is None:
                     problems.append(f"the identities of block {n} do not open (edited)")
                     who = (None, None)
+                if event.get("op") == "rollback":
+                    problems.append(
+                        f"event {found!r}: an append found the trail behind its witness, "
+                        f"which had recorded event {event.get('count')!r} (rolled back)"
+                    )
                 prev = str(event.get("mac"))
                 seq = (found if isinstance(found, int) else seq) + 1
                 event["_who"] = who
@@ -706,17 +804,19 @@ class AuditTrail:
                     f"the head records block {head_record['block']}; the last found is "
                     f"{last_block}"
                 )
-        if self.witness is not None:
-            seen = self.witness.latest_head()
-            if seen is not None and int(seen.get("seq", 0)) > seq - 1:
+        if seen is not None:
+            witnessed = int(seen.get("seq", 0))
+            named = next((e for e in events if e.get("seq") == witnessed), None)
+            if witnessed > seq - 1:
                 problems.append(
-                    f"the witness recorded event {seen.get('seq')}; the store's trail ends at "
+                    f"the witness recorded event {witnessed}; the store's trail ends at "
                     f"{seq - 1} (rolled back)"
                 )
-            elif seen is not None and not any(
-                e.get("seq") == seen.get("seq") and e.get("mac") == seen.get("mac") for e in events
-            ):
-                problems.append("the witness's head is not in the store's trail (rewritten)")
+            elif named is not None and not _witnessed(seen, str(named.get("mac"))):
+                # (An event trimmed by retention cannot be compared, nor needs to be.)
+                problems.append(
+                    f"event {witnessed} is not the one the witness recorded (rewritten)"
+                )
         return events, problems, last_block, head_seq
 
     def _event(self, raw: Mapping[str, Any]) -> AuditEvent:

@@ -138,3 +138,33 @@ def test_an_owner_record_expires_after_its_sessions_entries(
     make_plugin(store=shared).accessor(Identity("s-2", "erin")).set("later", 1, ttl=5)
     clock.advance(400 * DAY_MS)
     assert len(_records(writer)) == 1 and mem2.get("forever") == 1
+
+
+def test_every_store_extends_a_record_and_never_shortens_it(
+    make_plugin: Factory, store: Store, store_kind: str, clock: Any
+) -> None:
+    """The record's deadline (sealed in it) follows the latest entry on every store kind:
+    extended by another process's longer-lived write, kept by a shorter one, dropped (no
+    deadline) by a persistent entry."""
+    first = make_plugin()
+    first.accessor(Identity("s-1", "erin")).set("a", 1, ttl=60)
+    (record,) = _records(first)
+    book = first._core.owners
+
+    def until() -> int | None:
+        stored = store.get(record)
+        assert stored is not None
+        opened = book._open(record, stored)
+        assert opened is not None and opened[0] == "s-1"
+        return opened[1]
+
+    now = clock()
+    assert until() == now + 60_000 + DAY_MS
+    make_plugin().accessor(Identity("s-1", "erin")).set("b", 1, ttl=10 * 86_400)
+    assert until() == now + 11 * DAY_MS
+    make_plugin().accessor(Identity("s-1", "erin")).set("c", 1, ttl=5)
+    assert until() == now + 11 * DAY_MS
+    make_plugin().accessor(Identity("s-1", "erin")).set("d", 1)
+    assert until() is None
+    make_plugin().accessor(Identity("s-1", "erin")).set("e", 1, ttl=5)
+    assert until() is None and _records(first) == [record]

@@ -389,6 +389,7 @@ class AuditTrail:
         self._seal_keys = keyring.purpose_keys(_SEAL_INFO)
         self._hash_key = keyring.purpose_keys(_HASH_INFO)[0]
         self._hashes: BoundedCache[tuple[str, str], str] = BoundedCache(4096)
+        self._fields: BoundedCache[tuple[Any, ...], str] = BoundedCache(4096)
         self._head_key = f"{prefix}{AUDIT_HEAD}head"
         self._checkpoint_key = f"{prefix}{AUDIT_HEAD}checkpoint"
         self._closed = False
@@ -481,7 +482,30 @@ class AuditTrail:
         pins the equality): what verification recomputes from the stored event.
         """
         at, op, scope, key, ident, brand, ttl, outcome, count, ref = item
-        text = f'{{"seq":{seq},"at":{at},"op":{_q(op)},"outcome":{_q(outcome)}'
+        # The fields after "at" repeat (same key, scope, identity): cached when every
+        # argument has the exact type its text depends on (True == 1, but not as text).
+        cacheable = (
+            type(scope) is str and (key is None or type(key) is str)
+            and (brand is None or type(brand) is str) and (ttl is None or type(ttl) is int)
+            and (count is None or type(count) is int)
+        )
+        if cacheable:
+            fields = self._fields.get(item[1:])
+            if fields is None:
+                fields = self._fields_text(item)
+                self._fields.put(item[1:], fields)
+        else:
+            fields = self._fields_text(item)
+        text = f'{{"seq":{seq},"at":{at},{fields}'
+        principal, session = ident.user_id, ident.session_id
+        if principal is not None or session is not None:
+            text += f',"w":{who.setdefault((principal, session), len(who))}'
+        return text + "}"
+
+    def _fields_text(self, item: _Pending) -> str:
+        """An event's fields from ``op`` to ``ref``, as :meth:`_event_body` writes them."""
+        _, op, scope, key, ident, brand, ttl, outcome, count, ref = item
+        text = f'"op":{_q(op)},"outcome":{_q(outcome)}'
         if type(scope) is str:
             text += f',"scope":{_q(scope)}'
             if key is not None and type(key) is str:
@@ -495,14 +519,12 @@ class AuditTrail:
             text += f',"ttl":{ttl}'
         if count is not None:
             text += f',"count":{count}'
-        tool, principal, session = ident.tool_name, ident.user_id, ident.session_id
+        tool = ident.tool_name
         if tool is not None:
             text += f',"tool":{_q(str(tool))}'
         if ref is not None:
             text += f',"ref":{_q(ref)}'
-        if principal is not None or session is not None:
-            text += f',"w":{who.setdefault((principal, session), len(who))}'
-        return text + "}"
+        return text
 
     def _head(self, ident: Identity, scope: str) -> str | None:
         """The namespace's storage-key head (``None`` when the identity was refused)."""

@@ -681,3 +681,20 @@ def test_a_forked_child_appends_its_own_events_only(
     events = _trail(plugin).events()
     assert sorted(e.principal for e in events) == ["child"] * 2 + ["parent"] * 3
     assert _trail(plugin).verify().ok
+
+
+def test_equal_but_differently_typed_arguments_are_recorded_as_given(
+    make_plugin: Callable[..., RememberPlugin],
+) -> None:
+    """``ttl=True`` equals ``ttl=1`` in Python, not in the trail: two calls refused for the
+    same reason (an empty key) record the int TTL and no TTL for the bool, whichever comes
+    first (events whose fields repeat share their text)."""
+    plugin = make_plugin(audit={"batch": 50, "flush_ms": 600_000})
+    mem = plugin.accessor(Identity("s-1", "alice"))
+    for ttl in (1, True, True, 1):
+        with pytest.raises(RememberError):
+            mem.set("", 1, ttl=ttl)
+    events = _trail(plugin).events()
+    assert len({e.outcome for e in events}) == 1 and events[0].outcome.startswith("error:")
+    assert [e.ttl for e in events] == [1, None, None, 1]
+    assert _trail(plugin).verify().ok

@@ -11,8 +11,11 @@ the event's canonical JSON includes its sequence number; ``k`` is derived from
 the master secret for this purpose alone.  Editing, deleting, reordering or
 inserting an event breaks the chain at that point.  The tail is anchored by a
 MAC'd *head* record naming the last block and event, so removing the last
-events is detected too; a *witness* outside the store (:class:`TrailWitness`)
-also catches a head replaced by an older copy of itself.
+events is detected too; a *witness* outside the store (:class:`TrailWitness`;
+verified mode's, through :class:`WitnessAnchor`) also catches a head replaced
+by an older copy of itself, or the whole store restored from a snapshot.  An
+append that finds the store's trail behind its witness records a ``rollback``
+event, so later appends cannot carry the trail past the witness and hide it.
 
 **Storage** (any :class:`~remember_sync.stores.base.Store`, through its
 protocol only): events are appended in *blocks*, ``P + "__audit__:b:" + n``
@@ -74,6 +77,7 @@ __all__ = [
     "AuditVerification",
     "Recorder",
     "TrailWitness",
+    "WitnessAnchor",
     "audit_settings",
     "trail_exists",
 ]
@@ -158,8 +162,59 @@ class TrailWitness(Protocol):
         ...
 
     def latest_head(self) -> Mapping[str, Any] | None:
-        """The newest head recorded, or ``None``."""
+        """The newest head recorded (``{"seq": int}`` and its ``"mac"`` or ``"tag"``), or
+        ``None``."""
         ...
+
+
+class _Floors(Protocol):
+    """Verified mode's witness, as the trail uses it (``remember_sync._integrity.Witness``)."""
+
+    def floor(self, name: str) -> tuple[int, int | None]: ...
+
+    def advance(self, name: str, counter: int, deadline: int | None) -> None: ...
+
+
+def _tag(mac: str) -> int:
+    """60 bits of an event's MAC as a positive int: what verified mode's witness keeps
+    beside a counter (``0`` for a MAC that is not hex: it matches no event)."""
+    try:
+        return int(mac[:15], 16) + 1
+    except ValueError:
+        return 0
+
+
+def _witnessed(seen: Mapping[str, Any], mac: str) -> bool:
+    """Whether an event whose MAC is *mac* is the one a witness's head names."""
+    if "mac" in seen:
+        return hmac.compare_digest(str(seen["mac"]), mac)
+    return seen.get("tag") == _tag(mac)
+
+
+class WitnessAnchor:
+    """A :class:`TrailWitness` kept in verified mode's witness (a file, a second store).
+
+    That witness holds, per name, a counter it only ever raises and one integer
+    beside it; the trail's head goes in as (its sequence number, 60 bits of its
+    MAC) under a name only holders of the secret can compute.  Max-only, so
+    processes appending at once leave the newest head, whatever their order.
+
+    :param witness: an object with ``floor(name)`` and ``advance(name, counter, n)``.
+    :param name: the trail's name in it.
+    """
+
+    def __init__(self, witness: _Floors, name: str) -> None:
+        self.witness = witness
+        self.name = name
+
+    def record_head(self, head: Mapping[str, Any]) -> None:
+        """Raise the recorded head to *head* unless a later one is recorded."""
+        self.witness.advance(self.name, int(head["seq"]), _tag(str(head["mac"])))
+
+    def latest_head(self) -> Mapping[str, Any] | None:
+        """``{"seq": ..., "tag": ...}`` of the newest head recorded, or ``None``."""
+        seq, tag = self.witness.floor(self.name)
+        return {"seq": seq, "tag": tag} if seq > 0 else None
 
 
 @dataclass(frozen=True)
@@ -334,6 +389,7 @@ class AuditTrail:
         self._seal_keys = keyring.purpose_keys(_SEAL_INFO)
         self._hash_key = keyring.purpose_keys(_HASH_INFO)[0]
         self._hashes: BoundedCache[tuple[str, str], str] = BoundedCache(4096)
+        self._fields: BoundedCache[tuple[Any, ...], str] = BoundedCache(4096)
         self._head_key = f"{prefix}{AUDIT_HEAD}head"
         self._checkpoint_key = f"{prefix}{AUDIT_HEAD}checkpoint"
         self._closed = False
@@ -426,7 +482,30 @@ class AuditTrail:
         pins the equality): what verification recomputes from the stored event.
         """
         at, op, scope, key, ident, brand, ttl, outcome, count, ref = item
-        text = f'{{"seq":{seq},"at":{at},"op":{_q(op)},"outcome":{_q(outcome)}'
+        # The fields after "at" repeat (same key, scope, identity): cached when every
+        # argument has the exact type its text depends on (True == 1, but not as text).
+        cacheable = (
+            type(scope) is str and (key is None or type(key) is str)
+            and (brand is None or type(brand) is str) and (ttl is None or type(ttl) is int)
+            and (count is None or type(count) is int)
+        )
+        if cacheable:
+            fields = self._fields.get(item[1:])
+            if fields is None:
+                fields = self._fields_text(item)
+                self._fields.put(item[1:], fields)
+        else:
+            fields = self._fields_text(item)
+        text = f'{{"seq":{seq},"at":{at},{fields}'
+        principal, session = ident.user_id, ident.session_id
+        if principal is not None or session is not None:
+            text += f',"w":{who.setdefault((principal, session), len(who))}'
+        return text + "}"
+
+    def _fields_text(self, item: _Pending) -> str:
+        """An event's fields from ``op`` to ``ref``, as :meth:`_event_body` writes them."""
+        _, op, scope, key, ident, brand, ttl, outcome, count, ref = item
+        text = f'"op":{_q(op)},"outcome":{_q(outcome)}'
         if type(scope) is str:
             text += f',"scope":{_q(scope)}'
             if key is not None and type(key) is str:
@@ -440,14 +519,12 @@ class AuditTrail:
             text += f',"ttl":{ttl}'
         if count is not None:
             text += f',"count":{count}'
-        tool, principal, session = ident.tool_name, ident.user_id, ident.session_id
+        tool = ident.tool_name
         if tool is not None:
             text += f',"tool":{_q(str(tool))}'
         if ref is not None:
             text += f',"ref":{_q(ref)}'
-        if principal is not None or session is not None:
-            text += f',"w":{who.setdefault((principal, session), len(who))}'
-        return text + "}"
+        return text
 
     def _head(self, ident: Identity, scope: str) -> str | None:
         """The namespace's storage-key head (``None`` when the identity was refused)."""
@@ -539,11 +616,20 @@ class AuditTrail:
         Events the buffer had to drop while the store refused appends (more than
         :data:`_MAX_BUFFER` waiting) are recorded as one ``lost`` event with
         their count, so the gap is in the trail, not silent.
+
+        Only the events buffered when the lock is taken are appended: events
+        other threads add meanwhile wait for the next flush, so a flusher never
+        chases a busy writer with one append (three round trips) per few events.
         """
         with self._flush_lock:
             buffer = self._pending
-            while buffer or self._lost:
-                pending = [buffer.popleft() for _ in range(min(len(buffer), _BLOCK_MAX))]
+            left = len(buffer)
+            while left > 0 or self._lost:
+                take = min(left, len(buffer), _BLOCK_MAX)
+                if take == 0 and not self._lost:
+                    break  # what was left was dropped meanwhile (the buffer is bounded)
+                left -= take
+                pending = [buffer.popleft() for _ in range(take)]
                 lost = self._lost
                 if lost:
                     pending.insert(0, (self.clock(), "lost", None, None, Identity(), None, None,
@@ -561,16 +647,23 @@ class AuditTrail:
 
     def _append(self, pending: Sequence[_Pending]) -> None:
         store = self.store
+        # The witness first: it is advanced only after the store, so read in this order an
+        # honest witness is never ahead of the head (another process may append between).
+        seen = self.witness.latest_head() if self.witness is not None else None
         head_raw = store.get(self._head_key)
         head = self._signed(head_raw, "head")
+        noted = 0
         if head is not None:
             block, seq, prev = int(head["block"]), int(head["seq"]), str(head["last"])
+            noted = int(head.get("noted", 0))
         else:
             block, seq, prev = 0, 0, ""
             checkpoint = self._signed(store.get(self._checkpoint_key), "checkpoint")
             if checkpoint is not None:  # trimmed: the trail goes on after its first kept block
                 block, seq = int(checkpoint["block"]) - 1, int(checkpoint["seq"]) - 1
                 prev = str(checkpoint["prev"])
+        if seen is not None:
+            pending, noted = self._behind(seen, seq, prev, noted, pending)
         for _attempt in range(_CLAIM_ATTEMPTS):
             n = block + 1
             texts = []
@@ -601,6 +694,8 @@ class AuditTrail:
         else:
             raise RememberConfigurationError("the audit trail could not claim a block")
         new_head = {"block": block, "seq": seq, "last": prev, "at": self.clock()}
+        if noted:
+            new_head["noted"] = noted
         text = self._signed_text("head", new_head)
         for _attempt in range(_CLAIM_ATTEMPTS):
             if head_raw is None:
@@ -614,6 +709,33 @@ class AuditTrail:
                 break  # another writer's head is already past ours
         if self.witness is not None:
             self.witness.record_head({"seq": seq, "mac": prev, "block": block})
+
+    def _behind(
+        self, seen: Mapping[str, Any], seq: int, prev: str, noted: int,
+        pending: Sequence[_Pending],
+    ) -> tuple[Sequence[_Pending], int]:
+        """*pending*, led by a ``rollback`` event when the store's trail is behind its witness.
+
+        The store was rolled back (or its trail cut): appending on would soon carry the
+        trail past what the witness recorded and hide that, so the finding goes into the
+        chain itself, once (the head's ``noted`` names the witness's event it covers).
+        """
+        witnessed = int(seen.get("seq", 0))
+        if witnessed <= noted or witnessed < seq or (
+            witnessed == seq and _witnessed(seen, prev)
+        ):
+            return pending, noted
+        log.warning(
+            "remember: the audit trail ends at event %d but its witness recorded event %d: "
+            "the store was rolled back; recorded in the trail", seq, witnessed,
+        )
+        found = (self.clock(), "rollback", None, None, Identity(), None, None, "detected",
+                 witnessed, None)
+        return [found, *pending], witnessed
+
+    def anchor_in(self, witness: _Floors) -> None:
+        """Keep the trail's head in *witness* (verified mode's): see :class:`WitnessAnchor`."""
+        self.witness = WitnessAnchor(witness, self._mac("witness-name", self._head_key)[:40])
 
     # -- reading ------------------------------------------------------------------------
 
@@ -642,6 +764,8 @@ class AuditTrail:
     def _walk(self) -> tuple[list[dict[str, Any]], list[str], int, int]:
         """Every event from the checkpoint on, checked: (events, problems, last block, head seq)."""
         self.flush()
+        # The witness before the store (see _append): an honest one is never ahead of it.
+        seen = self.witness.latest_head() if self.witness is not None else None
         first_block, seq, prev, problems = self._start()
         head_record = self._signed(self.store.get(self._head_key), "head")
         events: list[dict[str, Any]] = []
@@ -675,6 +799,11 @@ class AuditTrail:
                 if who is None:
                     problems.append(f"the identities of block {n} do not open (edited)")
                     who = (None, None)
+                if event.get("op") == "rollback":
+                    problems.append(
+                        f"event {found!r}: an append found the trail behind its witness, "
+                        f"which had recorded event {event.get('count')!r} (rolled back)"
+                    )
                 prev = str(event.get("mac"))
                 seq = (found if isinstance(found, int) else seq) + 1
                 event["_who"] = who
@@ -697,17 +826,19 @@ class AuditTrail:
                     f"the head records block {head_record['block']}; the last found is "
                     f"{last_block}"
                 )
-        if self.witness is not None:
-            seen = self.witness.latest_head()
-            if seen is not None and int(seen.get("seq", 0)) > seq - 1:
+        if seen is not None:
+            witnessed = int(seen.get("seq", 0))
+            named = next((e for e in events if e.get("seq") == witnessed), None)
+            if witnessed > seq - 1:
                 problems.append(
-                    f"the witness recorded event {seen.get('seq')}; the store's trail ends at "
+                    f"the witness recorded event {witnessed}; the store's trail ends at "
                     f"{seq - 1} (rolled back)"
                 )
-            elif seen is not None and not any(
-                e.get("seq") == seen.get("seq") and e.get("mac") == seen.get("mac") for e in events
-            ):
-                problems.append("the witness's head is not in the store's trail (rewritten)")
+            elif named is not None and not _witnessed(seen, str(named.get("mac"))):
+                # (An event trimmed by retention cannot be compared, nor needs to be.)
+                problems.append(
+                    f"event {witnessed} is not the one the witness recorded (rewritten)"
+                )
         return events, problems, last_block, head_seq
 
     def _event(self, raw: Mapping[str, Any]) -> AuditEvent:

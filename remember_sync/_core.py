@@ -197,6 +197,8 @@ class AccessorCore:
         self._stats = _Stats()
         #: Who owns which session (erasure finds a person's sessions through it).
         self.owners = OwnerBook(store, codec, prefix, self.clock)
+        if charges is not None:
+            self.owners.group_of = lambda ident, ns: (charges.of(ident, ns) or (None, None))[1]
         #: The audit trail (``audit=`` of ``init``), or ``None``.
         self.audit: AuditTrail | None = None
         # Re-entrant: a signal handler's call may count while its thread, interrupted,
@@ -604,9 +606,9 @@ class AccessorCore:
             self.verifier.commit(
                 ns, head, manifest_key(self.prefix, head), lambda m: {key: (stored, expires)}
             )
-            return
-        self.write(ident, ns, skey, stored, ttl_ms=self.ttl_ms(expires, now))
-        self.owners.note(ident, ns)
+        else:
+            self.write(ident, ns, skey, stored, ttl_ms=self.ttl_ms(expires, now))
+        self.owners.note(ident, ns, expires)
 
     def search_extras(
         self, key: str, value: Any, brand: str | None, metadata: dict[str, Any] | None,
@@ -720,10 +722,7 @@ class AccessorCore:
         if ttl is not None:
             check_ttl(ttl)
         check_json_value(value, "value")
-        found = self._swap(ident, key, ns, skey, lambda current: value, ttl=ttl, create=False)
-        if found:
-            self.owners.note(ident, ns)
-        return found
+        return self._swap(ident, key, ns, skey, lambda current: value, ttl=ttl, create=False)
 
     def _swap(
         self,
@@ -746,7 +745,8 @@ class AccessorCore:
         (nothing is written either way); with *create* true a missing one is
         created and an unreadable one raises rather than being replaced.  A
         sealed write reported as lost but found in the store on the next read
-        (a resent command after a lost reply) counts as written.
+        (a resent command after a lost reply) counts as written.  A write records
+        the session's owner (:meth:`OwnerBook.note`).
 
         :raises RememberConflictError: after :data:`CAS_ATTEMPTS` lost races.
         """
@@ -755,6 +755,7 @@ class AccessorCore:
         # attempt that wrote it; plaintext entries are not (same value, same ms).
         unique = self.codec.keyring is not None
         tried: str | None = None  # what the last attempt failed to write
+        expires: int | None = None  # its deadline
         verifier = self.verifier
         seen: tuple[str | None, Manifest] | None = None  # verified mode: the manifest read
         for attempt in range(CAS_ATTEMPTS):
@@ -766,6 +767,7 @@ class AccessorCore:
                 # That write did land: its reply was lost, and the driver's retry of the
                 # conditional write found our own value and answered "not written".
                 # Applying the change again would apply it twice.
+                self.owners.note(ident, ns, expires)
                 return True
             now = self.clock()
             current: EntryFields | None
@@ -822,6 +824,7 @@ class AccessorCore:
             else:
                 written = self.write(ident, ns, skey, stored, ttl_ms=ttl_ms, expected=raw)
             if written:
+                self.owners.note(ident, ns, expires)
                 return True
             if unique:
                 tried = stored
@@ -833,6 +836,7 @@ class AccessorCore:
                 pause = min(_CAS_PAUSE_MAX, _CAS_PAUSE_FIRST * 2 ** (attempt - _CAS_EAGER))
                 self.sleep(random.uniform(0, pause))
         if tried is not None and self.read_raw(skey)[0] == tried:
+            self.owners.note(ident, ns, expires)
             return True  # the last write landed after all (see above)
         _metrics.CAS_CONFLICTS.add(self.store_kind)
         raise RememberConflictError(
@@ -895,7 +899,6 @@ class AccessorCore:
             return new
 
         self._swap(ident, key, ns, skey, apply, ttl=ttl, create=True)
-        self.owners.note(ident, ns)
         return new
 
     def forget(self, ident: Identity | None, key: str, scope: object) -> bool:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ._bounded import BoundedCache
@@ -36,7 +36,7 @@ from ._clock import Clock
 from ._codec import EntryCodec
 from ._crypto import b64url_encode, open_sealed, seal
 from ._keys import glob_escape, parse_storage_key
-from .errors import RememberDecryptionError, RememberInputError
+from .errors import RememberConflictError, RememberDecryptionError, RememberInputError
 from .identity import STATELESS_USER_PREFIX, current_identity
 from .stores.base import Store
 from .types import ErasureReceipt, Identity, Namespace
@@ -61,6 +61,11 @@ _NOTED = 8192
 #: Milliseconds before a noted pair is written again (``SET NX``: a no-op while the
 #: record exists), so a session keeps its owner recorded after another process erased it.
 _RENOTE_MS = 60_000
+#: How long an owner record outlives the latest entry written in its session: it is
+#: extended only when a write's deadline passes what it covers, so a session written
+#: all day long extends its record about once a day.
+_GRACE_MS = 86_400_000
+_EXTEND_ATTEMPTS = 10
 _BATCH = 500
 
 
@@ -93,6 +98,11 @@ def subject_hashes(codec: EntryCodec, user_id: str) -> tuple[str, ...]:
     return tuple(_h(k, b"user", user_id) for k in _hash_keys(codec))
 
 
+def _covers(until: int | None, wanted: int | None) -> bool:
+    """Whether a record lasting until *until* (``None``: for ever) lasts until *wanted*."""
+    return until is None or (wanted is not None and until >= wanted)
+
+
 class OwnerBook:
     """Records, once per process, which authenticated user wrote into which session.
 
@@ -102,6 +112,15 @@ class OwnerBook:
     most once a minute, when it writes the record (one ``SET ... NX``).  A
     process killed between the two leaves an entry without a recorded owner:
     :func:`erase` reports its session as unattributed.
+
+    A record lives as long as the entries it attributes: its deadline (kept
+    in the sealed record too) is the latest deadline of an entry written
+    through it plus :data:`_GRACE_MS`, or none when such an entry has none.
+    A write whose entry outlives the record extends it (read, then
+    compare-and-set, never shortening it), whichever process wrote the record.
+    A bounded memory store keeps records (``write_kept``) in their principal's
+    eviction group (:attr:`group_of`), evicted only once that principal has
+    no entry left there.
     """
 
     def __init__(self, store: Store, codec: EntryCodec, prefix: str, clock: Clock) -> None:
@@ -109,12 +128,22 @@ class OwnerBook:
         self.clock = clock
         self.codec = codec
         self.prefix = prefix
-        self._noted: BoundedCache[tuple[str, str], int] = BoundedCache(_NOTED)
+        #: The eviction group of a write by (identity, namespace); the core sets its own.
+        self.group_of: Callable[[Identity | None, Namespace], str | None] = lambda i, ns: None
+        self._kept = getattr(store, "write_kept", None)
+        # (user, session) -> (when noted, the record's deadline as last known; None: none).
+        self._noted: BoundedCache[tuple[str, str], tuple[int, int | None]] = BoundedCache(
+            _NOTED
+        )
 
-    def note(self, ident: Identity | None, ns: Namespace) -> None:
-        """Record the user of *ident* (default: the bound one) as an owner of *ns*'s session.
+    def note(self, ident: Identity | None, ns: Namespace, deadline: int | None) -> None:
+        """Record the user of *ident* (default: the bound one) as an owner of *ns*'s session,
+        for at least as long as an entry expiring at *deadline* (``None``: never).
 
         Only session and tool scope of a verified session have one to record.
+
+        :raises RememberConflictError: other writers changed the record during
+            every attempt to extend it.
         """
         session = ns.session
         if session is None or session.startswith(_STATELESS):
@@ -125,20 +154,65 @@ class OwnerBook:
         assert user is not None
         pair = (user, session)
         now = self.clock()
+        wanted = None if deadline is None else deadline + _GRACE_MS
         noted = self._noted.get(pair)
-        if noted is not None and 0 <= now - noted < _RENOTE_MS:
+        if noted is not None and 0 <= now - noted[0] < _RENOTE_MS and _covers(noted[1], wanted):
             return
         key = self.record_key(user, session)
-        self.store.set(key, self._seal(user, session, key), only_if_absent=True)
-        self._noted.put(pair, now)
+        group = self.group_of(ident, ns)
+        until = self._keep(key, user, session, wanted, now, group, noted)
+        self._noted.put(pair, (now, until))
+
+    def _keep(
+        self, key: str, user: str, session: str, wanted: int | None, now: int,
+        group: str | None, noted: tuple[int, int | None] | None,
+    ) -> int | None:
+        """Make the record under *key* exist until *wanted*; the deadline it has after."""
+        text = self._seal(user, session, key, wanted)
+        if self._write(key, text, wanted, now, group, only_if_absent=True):
+            return wanted
+        if noted is not None and _covers(noted[1], wanted):
+            return noted[1]  # there, and known to last long enough
+        for _attempt in range(_EXTEND_ATTEMPTS):
+            raw = self.store.get(key)
+            if raw is None:
+                if self._write(key, text, wanted, now, group, only_if_absent=True):
+                    return wanted
+                continue
+            opened = self._open(key, raw)
+            if opened is None:
+                return wanted  # not ours to rewrite (it does not open): left as it is
+            if _covers(opened[1], wanted):
+                return opened[1]
+            if self._write(key, text, wanted, now, group, expected=raw):
+                return wanted
+        raise RememberConflictError(
+            f"a session's owner record changed during each of {_EXTEND_ATTEMPTS} attempts "
+            "to extend it"
+        )
+
+    def _write(
+        self, key: str, text: str, until: int | None, now: int, group: str | None, *,
+        only_if_absent: bool = False, expected: str | None = None,
+    ) -> bool:
+        ttl_ms = None if until is None else max(1, until - now)
+        if self._kept is not None:
+            return bool(self._kept(key, text, group=group, ttl_ms=ttl_ms,
+                                   only_if_absent=only_if_absent, expected=expected))
+        if expected is not None:
+            return self.store.compare_and_set(key, expected, text, ttl_ms=ttl_ms)
+        return self.store.set(key, text, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
 
     def record_key(self, user: str, session: str, index: int = 0) -> str:
         """The owner record's key under secret number *index*."""
         k = _hash_keys(self.codec)[index]
         return f"{self.prefix}{OWNER_HEAD}{_h(k, b'user', user)}:{_h(k, b'session', session)}"
 
-    def _seal(self, user: str, session: str, key: str) -> str:
-        text = json.dumps({"session": session}, ensure_ascii=False).encode("utf-8")
+    def _seal(self, user: str, session: str, key: str, until: int | None) -> str:
+        record: dict[str, object] = {"session": session}
+        if until is not None:
+            record["until"] = until
+        text = json.dumps(record, ensure_ascii=False).encode("utf-8")
         keyring = self.codec.keyring
         if keyring is None:
             return text.decode("utf-8")
@@ -147,6 +221,12 @@ class OwnerBook:
 
     def open(self, key: str, stored: str) -> str | None:
         """The session identity the record under *key* names, or ``None`` if it does not open."""
+        opened = self._open(key, stored)
+        return None if opened is None else opened[0]
+
+    def _open(self, key: str, stored: str) -> tuple[str, int | None] | None:
+        """(session, deadline or ``None``) of the record under *key*; ``None`` if it does
+        not open.  A record without a deadline (written before records had one) has none."""
         keyring = self.codec.keyring
         try:
             if keyring is None:
@@ -154,10 +234,13 @@ class OwnerBook:
             else:
                 aad = key[len(self.prefix) :].encode("utf-8", "surrogatepass")
                 text = open_sealed(stored, keyring.purpose_keys(_SEAL_INFO), aad)
-            session = json.loads(text).get("session")
+            record = json.loads(text)
+            session, until = record.get("session"), record.get("until")
         except (RememberDecryptionError, ValueError, AttributeError):
             return None
-        return session if isinstance(session, str) and session else None
+        if not (isinstance(session, str) and session):
+            return None
+        return session, until if isinstance(until, int) and not isinstance(until, bool) else None
 
     def forget_noted(self) -> None:
         """Empty the cache: after an erasure, a later write records its owner anew."""

@@ -222,6 +222,8 @@ class Witness(Protocol):
         ...
 
 
+#: Tries of a file witness's switch to WAL (about a second in all; see FileWitness._wal).
+_WAL_ATTEMPTS = 40
 #: Connections a forked child inherited: kept, never used or closed (see FileWitness).
 _INHERITED: list[sqlite3.Connection] = []
 
@@ -243,7 +245,7 @@ class FileWitness:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
             os.close(fd)
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._wal()
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS heads (name TEXT PRIMARY KEY, counter INTEGER, "
@@ -254,6 +256,19 @@ class FileWitness:
         self._lock = threading.Lock()
         self._synchronous = synchronous
         after_fork_in_child(self._reopen)
+
+    def _wal(self) -> None:
+        """Switch the file to WAL.  While another process switches the same new file, SQLite
+        answers "database is locked" at once (no busy wait for this pragma): workers that
+        start together would be refused, so the switch is tried again, for up to a second."""
+        for attempt in range(_WAL_ATTEMPTS):
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == _WAL_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.01 * (1 + attempt % 4))
 
     def _reopen(self) -> None:
         # An SQLite connection must not cross a fork: the child opens its own, and never

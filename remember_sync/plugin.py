@@ -379,6 +379,8 @@ class RememberPlugin:
             if audit is not None:
                 core.audit = AuditTrail(store, keyring, prefix, core.clock, audit)
                 core.audit.head_of = core.audit_head
+                if verifier is not None and verifier.witness is not None:
+                    core.audit.anchor_in(verifier.witness)
         except BaseException:
             if owns:
                 store.close()
@@ -597,15 +599,15 @@ class RememberPlugin:
             self._purge.stop()
         if self._key_check is not None:
             self._key_check.stop()
-        if self._core.verifier is not None:
-            self._core.verifier.close()
-        self._core.search_cache.clear()
-        if self._core.audit is not None:
+        if self._core.audit is not None:  # before the witness its head is anchored in
             try:
                 self._core.audit.close()
             except Exception:  # noqa: BLE001 - logged; closing the store must still happen
                 log.warning("remember: the audit trail's last events could not be written",
                             exc_info=True)
+        if self._core.verifier is not None:
+            self._core.verifier.close()
+        self._core.search_cache.clear()
         if self._owns_store:
             self._core.store.close()
 

@@ -425,6 +425,23 @@ _WRITER = textwrap.dedent(
 )
 
 
+def run_together(commands: list[list[str]]) -> None:
+    """Start every command, release them at once (a line on their stdin) and wait for each
+    to exit 0 having printed ``done``."""
+    children = [
+        subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for argv in commands
+    ]
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0 and out.strip() == "done", err
+
+
 @pytest.mark.parametrize("store_kind", ["redis", "redis_cluster", "vercel_kv"])
 def test_two_processes_writing_at_once_produce_one_verifiable_trail(
     make_plugin: Callable[..., RememberPlugin], store: Store, store_kind: str, request: Any
@@ -441,21 +458,11 @@ def test_two_processes_writing_at_once_produce_one_verifiable_trail(
     else:
         where, token = request.getfixturevalue("redis_url"), ""
     prefix = f"p{os.urandom(3).hex()}:"
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WRITER, store_kind, where, token, f"w{n}", prefix,
-             TEST_SECRET, batch],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
+    run_together([
+        [sys.executable, "-c", _WRITER, store_kind, where, token, f"w{n}", prefix,
+         TEST_SECRET, batch]
         for n, batch in enumerate(("1", "3"))
-    ]
-    for child in children:
-        assert child.stdin is not None
-        child.stdin.write("go\n")
-        child.stdin.flush()
-    for child in children:
-        out, err = child.communicate(timeout=120)
-        assert child.returncode == 0 and out.strip() == "done", err
+    ])
     plugin = make_plugin(audit=True, key_prefix=prefix)
     result = _trail(plugin).verify()
     assert result.ok, result.problems
@@ -673,4 +680,21 @@ def test_a_forked_child_appends_its_own_events_only(
     _trail(plugin).flush()
     events = _trail(plugin).events()
     assert sorted(e.principal for e in events) == ["child"] * 2 + ["parent"] * 3
+    assert _trail(plugin).verify().ok
+
+
+def test_equal_but_differently_typed_arguments_are_recorded_as_given(
+    make_plugin: Callable[..., RememberPlugin],
+) -> None:
+    """``ttl=True`` equals ``ttl=1`` in Python, not in the trail: two calls refused for the
+    same reason (an empty key) record the int TTL and no TTL for the bool, whichever comes
+    first (events whose fields repeat share their text)."""
+    plugin = make_plugin(audit={"batch": 50, "flush_ms": 600_000})
+    mem = plugin.accessor(Identity("s-1", "alice"))
+    for ttl in (1, True, True, 1):
+        with pytest.raises(RememberError):
+            mem.set("", 1, ttl=ttl)
+    events = _trail(plugin).events()
+    assert len({e.outcome for e in events}) == 1 and events[0].outcome.startswith("error:")
+    assert [e.ttl for e in events] == [1, None, None, 1]
     assert _trail(plugin).verify().ok

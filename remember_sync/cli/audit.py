@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ._common import EXIT_FAIL, EXIT_OK, PROG, _opened, _print_json, _stderr
@@ -55,11 +57,14 @@ def add_audit_command(c: Commands) -> None:
               [c.store, c.reads], needs_store=True, subs=actions)
     p.add_argument("-n", "--lines", type=_positive_int, default=20, metavar="N",
                    help="how many events (default: %(default)s)")
-    c.add("verify", _cmd_audit_verify, "check the chain; exit code 1 if it is broken",
-          [c.store, c.reads, c.as_json], needs_store=True, subs=actions,
-          description="Check every event from the checkpoint to the head: an edited, deleted, "
-          "reordered, inserted or forged event, or removed last events, is reported and the "
-          "exit code is 1.")
+    p = c.add("verify", _cmd_audit_verify, "check the chain; exit code 1 if it is broken",
+              [c.store, c.reads, c.as_json], needs_store=True, subs=actions,
+              description="Check every event from the checkpoint to the head: an edited, "
+              "deleted, reordered, inserted or forged event, or removed last events, is "
+              "reported and the exit code is 1. With the application's witness (--witness, or "
+              "REMEMBER_INTEGRITY=verified and REMEMBER_WITNESS), a store rolled back as a "
+              "whole is reported too.")
+    _witness_argument(p)
     p = c.add("export", _cmd_audit_export, "write every event as JSON Lines (after verifying)",
               [c.store, c.reads], needs_store=True, subs=actions,
               description="Write every event (identities decrypted) as JSON Lines; the exit "
@@ -67,12 +72,36 @@ def add_audit_command(c: Commands) -> None:
               "the problems on standard error).")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write to FILE (created with mode 0600; must not exist)")
+    _witness_argument(p)
+
+
+def _witness_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--witness", metavar="W", default=None,
+                   help="the application's witness (integrity='verified'): a file path or a "
+                   "redis:// URL; the trail's head is checked against it")
 
 
 def _trail(opened: Opened) -> AuditTrail:
     trail = opened.plugin.audit
     assert trail is not None  # opened with audit=True
     return trail
+
+
+@contextlib.contextmanager
+def _checked_trail(args: argparse.Namespace) -> Iterator[AuditTrail]:
+    """The trail, its head checked against ``--witness`` when given."""
+    from .._ops.verify import open_witness
+
+    witness = open_witness(args.witness)
+    try:
+        with _opened(args, audit=True) as opened:
+            trail = _trail(opened)
+            if witness is not None:
+                trail.anchor_in(witness)
+            yield trail
+    finally:
+        if witness is not None:
+            witness.close()
 
 
 def _cmd_audit_tail(args: argparse.Namespace) -> int:
@@ -91,8 +120,8 @@ def _report(result: AuditVerification) -> None:
 
 
 def _cmd_audit_verify(args: argparse.Namespace) -> int:
-    with _opened(args, audit=True) as opened:
-        result = _trail(opened).verify()
+    with _checked_trail(args) as trail:
+        result = trail.verify()
     if args.json:
         _print_json({"ok": result.ok, "events": result.events, "first_seq": result.first_seq,
                      "last_seq": result.last_seq, "problems": list(result.problems)})
@@ -107,8 +136,7 @@ def _cmd_audit_verify(args: argparse.Namespace) -> int:
 def _cmd_audit_export(args: argparse.Namespace) -> int:
     from .._ops.context import json_line
 
-    with _opened(args, audit=True) as opened:
-        trail = _trail(opened)
+    with _checked_trail(args) as trail:
         result = trail.verify()
         events = trail.events()
     lines = "".join(json_line(event.as_dict()) + "\n" for event in events)

@@ -137,7 +137,7 @@ class _StoreLock:
 class _Space:
     """One namespace of a bounded store: its bytes, its keys in LRU order, its deadlines."""
 
-    __slots__ = ("name", "nbytes", "lru", "heap")
+    __slots__ = ("name", "nbytes", "lru", "heap", "kept")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -145,6 +145,8 @@ class _Space:
         # key -> bytes charged for it; order = least recently used first.
         self.lru: OrderedDict[str, int] = OrderedDict()
         self.heap: list[tuple[int, str]] = []
+        # Records written with write_kept: evicted only once lru is empty, oldest first.
+        self.kept: OrderedDict[str, int] = OrderedDict()
 
 
 class MemoryStore:
@@ -299,10 +301,12 @@ class MemoryStore:
             self._disown(key)
         if self._bounded:
             space = self._space_of.pop(key)
-            charge = space.lru.pop(key)
+            charge = space.lru.pop(key, None)
+            if charge is None:
+                charge = space.kept.pop(key)
             space.nbytes -= charge
             self._bytes -= charge
-            if not space.lru:
+            if not space.lru and not space.kept:
                 del self._spaces[space.name]
 
     def _disown(self, key: str) -> None:
@@ -394,22 +398,24 @@ class MemoryStore:
                 victim = key
                 break
         if victim is None:
-            victim = next(iter(space.lru))
+            victim = next(iter(space.lru or space.kept))
             log.debug("remember: memory store full, evicted the least recently used entry")
         else:
             log.debug("remember: memory store full, evicted the entry expiring first")
         self._remove(victim)
         self.evictions += 1
         _metrics.EVICTIONS.add("memory")
-        if space.lru:
+        if space.lru or space.kept:
             heapq.heappush(self._by_size, (-space.nbytes, space.name))
 
     def _put(
-        self, key: str, value: str, ttl_ms: int | None, now: int, group: str | None = None
+        self, key: str, value: str, ttl_ms: int | None, now: int, group: str | None = None,
+        kept: bool = False,
     ) -> None:
         """Write with the lock held; under a bound, make room fairly first.
 
-        *group* is the unit of fair eviction (default: the key's namespace).
+        *group* is the unit of fair eviction (default: the key's namespace); a
+        *kept* key is evicted only once its group holds nothing else.
         """
         deadline = None if ttl_ms is None else now + ttl_ms
         if self._index_of is not None:
@@ -441,7 +447,7 @@ class MemoryStore:
         if self._index_of is not None:
             self._group(key)
         self._space_of[key] = space
-        space.lru[key] = charge
+        (space.kept if kept else space.lru)[key] = charge
         space.nbytes += charge
         self._bytes += charge
         by_size = self._by_size
@@ -451,6 +457,8 @@ class MemoryStore:
             heapq.heapify(self._by_size)
         if deadline is not None:
             heapq.heappush(self._heap, (deadline, key))
+            if kept:
+                return  # never an eviction candidate by deadline
             heap = space.heap
             heapq.heappush(heap, (deadline, key))
             if len(heap) > 64 and len(heap) > 2 * len(space.lru):
@@ -702,6 +710,43 @@ class MemoryStore:
             ttl_ms=ttl_ms, only_if_absent=only_if_absent, expected=expected,
         )  # fmt: skip
 
+    def write_kept(
+        self,
+        key: str,
+        value: str,
+        *,
+        group: str | None,
+        ttl_ms: int | None = None,
+        only_if_absent: bool = False,
+        expected: str | None = None,
+    ) -> bool:
+        """:meth:`set` / :meth:`compare_and_set` of a record a bounded store keeps.
+
+        The record counts toward the bounds, in *group* (default: its namespace),
+        and is evicted only once that group holds nothing else (oldest record
+        first): bookkeeping such as a session's owner record stays while its
+        principal has entries, without letting anyone's records crowd out
+        someone else's entries.  Unbounded, a plain write.
+        """
+        if not self._bounded:
+            if expected is not None:
+                return self.compare_and_set(key, expected, value, ttl_ms=ttl_ms)
+            return self.set(key, value, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
+        check_write(key, value, ttl_ms, "" if expected is None else expected)
+        if self._lock.held_here():
+            raise self._busy()
+        with self._lock:
+            now = self._clock()
+            self._sweep(now)
+            item = self._live(key, now)
+            if expected is not None:
+                if item is None or item[0] != expected:
+                    return False
+            elif only_if_absent and item is not None:
+                return False
+            self._put(key, value, ttl_ms, now, group, kept=True)
+            return True
+
     def delete_owned(self, owner: str, *keys: str) -> int:
         """:meth:`delete`: every key knows its owner here."""
         check_key(owner)
@@ -794,7 +839,9 @@ class MemoryStore:
     def _touch(self, key: str) -> None:
         self._data.move_to_end(key)
         if self._bounded:
-            self._space_of[key].lru.move_to_end(key)
+            lru = self._space_of[key].lru
+            if key in lru:  # else a kept record: no recency order
+                lru.move_to_end(key)
 
     def add_to_index(self, keys: Sequence[str]) -> int:
         """Nothing to bring in: every key is grouped as it is written.  Returns how many are."""

@@ -573,7 +573,7 @@ class MemoryTools:
                 core.ttl_ms(expires, now), expires,
             )
             event.outcome = "written"
-        core.owners.note(mem.identity, ns)
+        core.owners.note(mem.identity, ns, expires)
         out: dict[str, Any] = {"success": True, "key": key, "scope": scope}
         if expires is not None:
             out["expiresAt"] = expires

@@ -426,8 +426,21 @@ class AccessorCore:
         """Encode, refusing entries larger than ``max_value_bytes`` (nothing written)."""
         return self.seal_checked(entry_to_json(entry), ns, skey)
 
-    def seal_checked(self, entry_text: str, ns: Namespace, skey: str) -> str:
-        """Seal serialised entry JSON, refusing it over ``max_value_bytes`` (nothing written)."""
+    def seal_checked(
+        self,
+        entry_text: str,
+        ns: Namespace,
+        skey: str,
+        ident: Identity | None = None,
+        *,
+        like: str | None = None,
+    ) -> str:
+        """Seal serialised entry JSON, refusing it over ``max_value_bytes`` (nothing written).
+
+        *ident* (default: the bound identity) is who writes: with subject keys, a
+        signed-in user's session entries are sealed under their key; *like* is the
+        stored value an entry sealed anew replaces (its subject key is kept).
+        """
         try:
             text = entry_text.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -439,7 +452,11 @@ class AccessorCore:
             raise RememberInputError(
                 f"entry is {len(text)} bytes serialised; max_value_bytes is {self.max_value_bytes}"
             )
-        return self.codec.seal_text(text, ns, skey)
+        codec = self.codec
+        if codec.keyring is None or codec.keyring.subjects is None:
+            return codec.seal_text(text, ns, skey)
+        writer = (ident or current_identity()).user_id
+        return codec.seal_text(text, ns, skey, writer=writer, like=like)
 
     def _globs(self, ns: Namespace, pattern: str) -> list[tuple[str, str]]:
         """(glob, storage-key head) pairs to walk for *ns*: ours, then 1.8.0's doubled one."""
@@ -597,7 +614,7 @@ class AccessorCore:
             else self.search_extras(key, value, brand, metadata)
         )
         stored = self.seal_checked(
-            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey
+            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey, ident
         )
         if self.verifier is not None:
             head = skey[: len(skey) - len(key)]
@@ -812,6 +829,7 @@ class AccessorCore:
                 ),
                 ns,
                 skey,
+                ident,
             )
             ttl_ms = self.ttl_ms(expires, now)
             if verifier is not None:

@@ -1,0 +1,397 @@
+"""Crypto-shredding: ``encryption={"subject_keys": True}`` with a ``keystore=``.
+
+A copy of the whole database taken before ``erase`` and restored after it must
+yield no readable entry of the erased person, while everyone else's read back.
+Real components: every store kind of the matrix (the Redis ones copied by
+``DUMP``/``RESTORE`` of every key of the underlying Redis), a keystore in a
+file and in a second store, a second redis-server that is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from remember_sync import Identity, RememberPlugin
+from remember_sync._clock import FakeClock
+from remember_sync._crypto import parse_envelope
+from remember_sync._keys import parse_storage_key
+from remember_sync._ops.rotate import rotate
+from remember_sync._shred import RECHECK_MS
+from remember_sync.errors import (
+    RememberConfigurationError,
+    RememberDecryptionError,
+    RememberStoreError,
+)
+from remember_sync.stores.base import Store
+from remember_sync.stores.memory import MemoryStore
+from remember_sync.stores.redis import RedisStore
+from remember_sync.testing.redis_server import RedisServer
+from tests.conftest import TEST_SECRET
+from tests.test_erasure import ALICE_SESSIONS as SESSIONS
+from tests.test_erasure import _is_alice
+
+OLD_SECRET = "old-secret-0123456789abcdef0123456789"
+
+
+def _populate(plugin: RememberPlugin) -> dict[str, Any]:
+    """Alice (user scope, three sessions she owns, tool scope, stateless) and Bob; a global
+    entry and an anonymous session.  Returns what Bob and the others wrote, by storage key."""
+    for session in SESSIONS:
+        mem = plugin.accessor(Identity(session, "alice", "notes"))
+        mem.set("theme", f"alice-{session}")
+        mem.set("draft", {"text": f"alice-tool-{session}"}, scope="tool")
+    alice = plugin.accessor(Identity(None, "alice", "notes"))
+    alice.set("name", "Alice A.", scope="user")
+    alice.set("stateless", "alice-stateless")
+    for session in ("sb-1", "sb-2"):
+        mem = plugin.accessor(Identity(session, "bob", "notes"))
+        mem.set("theme", f"bob-{session}")
+        mem.set("draft", "bob-tool", scope="tool")
+    plugin.accessor(Identity(None, "bob")).set("name", "Bob B.", scope="user")
+    plugin.accessor(Identity()).set("motd", "hello", scope="global")
+    plugin.accessor(Identity("anon-session")).set("k", "anonymous")
+    return {k: v for k, v in _entries(plugin).items() if not _is_alice(plugin, k)}
+
+
+def _entries(plugin: RememberPlugin) -> dict[str, Any]:
+    """Every entry under the prefix: its value, or the decryption error (a raw decrypt)."""
+    core = plugin._core
+    out: dict[str, Any] = {}
+    for key in plugin.store.scan(plugin.key_prefix + "*"):
+        parsed = parse_storage_key(plugin.key_prefix, key)
+        if parsed is None:
+            continue
+        raw = plugin.store.get(key)
+        if raw is None:
+            continue
+        try:
+            out[key] = core.codec.decode(raw, parsed.namespace, key).value
+        except RememberDecryptionError as exc:
+            out[key] = exc
+    return out
+
+
+# -- copying the whole database ------------------------------------------------------------
+
+
+def _raw_client(store_kind: str, request: pytest.FixtureRequest) -> Any:
+    """The Redis under the store (None for the memory store)."""
+    name = {"redis": "redis_client", "redis_cluster": "redis_cluster_client",
+            "vercel_kv": "kv_redis"}.get(store_kind)
+    return None if name is None else request.getfixturevalue(name)
+
+
+def _backup(store: Store, client: Any) -> dict[Any, Any]:
+    """DUMP of every key of the underlying Redis; the memory store's every key and value."""
+    if client is None:
+        keys = list(store.scan("*"))
+        return dict(zip(keys, store.get_many(keys), strict=True))
+    return {key: client.dump(key) for key in client.scan_iter("*")}
+
+
+def _restore(store: Store, client: Any, copy: dict[Any, Any]) -> None:
+    """RESTORE ... REPLACE every key of *copy* (the memory store: set every key)."""
+    for key, value in copy.items():
+        if value is None:
+            continue
+        if client is None:
+            store.set(key, value)
+        else:
+            client.restore(key, 0, value, replace=True)
+
+
+@pytest.fixture(params=["file", "second-store"])
+def keystore(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
+    """A keystore apart from the data: an SQLite file, or a second (memory) store."""
+    if request.param == "file":
+        yield str(tmp_path / "keys.sqlite")
+        return
+    second = MemoryStore()
+    yield second
+    second.close()
+
+
+def _shredding(make_plugin: Callable[..., RememberPlugin], keystore: object,
+               **options: Any) -> RememberPlugin:
+    encryption = options.pop("encryption", {})
+    return make_plugin(encryption={"subject_keys": True, **encryption}, keystore=keystore,
+                       **options)
+
+
+def _assert_alice_gone(
+    plugin: RememberPlugin, bob: dict[str, Any], make_plugin: Callable[..., RememberPlugin],
+    keystore: object,
+) -> None:
+    """Through accessor reads and a raw decrypt of every key: nothing of Alice opens;
+    every other entry reads back intact.  A strict reader is told why."""
+    entries = _entries(plugin)
+    alice = {k: v for k, v in entries.items() if _is_alice(plugin, k)}
+    assert alice, "the restored copy holds Alice's entries"
+    for key, value in alice.items():
+        assert isinstance(value, RememberDecryptionError), key
+        assert "subject key" in value.message
+    assert {k: v for k, v in entries.items() if not _is_alice(plugin, k)} == bob
+    for session in SESSIONS:
+        mem = plugin.accessor(Identity(session, "alice", "notes"))
+        assert mem.get("theme") is None
+        assert mem.get("draft", scope="tool") is None
+    raising = _shredding(make_plugin, keystore, on_decrypt_error="raise")
+    for session in SESSIONS:
+        with pytest.raises(RememberDecryptionError, match="subject key was erased"):
+            raising.accessor(Identity(session, "alice")).get("theme")
+    assert plugin.accessor(Identity(None, "alice")).get("name", scope="user") is None
+    assert plugin.accessor(Identity(None, "alice")).get("stateless") is None
+    assert plugin.accessor(Identity("sb-1", "bob")).get("theme") == "bob-sb-1"
+    assert plugin.accessor(Identity(None, "bob")).get("name", scope="user") == "Bob B."
+
+
+def test_a_backup_restored_after_erase_yields_nothing_of_the_person(
+    make_plugin: Callable[..., RememberPlugin],
+    store: Store,
+    store_kind: str,
+    keystore: object,
+    request: pytest.FixtureRequest,
+) -> None:
+    """DUMP every key, erase Alice, RESTORE every key (REPLACE): none of hers opens, with
+    the live secrets and the live keystore; Bob and the others read back intact."""
+    plugin = _shredding(make_plugin, keystore)
+    bob = _populate(plugin)
+    client = _raw_client(store_kind, request)
+    copy = _backup(store, client)
+    assert len(copy) >= 12
+
+    receipt = plugin.erase(user_id="alice")
+    assert receipt.keys_destroyed == 1 and plugin.verify_receipt(receipt)
+    assert receipt.total == 3 + 3 + 1 + 1
+
+    _restore(store, client, copy)
+    _assert_alice_gone(plugin, bob, make_plugin, keystore)
+    # A plugin that never saw Alice's key (another process, a fresh start) neither.
+    _assert_alice_gone(_shredding(make_plugin, keystore), bob, make_plugin, keystore)
+
+
+def test_entries_name_their_subject_key_and_nothing_else_does(
+    make_plugin: Callable[..., RememberPlugin], store: Store, keystore: object
+) -> None:
+    """Alice's envelopes record the id of the key that sealed them (no master kid, no user
+    id); a global or anonymous entry is sealed as without subject keys."""
+    plugin = _shredding(make_plugin, keystore)
+    _populate(plugin)
+    skids: set[str | None] = set()
+    for key in plugin.store.scan(plugin.key_prefix + "v2:*"):
+        raw = store.get(key)
+        assert raw is not None
+        envelope = parse_envelope(raw)
+        if _is_alice(plugin, key):
+            assert envelope.skid is not None and envelope.kid is None and envelope.aad
+            assert "alice" not in raw
+            skids.add(envelope.skid)
+        elif ":global:" in key or "anon-session" in key:
+            assert envelope.skid is None and envelope.kid is not None
+    assert len(skids) == 1  # one key per person
+
+
+def test_erase_then_the_same_user_writes_again_under_a_new_key(
+    make_plugin: Callable[..., RememberPlugin],
+    store: Store,
+    keystore: object,
+) -> None:
+    """After erase, Alice's next write gets a new key id; the restored old entries stay
+    unreadable, her new one reads."""
+    plugin = _shredding(make_plugin, keystore)
+    bob = _populate(plugin)
+    copy = _backup(store, None)
+    old = parse_envelope(
+        store.get(plugin.key_prefix + "v2:user:alice:name") or ""
+    ).skid
+    plugin.erase(user_id="alice")
+    mem = plugin.accessor(Identity(None, "alice"))
+    mem.set("fresh", "new life", scope="user")
+    new = parse_envelope(store.get(plugin.key_prefix + "v2:user:alice:fresh") or "").skid
+    assert new is not None and old is not None and new != old
+    _restore(store, None, copy)
+    assert mem.get("fresh", scope="user") == "new life"
+    assert mem.get("name", scope="user") is None
+    assert _entries(plugin)[plugin.key_prefix + "v2:user:alice:fresh"] == "new life"
+    assert mem.forget("fresh", scope="user")
+    _assert_alice_gone(plugin, bob, make_plugin, keystore)
+    # The keystore remembers the erasure (a tombstone: subject hash and time).
+    assert plugin._core.codec.keyring.subjects.erased_at("alice") is not None  # type: ignore[union-attr]
+
+
+def test_rotation_rewraps_the_keystore_then_erase_still_shreds(
+    make_plugin: Callable[..., RememberPlugin], store: Store, keystore: object, clock: FakeClock
+) -> None:
+    """Rotate to a new secret (the keystore's keys rewrapped, entries untouched), retire
+    the old secret, then erase: the copy from before the rotation opens nothing of Alice."""
+    first = _shredding(make_plugin, keystore, encryption={"secrets": [OLD_SECRET]})
+    bob = _populate(first)
+    copy = _backup(store, None)
+    both = _shredding(make_plugin, keystore, encryption={"secrets": [TEST_SECRET, OLD_SECRET]})
+    result = rotate(both._core)
+    assert result.complete
+    assert result.rewrapped == 2  # Alice's and Bob's keys
+    # Only the new secret from now on: everything still reads.
+    new = _shredding(make_plugin, keystore)
+    assert new.accessor(Identity("sa-1", "alice")).get("theme") == "alice-sa-1"
+    assert new.accessor(Identity(None, "bob")).get("name", scope="user") == "Bob B."
+    # Rotation rewrote no entry of a person: their envelopes name the same subject keys.
+    alice = [k for k in copy if k.startswith("remember:v2:") and _is_alice(first, k)]
+    assert len(alice) == 8 and all(store.get(k) == copy[k] for k in alice)
+    receipt = new.erase(user_id="alice")
+    assert receipt.keys_destroyed == 1
+    _restore(store, None, copy)
+    # Even holding the old secret too, the copy from before the rotation opens nothing
+    # of Alice (and everything else, sealed by the old secret, reads) -- once `both`,
+    # which read her key during the rotation, asks the keystore again.
+    clock.advance(RECHECK_MS)
+    _assert_alice_gone(both, bob, make_plugin, keystore)
+
+
+def test_another_process_forgets_a_destroyed_key_within_the_recheck_time(
+    make_plugin: Callable[..., RememberPlugin], store: Store, keystore: object, clock: FakeClock
+) -> None:
+    """A plugin that read Alice's key before another erased her trusts its copy for at
+    most RECHECK_MS (docs/audit.rst), then reads her restored entries as unreadable."""
+    eraser = _shredding(make_plugin, keystore)
+    reader = _shredding(make_plugin, keystore)
+    bob = _populate(eraser)
+    copy = _backup(store, None)
+    assert reader.accessor(Identity("sa-1", "alice")).get("theme") == "alice-sa-1"
+    eraser.erase(user_id="alice")
+    _restore(store, None, copy)
+    clock.advance(RECHECK_MS - 1)
+    assert reader.accessor(Identity("sa-1", "alice")).get("theme") == "alice-sa-1"
+    clock.advance(1)
+    assert reader.accessor(Identity("sa-1", "alice")).get("theme") is None
+    _assert_alice_gone(reader, bob, make_plugin, keystore)
+
+
+def test_keystore_failure_is_a_store_error_on_write_and_read(
+    make_plugin: Callable[..., RememberPlugin],
+) -> None:
+    """The keystore's redis-server stopped: writing and reading a person's entry raise
+    RememberStoreError (never "not found"); entries with no person still work."""
+    server = RedisServer().start()
+    try:
+        keystore = RedisStore.from_url(server.url, socket_timeout=1, retries=0)
+        plugin = _shredding(make_plugin, keystore)
+        alice = plugin.accessor(Identity("sa-1", "alice"))
+        alice.set("k", "v")
+        server.stop()
+        with pytest.raises(RememberStoreError):
+            plugin.accessor(Identity("sa-1", "carol")).set("k", "v")
+        reader = _shredding(make_plugin, keystore)  # nothing cached: must ask the keystore
+        with pytest.raises(RememberStoreError):
+            reader.accessor(Identity("sa-1", "alice")).get("k")
+        with pytest.raises(RememberStoreError):
+            reader.erase(user_id="alice")
+        reader.accessor(Identity()).set("motd", "up", scope="global")
+        assert reader.accessor(Identity()).get("motd", scope="global") == "up"
+        keystore.close()
+    finally:
+        server.cleanup()
+
+
+def test_a_file_keystore_is_private(
+    make_plugin: Callable[..., RememberPlugin], tmp_path: Path
+) -> None:
+    """Created 0600; an existing file others can read is refused at init."""
+    path = tmp_path / "keys.sqlite"
+    _shredding(make_plugin, str(path)).accessor(Identity(None, "a")).set("k", 1, scope="user")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    os.chmod(path, 0o640)
+    with pytest.raises(RememberConfigurationError, match="keystore"):
+        _shredding(make_plugin, str(path))
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"encryption": {"subject_keys": True}}, "keystore"),
+        ({"encryption": {"subject_keys": "yes"}, "keystore": "k.db"}, "encryption.subject_keys"),
+        ({"encryption": {"subject_keys": False}, "keystore": "k.db"}, "keystore"),
+        ({"keystore": 42}, "keystore"),
+        ({"keystore": ""}, "keystore"),
+        ({"keystore": {"type": "file"}}, "keystore"),
+        ({"keystore": "k.db", "encryption": {"enabled": False}}, "encryption.subject_keys"),
+        ({"keystore": "k.db", "encryption": {"frontmcp_compatible": True}},
+         "encryption.subject_keys"),
+        ({"keystore": "k.db", "read_doubled_prefix": True}, "encryption.subject_keys"),
+        ({"keystore": "k.db", "integrity": "verified"}, "encryption.subject_keys"),
+        ({"keystore": "/nonexistent-dir/k.db"}, "keystore"),
+    ],
+)
+def test_bad_keystore_options_are_refused_at_init(
+    make_plugin: Callable[..., RememberPlugin],
+    options: dict[str, Any],
+    named: str,
+    tmp_path: Path,
+) -> None:
+    """Each bad combination is a RememberConfigurationError naming the option."""
+    if options.get("keystore") == "k.db":
+        options["keystore"] = str(tmp_path / "k.db")
+    with pytest.raises(RememberConfigurationError, match=f"'{named}'"):
+        make_plugin(**options)
+
+
+def test_the_data_store_itself_is_refused_as_keystore(
+    make_plugin: Callable[..., RememberPlugin], store: Store
+) -> None:
+    """A keystore inside the data it protects would be in every backup of it."""
+    with pytest.raises(RememberConfigurationError, match="'keystore'"):
+        make_plugin(encryption={"subject_keys": True}, keystore=store)
+
+
+def test_keystore_from_the_environment(
+    make_plugin: Callable[..., RememberPlugin], tmp_path: Path
+) -> None:
+    """REMEMBER_KEYSTORE (a file path) turns subject keys on, as the CLI and serve use it."""
+    path = str(tmp_path / "env-keys.sqlite")
+    plugin = make_plugin(environ={"REMEMBER_KEYSTORE": path})
+    plugin.accessor(Identity(None, "alice")).set("k", 1, scope="user")
+    raw = plugin.store.get(plugin.key_prefix + "v2:user:alice:k")
+    assert raw is not None and parse_envelope(raw).skid is not None
+    assert plugin.erase(user_id="alice").keys_destroyed == 1
+
+
+def test_a_second_redis_as_keystore_survives_a_restored_data_redis(
+    redis_store: RedisStore, redis_client: redis.Redis, clock: FakeClock
+) -> None:
+    """The data in one Redis, the keys in another (named by URL): the restore of the data
+    Redis does not touch the keystore, so the erasure holds; the keystore holds no user id."""
+    server = RedisServer().start()
+    made: list[RememberPlugin] = []
+
+    def factory(**options: Any) -> RememberPlugin:
+        encryption = {"secrets": [TEST_SECRET], **options.pop("encryption", {})}
+        made.append(RememberPlugin.init(
+            store=redis_store, clock=clock, skip_legacy_purge=True, encryption=encryption,
+            background_reindex=False, **options,
+        ))
+        return made[-1]
+
+    try:
+        plugin = _shredding(factory, server.url)
+        bob = _populate(plugin)
+        copy = _backup(redis_store, redis_client)
+        assert plugin.erase(user_id="alice").keys_destroyed == 1
+        _restore(redis_store, redis_client, copy)
+        _assert_alice_gone(plugin, bob, factory, server.url)
+        client = server.client()
+        keys = list(client.scan_iter("*"))
+        assert keys
+        for key in keys:
+            assert b"alice" not in key and b"alice" not in (client.get(key) or b"")
+        client.close()
+    finally:
+        for made_plugin in made:
+            made_plugin.close()
+        server.cleanup()

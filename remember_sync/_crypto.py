@@ -145,10 +145,14 @@ class Envelope:
 # ``+/`` -- so a text that also holds no ``+``, ``/`` or ``=`` of its own is
 # base64url throughout, and json.loads would yield exactly these fields.
 _CANONICAL_HEAD = re.compile(
-    r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*+)",)?(?:"skid":"([A-Za-z0-9_-]++)",)?'
+    r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*+)",)?(?:"skid":"([A-Za-z0-9_-]{1,64})",)?'
     r'("aad":"key",)?'
     r'"iv":"([A-Za-z0-9_-]{16})","tag":"([A-Za-z0-9_-]{22})","data":"'
 ).match
+
+
+#: A subject key id as :func:`seal` writes it (base64url, bounded).
+_SKID = re.compile(r"[A-Za-z0-9_-]{1,64}").fullmatch
 
 
 def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool, str | None]:
@@ -199,8 +203,10 @@ def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool, str |
         raise RememberDecryptionError("envelope kid is not a string")
     if aad not in (None, "key"):
         raise RememberDecryptionError("envelope names an unknown aad binding")
-    if skid is not None and (not isinstance(skid, str) or not skid or aad != "key"):
-        raise RememberDecryptionError("envelope skid is not a string bound to its key")
+    if skid is not None and (
+        not isinstance(skid, str) or _SKID(skid) is None or aad != "key"
+    ):
+        raise RememberDecryptionError("envelope skid is not a key id bound to its key")
     try:
         raw_iv, raw_tag, raw_data = b64url_decode(iv), b64url_decode(tag), b64url_decode(data)
     except ValueError as exc:

@@ -9,8 +9,12 @@ file and in a second store, a second redis-server that is stopped.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,7 @@ from typing import Any
 import pytest
 import redis
 
-from remember_sync import Identity, RememberPlugin
+from remember_sync import ErasureReceipt, Identity, RememberPlugin
 from remember_sync._clock import FakeClock
 from remember_sync._crypto import parse_envelope
 from remember_sync._keys import parse_storage_key
@@ -395,3 +399,92 @@ def test_a_second_redis_as_keystore_survives_a_restored_data_redis(
         for made_plugin in made:
             made_plugin.close()
         server.cleanup()
+
+
+def test_offline_cli_tools_find_the_keystore_in_the_environment(
+    redis_store: RedisStore, redis_url: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    """``export`` and ``erase`` with REMEMBER_KEYSTORE: the envelopes name their subject key,
+    so the CLI opens them without knowing whose they are; after ``erase`` (keys destroyed,
+    said in the receipt) an export of Alice's restored entries reports them unreadable."""
+    path = str(tmp_path / "keys.sqlite")
+    plugin = RememberPlugin.init(
+        store=redis_store, clock=clock, skip_legacy_purge=True, background_reindex=False,
+        encryption={"secrets": [TEST_SECRET]}, keystore=path,
+    )
+    try:
+        _populate(plugin)
+        copy = {k: redis_store.get(k) for k in redis_store.scan("remember:v2:*")}
+        env = {"REMEMBER_SECRET": TEST_SECRET, "REMEMBER_KEYSTORE": path, "PATH": "/usr/bin:/bin",
+               "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        base = [sys.executable, "-m", "remember_sync"]
+        export = [*base, "export", "--redis-url", redis_url, "--decrypted"]
+        before = subprocess.run(export, env=env, capture_output=True, text=True, check=False)
+        assert before.returncode == 0, before.stderr
+        assert "alice-sa-2" in before.stdout and "Alice A." in before.stdout
+        erase = [*base, "erase", "--redis-url", redis_url, "--user", "alice", "--json"]
+        done = subprocess.run(erase, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        receipt = json.loads(done.stdout)
+        assert receipt["keys_destroyed"] == 1
+        assert plugin.verify_receipt(ErasureReceipt(**receipt))
+        for key, value in copy.items():
+            assert value is not None
+            redis_store.set(key, value)
+        after = subprocess.run(export, env=env, capture_output=True, text=True, check=False)
+        assert after.returncode == 1
+        assert "alice" not in after.stdout.lower() and "Bob B." in after.stdout
+        assert "8 entries do not decrypt" in after.stderr
+    finally:
+        plugin.close()
+
+
+def test_serve_keystore_flag_reaches_init(tmp_path: Path) -> None:
+    """``serve --keystore FILE`` builds the plugin with it: a file others can read is
+    refused at start, naming the option; nothing starts."""
+    path = tmp_path / "keys.sqlite"
+    path.write_bytes(b"")
+    os.chmod(path, 0o644)
+    done = subprocess.run(
+        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--keystore", str(path)],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+             "REMEMBER_SECRET": TEST_SECRET},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "'keystore'" in done.stderr and "readable by others" in done.stderr
+
+
+def test_writers_racing_for_a_first_key_agree_on_one(
+    make_plugin: Callable[..., RememberPlugin], keystore: object
+) -> None:
+    """Eight processes' plugins (no shared cache) write Dana's first entries at once: one
+    key wins, every entry reads, and erase destroys that one key."""
+    plugins = [_shredding(make_plugin, keystore) for _ in range(8)]
+    barrier = threading.Barrier(len(plugins))
+    errors: list[BaseException] = []
+
+    def write(index: int) -> None:
+        try:
+            barrier.wait(10)
+            plugins[index].accessor(Identity(None, "dana")).set(f"k{index}", index, scope="user")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(len(plugins))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    store = plugins[0].store
+    skids = {parse_envelope(store.get(f"remember:v2:user:dana:k{i}") or "").skid
+             for i in range(len(plugins))}
+    assert len(skids) == 1
+    reader = _shredding(make_plugin, keystore)
+    dana = reader.accessor(Identity(None, "dana"))
+    assert [dana.get(f"k{i}", scope="user") for i in range(len(plugins))] == list(range(8))
+    assert reader.erase(user_id="dana").keys_destroyed == 1
+    assert _shredding(make_plugin, keystore).accessor(Identity(None, "dana")).get(
+        "k0", scope="user") is None

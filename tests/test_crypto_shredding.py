@@ -51,6 +51,7 @@ def _populate(plugin: RememberPlugin) -> dict[str, Any]:
         mem = plugin.accessor(Identity(session, "alice", "notes"))
         mem.set("theme", f"alice-{session}")
         mem.set("draft", {"text": f"alice-tool-{session}"}, scope="tool")
+        mem.increment("visits")
     alice = plugin.accessor(Identity(None, "alice", "notes"))
     alice.set("name", "Alice A.", scope="user")
     alice.set("stateless", "alice-stateless")
@@ -173,7 +174,7 @@ def test_a_backup_restored_after_erase_yields_nothing_of_the_person(
 
     receipt = plugin.erase(user_id="alice")
     assert receipt.keys_destroyed == 1 and plugin.verify_receipt(receipt)
-    assert receipt.total == 3 + 3 + 1 + 1
+    assert receipt.total == 3 * 3 + 1 + 1
 
     _restore(store, client, copy)
     _assert_alice_gone(plugin, bob, make_plugin, keystore)
@@ -200,6 +201,32 @@ def test_entries_name_their_subject_key_and_nothing_else_does(
         elif ":global:" in key or "anon-session" in key:
             assert envelope.skid is None and envelope.kid is not None
     assert len(skids) == 1  # one key per person
+
+
+def test_memory_tools_seal_the_signed_in_users_entries_under_their_key(
+    make_plugin: Callable[..., RememberPlugin], store: Store, keystore: object
+) -> None:
+    """remember_this by a signed-in user, in session and tool scope: sealed under their
+    key, unreadable after erase; an anonymous caller's entry is not theirs."""
+    plugin = _shredding(make_plugin, keystore, tools={"enabled": True})
+    alice, anonymous = Identity("st-1", "alice", "notes"), Identity("st-2", None, "notes")
+    for scope in ("session", "tool"):
+        done = plugin.call_tool("remember_this", {"key": "k", "value": scope, "scope": scope},
+                                identity=alice)
+        assert not done.get("isError"), done
+    plugin.call_tool("remember_this", {"key": "k", "value": "anon"}, identity=anonymous)
+    keys = {k: store.get(k) or "" for k in store.scan("remember:v2:*")}
+    sealed = {k: parse_envelope(v).skid for k, v in keys.items()}
+    assert [k for k, skid in sealed.items() if skid is None] == ["remember:v2:session:st-2:k"]
+    copy = _backup(store, None)
+    assert plugin.erase(user_id="alice").keys_destroyed == 1
+    _restore(store, None, copy)
+    recall = plugin.call_tool("recall", {"key": "k"}, identity=alice)
+    # Unreadable, said so (never "not found"), and left unchanged.
+    assert recall["isError"] and "could not be read" in recall["content"][0]["text"]
+    assert "structuredContent" not in recall
+    assert plugin.call_tool("recall", {"key": "k"}, identity=anonymous)[
+        "structuredContent"]["value"] == "anon"
 
 
 def test_erase_then_the_same_user_writes_again_under_a_new_key(
@@ -248,7 +275,7 @@ def test_rotation_rewraps_the_keystore_then_erase_still_shreds(
     assert new.accessor(Identity(None, "bob")).get("name", scope="user") == "Bob B."
     # Rotation rewrote no entry of a person: their envelopes name the same subject keys.
     alice = [k for k in copy if k.startswith("remember:v2:") and _is_alice(first, k)]
-    assert len(alice) == 8 and all(store.get(k) == copy[k] for k in alice)
+    assert len(alice) == 11 and all(store.get(k) == copy[k] for k in alice)
     receipt = new.erase(user_id="alice")
     assert receipt.keys_destroyed == 1
     _restore(store, None, copy)
@@ -434,7 +461,7 @@ def test_offline_cli_tools_find_the_keystore_in_the_environment(
         after = subprocess.run(export, env=env, capture_output=True, text=True, check=False)
         assert after.returncode == 1
         assert "alice" not in after.stdout.lower() and "Bob B." in after.stdout
-        assert "8 entries do not decrypt" in after.stderr
+        assert "11 entries do not decrypt" in after.stderr
     finally:
         plugin.close()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import redis
 
 from remember_sync import ErasureReceipt, Identity, RememberPlugin
 from remember_sync._clock import FakeClock
-from remember_sync._crypto import parse_envelope
+from remember_sync._crypto import parse_envelope, seal
 from remember_sync._keys import parse_storage_key
 from remember_sync._ops.rotate import rotate
 from remember_sync._shred import RECHECK_MS
@@ -515,3 +516,42 @@ def test_writers_racing_for_a_first_key_agree_on_one(
     assert reader.erase(user_id="dana").keys_destroyed == 1
     assert _shredding(make_plugin, keystore).accessor(Identity(None, "dana")).get(
         "k0", scope="user") is None
+
+
+def test_the_skid_envelope_grammar() -> None:
+    """``skid`` only with the key binding, base64url and at most 64 characters; the
+    canonical spelling and any other JSON spelling parse alike."""
+    sealed = seal(b'{"value":1}', bytes(32), skid="AAAAAAAAAAAAAAAA", aad=b"k")
+    assert sealed.startswith('{"alg":"A256GCM","skid":"AAAAAAAAAAAAAAAA","aad":"key","iv":"')
+    canonical = parse_envelope(sealed)
+    respelled = json.dumps(dict(reversed(list(json.loads(sealed).items()))), indent=1)
+    assert parse_envelope(respelled) == canonical and canonical.skid == "AAAAAAAAAAAAAAAA"
+    obj = json.loads(sealed)
+    for bad in ({"aad": None}, {"skid": ""}, {"skid": "x" * 65}, {"skid": "a/b"}, {"skid": 7}):
+        forged = {k: v for k, v in {**obj, **bad}.items() if v is not None}
+        for text in (json.dumps(forged, separators=(",", ":")), json.dumps(forged)):
+            with pytest.raises(RememberDecryptionError):
+                parse_envelope(text)
+
+
+@pytest.mark.parametrize("garbage", ["not json", "[]", '{"subject":"x","wrapped":"y"}', "{}"])
+def test_a_damaged_key_record_reads_as_unreadable(
+    make_plugin: Callable[..., RememberPlugin], tmp_path: Path, garbage: str
+) -> None:
+    """A key record someone edited: the person's entries are unreadable (said so), never a
+    crash; rotate counts the record and leaves it; erase still destroys it."""
+    path = str(tmp_path / "keys.sqlite")
+    _shredding(make_plugin, path).accessor(Identity(None, "eve")).set("k", 1, scope="user")
+    with sqlite3.connect(path) as db:
+        assert db.execute("UPDATE records SET value = ? WHERE name LIKE 'key:%'",
+                          (garbage,)).rowcount == 1
+    reader = _shredding(make_plugin, path, on_decrypt_error="raise")
+    with pytest.raises(RememberDecryptionError):
+        reader.accessor(Identity(None, "eve")).get("k", scope="user")
+    result = rotate(reader._core)
+    assert result.keys_unreadable == 1 and not result.complete
+    # Not recognisably hers any more (it opens for nobody): left, not counted; her
+    # pointer goes, so her next write gets a new key.
+    assert reader.erase(user_id="eve").keys_destroyed == 0
+    reader.accessor(Identity(None, "eve")).set("k2", 2, scope="user")
+    assert reader.accessor(Identity(None, "eve")).get("k2", scope="user") == 2

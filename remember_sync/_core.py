@@ -25,6 +25,7 @@ from ._audit import NO_AUDIT, AuditTrail, Recorder
 from ._bounded import BoundedCache
 from ._clock import Clock, system_clock
 from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
+from ._crypto import SUBJECT_KEY_GONE
 from ._erasure import OwnerBook
 from ._fork import after_fork_in_child
 from ._integrity import Manifest, Verifier
@@ -346,10 +347,11 @@ class AccessorCore:
             ) from exc
         if first:
             log.warning(
-                "remember: %s is unreadable (%s); treating it as absent. Check that every "
-                "instance uses the same REMEMBER_SECRET.",
+                "remember: %s is unreadable (%s); treating it as absent.%s",
                 describe_key(self.prefix, full_key),
                 exc.message,
+                "" if exc.message == SUBJECT_KEY_GONE
+                else " Check that every instance uses the same REMEMBER_SECRET.",
             )
 
     def note_unreadable(self, full_key: str, exc: RememberDecryptionError) -> bool:

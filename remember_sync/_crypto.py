@@ -47,6 +47,7 @@ __all__ = [
     "Envelope",
     "UNBOUND_REFUSED",
     "Keyring",
+    "SUBJECT_KEY_GONE",
     "SubjectSealer",
     "b64url_decode",
     "b64url_encode",
@@ -345,6 +346,8 @@ _UNOPENED = (
 )
 
 
+#: Why an entry whose subject key is gone from the keystore cannot be read.
+SUBJECT_KEY_GONE = "its subject key was erased (crypto-shredded) or is not in this keystore"
 #: Why an envelope sealed by a subject key is unreadable without subject keys.
 SUBJECT_KEYS_OFF = (
     "entry is sealed under a subject key (skid) and subject_keys is off: configure the "

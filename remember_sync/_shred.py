@@ -44,6 +44,7 @@ from ._bounded import BoundedCache
 from ._clock import Clock
 from ._crypto import (
     HKDF_SALT,
+    SUBJECT_KEY_GONE,
     Keyring,
     b64url_decode,
     b64url_encode,
@@ -59,10 +60,8 @@ from .errors import RememberConfigurationError, RememberDecryptionError, Remembe
 from .stores.base import Store
 from .types import Namespace
 
-__all__ = ["ERASED", "FileKeystore", "StoreKeystore", "SubjectKeys", "keystore_from"]
+__all__ = ["FileKeystore", "StoreKeystore", "SubjectKeys", "keystore_from"]
 
-#: Why an entry whose subject key is gone cannot be read.
-ERASED = "its subject key was erased (crypto-shredded) or is not in this keystore"
 _WRAP_INFO = b"remember:subject-key-wrap:v1"
 _ENTRY_INFO = b"remember:subject-entry:v1:"
 _STATELESS = "stateless-user:"
@@ -322,7 +321,8 @@ class SubjectKeys:
     def data_key(self, skid: str) -> bytes:
         """The data key *skid* names (cached for :data:`RECHECK_MS`).
 
-        :raises RememberDecryptionError: it is gone (:data:`ERASED`).
+        :raises RememberDecryptionError: it is gone
+            (:data:`~remember_sync._crypto.SUBJECT_KEY_GONE`).
         """
         found = self._keys.get(skid)
         if found is not None and self._fresh(found[1]):
@@ -330,7 +330,7 @@ class SubjectKeys:
         record = self.backend.get("key:" + skid)
         if record is None:
             self._forget(skid)
-            raise RememberDecryptionError(ERASED)
+            raise RememberDecryptionError(SUBJECT_KEY_GONE)
         data_key = self._unwrap(skid, record)[2]
         self._keys.put(skid, (data_key, self.clock()))
         return data_key

@@ -555,3 +555,57 @@ def test_a_damaged_key_record_reads_as_unreadable(
     assert reader.erase(user_id="eve").keys_destroyed == 0
     reader.accessor(Identity(None, "eve")).set("k2", 2, scope="user")
     assert reader.accessor(Identity(None, "eve")).get("k2", scope="user") == 2
+
+
+def test_the_warning_for_an_erased_key_says_so(
+    make_plugin: Callable[..., RememberPlugin], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry whose key was erased is logged as such, not as a secret mismatch."""
+    path = str(tmp_path / "keys.sqlite")
+    plugin = _shredding(make_plugin, path)
+    mem = plugin.accessor(Identity(None, "fay"))
+    mem.set("k", 1, scope="user")
+    raw = plugin.store.get("remember:v2:user:fay:k")
+    assert raw is not None
+    plugin.erase(user_id="fay")
+    plugin.store.set("remember:v2:user:fay:k", raw)  # restored from a backup
+    with caplog.at_level("WARNING", logger="remember_sync"):
+        assert mem.get("k", scope="user") is None
+    assert "its subject key was erased" in caplog.text
+    assert "REMEMBER_SECRET" not in caplog.text
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_uses_the_file_keystore_on_its_own_connection(
+    memory_store: Store, tmp_path: Path
+) -> None:
+    """A plugin built before a fork: the child writes a new person's entry (creating a key
+    in the SQLite file over its own connection); the parent reads it and can erase it."""
+    path = str(tmp_path / "keys.sqlite")
+    with RememberPlugin.init(
+        store=memory_store, skip_legacy_purge=True, encryption={"secrets": [TEST_SECRET]},
+        keystore=path,
+    ) as plugin:
+        plugin.accessor(Identity(None, "gus")).set("before", 1, scope="user")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                plugin.accessor(Identity(None, "hal")).set("k", "from-child", scope="user")
+                code = 0 if plugin.accessor(Identity(None, "gus")).get(
+                    "before", scope="user") == 1 else 2
+                raw = plugin.store.get("remember:v2:user:hal:k") or ""
+                os.write(write, raw.encode())
+            finally:
+                os._exit(code)
+        os.close(write)
+        child_raw = b""
+        while chunk := os.read(read, 65536):
+            child_raw += chunk
+        os.close(read)
+        assert os.waitpid(pid, 0)[1] == 0
+        # The memory store is the parent's own: the child's write is shown through the pipe.
+        plugin.store.set("remember:v2:user:hal:k", child_raw.decode())
+        assert plugin.accessor(Identity(None, "hal")).get("k", scope="user") == "from-child"
+        assert plugin.erase(user_id="hal").keys_destroyed == 1

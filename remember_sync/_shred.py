@@ -82,18 +82,23 @@ class Backend(Protocol):
     def swap(self, name: str, expected: str, value: str) -> bool: ...
     def delete(self, *names: str) -> int: ...
     def names(self, head: str) -> list[str]: ...
+    def check_apart(self, name: str) -> None: ...
     def close(self) -> None: ...
 
 
 class StoreKeystore:
     """Records in a second store (another Redis, a Vercel KV database, a MemoryStore).
 
+    :param data_store: the store the entries are in (:meth:`check_apart`).
     :param owns: :meth:`close` closes the store (``False``: the caller's).
     """
 
-    def __init__(self, store: Store, *, prefix: str, owns: bool = False) -> None:
+    def __init__(
+        self, store: Store, *, prefix: str, data_store: Store, owns: bool = False
+    ) -> None:
         self.store = store
         self.head = prefix + "keystore:"
+        self.data_store = data_store
         self._owns = owns
 
     def get(self, name: str) -> str | None:
@@ -114,6 +119,17 @@ class StoreKeystore:
     def names(self, head: str) -> list[str]:
         cut = len(self.head)
         return [k[cut:] for k in self.store.scan(glob_escape(self.head + head) + "*")]
+
+    def check_apart(self, name: str) -> None:
+        """Refuse a keystore that is the data's own database through another client:
+        the record *name*, just written, must not be visible in the data store."""
+        if self.data_store.get(self.head + name) is not None:
+            self.delete(name)
+            raise RememberConfigurationError(
+                "RememberPlugin.init option 'keystore': is the same database as the data "
+                "store (through another client), so every backup of the data would hold the "
+                "keys: use another Redis or Vercel KV database, or a file"
+            )
 
     def close(self) -> None:
         if self._owns:
@@ -203,6 +219,9 @@ class FileKeystore:
         ).fetchall()
         return [str(r[0]) for r in rows]
 
+    def check_apart(self, name: str) -> None:
+        """A file is never the data store."""
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -225,7 +244,9 @@ def keystore_from(
     if isinstance(spec, os.PathLike):
         spec = os.fspath(spec)
     if isinstance(spec, str) and spec.startswith(_URL_SCHEMES):
-        return StoreKeystore(store_from_url(spec), prefix=prefix, owns=True)
+        return StoreKeystore(
+            store_from_url(spec), prefix=prefix, data_store=data_store, owns=True
+        )
     if isinstance(spec, str) and spec:
         return FileKeystore(spec)
     if isinstance(spec, Store) and not isinstance(spec, str):
@@ -234,7 +255,7 @@ def keystore_from(
                 "RememberPlugin.init option 'keystore': must be kept apart from the data "
                 "(a second store or a file), not the store the entries are in"
             )
-        return StoreKeystore(spec, prefix=prefix)
+        return StoreKeystore(spec, prefix=prefix, data_store=data_store)
     raise RememberConfigurationError(
         "RememberPlugin.init option 'keystore': must be a file path or a second Store; "
         f"got {type(spec).__name__}"
@@ -401,6 +422,7 @@ class SubjectKeys:
         skid = b64url_encode(os.urandom(12))
         data_key = AESGCM.generate_key(bit_length=256)
         self.backend.add("key:" + skid, self._wrap(subject, skid, user, data_key))
+        self.backend.check_apart("key:" + skid)
         pointer = "subject:" + subject
         for _attempt in range(5):
             if self.backend.add(pointer, skid):

@@ -609,3 +609,20 @@ def test_a_forked_child_uses_the_file_keystore_on_its_own_connection(
         plugin.store.set("remember:v2:user:hal:k", child_raw.decode())
         assert plugin.accessor(Identity(None, "hal")).get("k", scope="user") == "from-child"
         assert plugin.erase(user_id="hal").keys_destroyed == 1
+
+
+def test_the_data_database_through_another_client_is_refused(
+    make_plugin: Callable[..., RememberPlugin], redis_store: RedisStore, redis_url: str
+) -> None:
+    """A keystore that is the data's own Redis database behind another client is found out
+    on the first key it would create: a configuration error naming the option, no key
+    left in it and no entry written."""
+    other = RedisStore.from_url(redis_url)
+    try:
+        plugin = make_plugin(store=redis_store, keystore=other)
+        with pytest.raises(RememberConfigurationError, match="'keystore'.*same database"):
+            plugin.accessor(Identity(None, "ivy")).set("k", 1, scope="user")
+        left = list(redis_store.scan("*"))
+        assert not [k for k in left if "keystore" in k or ":v2:" in k], left
+    finally:
+        other.close()

@@ -76,9 +76,6 @@ def is_anonymous(user: str | None) -> bool:
     return not user or user.startswith("anon:")
 
 
-_anonymous = is_anonymous
-
-
 def _hash_keys(codec: EntryCodec) -> tuple[bytes | None, ...]:
     """One hash key per configured secret (newest first); ``(None,)`` without encryption."""
     keyring = codec.keyring
@@ -131,7 +128,7 @@ class OwnerBook:
         if session is None or session.startswith(_STATELESS):
             return  # user/global scope; a stateless session names its user already
         user = (ident or current_identity()).user_id
-        if _anonymous(user):
+        if is_anonymous(user):
             return
         assert user is not None
         pair = (user, session)
@@ -344,7 +341,7 @@ def erase(
     """
     if isinstance(user_id, int) and not isinstance(user_id, bool):
         user_id = str(user_id)
-    if not isinstance(user_id, str) or _anonymous(user_id):
+    if not isinstance(user_id, str) or is_anonymous(user_id):
         raise RememberInputError(
             f"user_id must be an authenticated user id (a non-empty str, not anon:); "
             f"got {type(user_id).__name__}"

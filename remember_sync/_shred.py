@@ -249,7 +249,7 @@ def keystore_from(
         )
     if isinstance(spec, str) and spec:
         return FileKeystore(spec)
-    if isinstance(spec, Store) and not isinstance(spec, str):
+    if isinstance(spec, Store):
         if spec is data_store:
             raise RememberConfigurationError(
                 "RememberPlugin.init option 'keystore': must be kept apart from the data "

@@ -473,7 +473,10 @@ class RememberPlugin:
         cannot read are deleted too (they lie in the person's namespaces) and
         counted.  Nobody else's entry is deleted.  Sessions that hold entries but
         have no recorded owner cannot be attributed: they are left and counted
-        (``docs/audit.rst`` says how to answer a deletion request).
+        (``docs/audit.rst`` says how to answer a deletion request).  With
+        ``encryption={"subject_keys": True}`` the person's keys are destroyed in
+        the keystore first (``keys_destroyed``), so copies of their entries taken
+        before -- backups, replicas, exports -- can no longer be opened.
 
         :param user_id: the person (an ``int`` is its decimal string).
         :param dry_run: count only, delete nothing.

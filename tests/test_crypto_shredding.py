@@ -252,6 +252,12 @@ def test_erase_then_the_same_user_writes_again_under_a_new_key(
     assert mem.get("fresh", scope="user") == "new life"
     assert mem.get("name", scope="user") is None
     assert _entries(plugin)[plugin.key_prefix + "v2:user:alice:fresh"] == "new life"
+    # A read-modify-write of a restored entry refuses (never "absent, start from 0") and
+    # leaves it as it was.
+    visits = plugin.key_prefix + "v2:session:sa-1:visits"
+    with pytest.raises(RememberDecryptionError, match="subject key was erased"):
+        plugin.accessor(Identity("sa-1", "alice", "notes")).increment("visits")
+    assert store.get(visits) == copy[visits]
     assert mem.forget("fresh", scope="user")
     _assert_alice_gone(plugin, bob, make_plugin, keystore)
     # The keystore remembers the erasure (a tombstone: subject hash and time).

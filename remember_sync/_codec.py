@@ -271,13 +271,35 @@ class EntryCodec:
         """The string to store for *entry* under *storage_key*."""
         return self.seal_text(entry_to_json(entry).encode("utf-8"), ns, storage_key)
 
-    def seal_text(self, text: bytes, ns: Namespace, storage_key: str) -> str:
-        """The string to store for an already serialised entry *text* (UTF-8)."""
+    def seal_text(
+        self,
+        text: bytes,
+        ns: Namespace,
+        storage_key: str,
+        *,
+        writer: str | None = None,
+        like: str | None = None,
+    ) -> str:
+        """The string to store for an already serialised entry *text* (UTF-8).
+
+        With subject keys (:attr:`Keyring.subjects <remember_sync._crypto.Keyring.subjects>`)
+        an entry of a person is sealed under that person's key: the user of a user
+        namespace or of a ``stateless-user:`` session, else *writer* (the signed-in
+        user writing into a session), else the subject key the stored envelope
+        *like* names (an entry sealed anew in place).
+
+        :raises RememberStoreError: the keystore failed.
+        """
         keyring = self.keyring
         if keyring is None:
             return text.decode("utf-8")
         if self.bind_key:
             aad = storage_key[len(self.prefix) :].encode("utf-8", TEXT_ERRORS)
+            subjects = keyring.subjects
+            if subjects is not None:
+                sealed = subjects.seal_subject(text, ns, aad, writer, like)
+                if sealed is not None:
+                    return sealed
             return seal(text, keyring.key(ns), kid=keyring.primary_kid, aad=aad)
         return seal(text, keyring.key(ns))
 
@@ -298,7 +320,7 @@ class EntryCodec:
         aad = storage_key[len(self.prefix) :].encode("utf-8", TEXT_ERRORS)
         text = keyring.open(stored, ns, aad, bound_only=not self.accept_unbound)[0]
         entry_fields(text)
-        return self.seal_text(text, ns, storage_key)
+        return self.seal_text(text, ns, storage_key, like=stored)
 
     def decode_many(
         self, stored: Sequence[str], ns: Namespace, storage_keys: Sequence[str]

@@ -86,6 +86,8 @@ OAUTH_ENV = {
 #: Verified mode (``integrity="verified"``) and its witness, read by ``init`` when not given.
 INTEGRITY_ENV = "REMEMBER_INTEGRITY"
 WITNESS_ENV = "REMEMBER_WITNESS"
+#: The keystore of per-person keys: a file path or a ``redis://`` URL; turns subject keys on.
+KEYSTORE_ENV = "REMEMBER_KEYSTORE"
 #: ``1``: record metrics and report them to OpenTelemetry (``RememberPlugin.init(metrics=True)``).
 METRICS_ENV = "REMEMBER_METRICS"
 #: The rate limit of ``serve`` and ``create_app`` (``60/minute``; ``serve --rate-limit``).

@@ -25,6 +25,7 @@ from ._audit import NO_AUDIT, AuditTrail, Recorder
 from ._bounded import BoundedCache
 from ._clock import Clock, system_clock
 from ._codec import EntryCodec, EntryFields, check_json_value, entry_json, entry_to_json
+from ._crypto import SUBJECT_KEY_GONE
 from ._erasure import OwnerBook
 from ._fork import after_fork_in_child
 from ._integrity import Manifest, Verifier
@@ -348,10 +349,11 @@ class AccessorCore:
             ) from exc
         if first:
             log.warning(
-                "remember: %s is unreadable (%s); treating it as absent. Check that every "
-                "instance uses the same REMEMBER_SECRET.",
+                "remember: %s is unreadable (%s); treating it as absent.%s",
                 describe_key(self.prefix, full_key),
                 exc.message,
+                "" if exc.message == SUBJECT_KEY_GONE
+                else " Check that every instance uses the same REMEMBER_SECRET.",
             )
 
     def note_unreadable(self, full_key: str, exc: RememberDecryptionError) -> bool:
@@ -428,8 +430,21 @@ class AccessorCore:
         """Encode, refusing entries larger than ``max_value_bytes`` (nothing written)."""
         return self.seal_checked(entry_to_json(entry), ns, skey)
 
-    def seal_checked(self, entry_text: str, ns: Namespace, skey: str) -> str:
-        """Seal serialised entry JSON, refusing it over ``max_value_bytes`` (nothing written)."""
+    def seal_checked(
+        self,
+        entry_text: str,
+        ns: Namespace,
+        skey: str,
+        ident: Identity | None = None,
+        *,
+        like: str | None = None,
+    ) -> str:
+        """Seal serialised entry JSON, refusing it over ``max_value_bytes`` (nothing written).
+
+        *ident* (default: the bound identity) is who writes: with subject keys, a
+        signed-in user's session entries are sealed under their key; *like* is the
+        stored value an entry sealed anew replaces (its subject key is kept).
+        """
         try:
             text = entry_text.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -441,7 +456,11 @@ class AccessorCore:
             raise RememberInputError(
                 f"entry is {len(text)} bytes serialised; max_value_bytes is {self.max_value_bytes}"
             )
-        return self.codec.seal_text(text, ns, skey)
+        codec = self.codec
+        if codec.keyring is None or codec.keyring.subjects is None:
+            return codec.seal_text(text, ns, skey)
+        writer = (ident or current_identity()).user_id
+        return codec.seal_text(text, ns, skey, writer=writer, like=like)
 
     def _globs(self, ns: Namespace, pattern: str) -> list[tuple[str, str]]:
         """(glob, storage-key head) pairs to walk for *ns*: ours, then 1.8.0's doubled one."""
@@ -599,7 +618,7 @@ class AccessorCore:
             else self.search_extras(key, value, brand, metadata)
         )
         stored = self.seal_checked(
-            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey
+            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey, ident
         )
         if self.verifier is not None:
             head = skey[: len(skey) - len(key)]
@@ -814,6 +833,7 @@ class AccessorCore:
                 ),
                 ns,
                 skey,
+                ident,
             )
             ttl_ms = self.ttl_ms(expires, now)
             if verifier is not None:

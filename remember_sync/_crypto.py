@@ -7,7 +7,10 @@ Wire format (SPEC section 4), compatible with ``@frontmcp/plugin-remember`` 1.8.
 Our default envelope adds ``"kid"`` (a short, non-secret id of the master
 secret that sealed it) and ``"aad":"key"``: the ciphertext is then bound to
 the storage key (without the prefix) as associated data, so a value copied to
-another key fails to open.  Both forms are read.
+another key fails to open.  Both forms are read.  With subject keys
+(``docs/audit.rst``) an entry of a person is sealed under a key of that person
+instead: the envelope carries ``"skid"`` (the id of that key in the keystore)
+in place of ``"kid"``, always with ``"aad":"key"``.
 
 Keys: ``HKDF-SHA256(ikm, salt="remember-plugin-v1", info, 32)`` with the
 IKM/info table of :func:`hkdf_inputs`.  The secret is used as *text*; it is
@@ -27,6 +30,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -43,6 +47,8 @@ __all__ = [
     "Envelope",
     "UNBOUND_REFUSED",
     "Keyring",
+    "SUBJECT_KEY_GONE",
+    "SubjectSealer",
     "b64url_decode",
     "b64url_encode",
     "derive_key",
@@ -119,13 +125,17 @@ def derive_key(secret: str, ns: Namespace) -> bytes:
 
 @dataclass(frozen=True)
 class Envelope:
-    """A parsed envelope; ``aad`` tells whether the storage key is bound."""
+    """A parsed envelope; ``aad`` tells whether the storage key is bound.
+
+    ``skid`` is the subject key that sealed it (``None``: a master secret did).
+    """
 
     iv: bytes
     tag: bytes
     data: bytes
     kid: str | None
     aad: bool
+    skid: str | None = None
 
 
 # The canonical spelling of an envelope, as :func:`seal` (and 1.8.0) write it: a
@@ -136,16 +146,22 @@ class Envelope:
 # ``+/`` -- so a text that also holds no ``+``, ``/`` or ``=`` of its own is
 # base64url throughout, and json.loads would yield exactly these fields.
 _CANONICAL_HEAD = re.compile(
-    r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*+)",)?("aad":"key",)?'
+    r'\{"alg":"A256GCM",(?:"kid":"([A-Za-z0-9_-]*+)",)?(?:"skid":"([A-Za-z0-9_-]{1,64})",)?'
+    r'("aad":"key",)?'
     r'"iv":"([A-Za-z0-9_-]{16})","tag":"([A-Za-z0-9_-]{22})","data":"'
 ).match
 
 
-def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
-    """The envelope parser: ``(iv, tag, data, kid, bound)`` of a stored envelope.
+#: A subject key id as :func:`seal` writes it (base64url, bounded).
+_SKID = re.compile(r"[A-Za-z0-9_-]{1,64}").fullmatch
+
+
+def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool, str | None]:
+    """The envelope parser: ``(iv, tag, data, kid, bound, skid)`` of a stored envelope.
 
     The grammar is a JSON object with ``"alg":"A256GCM"``, base64url ``iv`` (12
-    bytes), ``tag`` (16 bytes) and ``data``, an optional string ``kid`` and an
+    bytes), ``tag`` (16 bytes) and ``data``, an optional string ``kid``, an
+    optional non-empty string ``skid`` (only together with ``"aad":"key"``) and an
     optional ``"aad":"key"``.  The canonical spelling (what :func:`seal` and 1.8.0
     write) is recognised by one regular expression up to the data and by strict
     base64 decoding of the data; any other spelling (key order, spacing, escapes,
@@ -160,7 +176,7 @@ def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
         # endswith from the data on: the quote that opens the data cannot close it too.
         end = found.end()
         if text.endswith('"}', end) and "+" not in text and "/" not in text and "=" not in text:
-            kid, bound, iv, tag = found.groups()
+            kid, skid, bound, iv, tag = found.groups()
             body = text[end:-2]
             try:
                 # IV and tag (16 + 22 characters) decode in one call: 12 + 16 bytes.
@@ -169,7 +185,9 @@ def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
                     body.replace("-", "+").replace("_", "/") + _PAD[len(body) % 4],
                     strict_mode=True,
                 )
-                return ivtag[:IV_BYTES], ivtag[IV_BYTES:], sealed, kid, bound is not None
+                if skid is None or bound is not None:
+                    return (ivtag[:IV_BYTES], ivtag[IV_BYTES:], sealed, kid, bound is not None,
+                            skid)
             except ValueError:
                 pass  # not base64url, or 4n+1 characters: the JSON reading says why
     try:
@@ -179,20 +197,24 @@ def _parse(stored: object) -> tuple[bytes, bytes, bytes, str | None, bool]:
     if not isinstance(obj, dict) or obj.get("alg") != ALG:
         raise RememberDecryptionError("stored value is not an A256GCM envelope")
     iv, tag, data = obj.get("iv"), obj.get("tag"), obj.get("data")
-    kid, aad = obj.get("kid"), obj.get("aad")
+    kid, aad, skid = obj.get("kid"), obj.get("aad"), obj.get("skid")
     if not (isinstance(iv, str) and isinstance(tag, str) and isinstance(data, str)):
         raise RememberDecryptionError("envelope lacks string iv, tag and data")
     if kid is not None and not isinstance(kid, str):
         raise RememberDecryptionError("envelope kid is not a string")
     if aad not in (None, "key"):
         raise RememberDecryptionError("envelope names an unknown aad binding")
+    if skid is not None and (
+        not isinstance(skid, str) or _SKID(skid) is None or aad != "key"
+    ):
+        raise RememberDecryptionError("envelope skid is not a key id bound to its key")
     try:
         raw_iv, raw_tag, raw_data = b64url_decode(iv), b64url_decode(tag), b64url_decode(data)
     except ValueError as exc:
         raise RememberDecryptionError("envelope fields are not base64url") from exc
     if len(raw_iv) != IV_BYTES or len(raw_tag) != TAG_BYTES:
         raise RememberDecryptionError("envelope iv or tag has the wrong length")
-    return raw_iv, raw_tag, raw_data, kid, aad == "key"
+    return raw_iv, raw_tag, raw_data, kid, aad == "key", skid
 
 
 def envelope_form(stored: str) -> tuple[str | None, bool]:
@@ -202,7 +224,7 @@ def envelope_form(stored: str) -> tuple[str | None, bool]:
 
     :raises RememberDecryptionError: when *stored* is not a well-formed envelope.
     """
-    kid, bound = _parse(stored)[3:]
+    kid, bound = _parse(stored)[3:5]
     return kid, bound
 
 
@@ -271,11 +293,13 @@ def seal(
     kid: str | None = None,
     aad: bytes | None = None,
     iv: bytes | None = None,
+    skid: str | None = None,
 ) -> str:
     """Encrypt *plaintext* into an envelope string: the one sealer.
 
     With ``aad`` the envelope is our bound form (``"aad":"key"``, with ``kid`` when
-    given); without ``aad`` and ``kid`` it is byte-compatible with the reference.
+    given, or ``skid``: the subject key that seals); without ``aad`` and ``kid`` it
+    is byte-compatible with the reference.
     ``iv`` (12 bytes) is for known-answer tests only; by default :func:`random_iv`.
     """
     if iv is None:
@@ -287,6 +311,8 @@ def seal(
     # 12 bytes are exactly 16 characters, so one encoding serves IV and tag.
     ivtag = b64url_encode(iv + sealed[-TAG_BYTES:])
     head = '{"alg":"A256GCM",' if kid is None else f'{{"alg":"A256GCM","kid":"{kid}",'
+    if skid is not None:
+        head += f'"skid":"{skid}",'
     if aad is not None:
         head += '"aad":"key",'
     data = b64url_encode(sealed[:-TAG_BYTES])
@@ -301,7 +327,7 @@ def open_sealed(stored: str, keys: Sequence[bytes], aad: bytes) -> bytes:
 
     :raises RememberDecryptionError: not an envelope, or no key opens it.
     """
-    iv, tag, data, _, _ = _parse(stored)
+    iv, tag, data = _parse(stored)[:3]
     for key in keys:
         try:
             return AESGCM(key).decrypt(iv, data + tag, aad)
@@ -318,6 +344,36 @@ _UNOPENED = (
     "entry could not be decrypted with any configured secret (wrong secret, "
     "tampered, or moved from another key)"
 )
+
+
+#: Why an entry whose subject key is gone from the keystore cannot be read.
+SUBJECT_KEY_GONE = "its subject key was erased (crypto-shredded) or is not in this keystore"
+#: Why an envelope sealed by a subject key is unreadable without subject keys.
+SUBJECT_KEYS_OFF = (
+    "entry is sealed under a subject key (skid) and subject_keys is off: configure the "
+    "keystore (docs/audit.rst)"
+)
+
+
+class SubjectSealer(Protocol):
+    """Seals and opens entries under per-person keys (``encryption.subject_keys``)."""
+
+    def open_subject(
+        self, skid: str, ns: Namespace, iv: bytes, sealed: bytes, aad: bytes | None
+    ) -> bytes:
+        """Decrypt *sealed* (ciphertext and tag) under subject key *skid* for *ns*.
+
+        :raises RememberDecryptionError: the key is gone (erased) or does not open it.
+        :raises RememberStoreError: the keystore failed.
+        """
+        ...
+
+    def seal_subject(
+        self, text: bytes, ns: Namespace, aad: bytes, user: str | None, like: str | None
+    ) -> str | None:
+        """*text* sealed under the person's key (*user*, or the subject key the stored
+        envelope *like* names); ``None`` when there is no person to seal for."""
+        ...
 
 
 class Keyring:
@@ -350,6 +406,8 @@ class Keyring:
         #: How many HKDF derivations ran (a test pins "one per namespace").
         self.derivations = 0
         self._purpose: dict[bytes, tuple[bytes, ...]] = {}
+        #: Per-person keys (``encryption.subject_keys``), or ``None``.
+        self.subjects: SubjectSealer | None = None
         after_fork_in_child(self._after_fork_in_child)
 
     def __repr__(self) -> str:
@@ -398,9 +456,13 @@ class Keyring:
             whether the envelope binds the storage key.
         :raises RememberDecryptionError: when it is not an envelope or no secret opens it.
         """
-        iv, tag, data, kid, bound = _parse(stored)
+        iv, tag, data, kid, bound, skid = _parse(stored)
         sealed = data + tag
         associated = aad if bound else None
+        if skid is not None:
+            if self.subjects is None:
+                raise RememberDecryptionError(SUBJECT_KEYS_OFF)
+            return self.subjects.open_subject(skid, ns, iv, sealed, associated), 0, True
         order: Sequence[int] = self._order
         if kid != self.primary_kid and len(order) > 1 and kid in self.kids:
             first = self.kids.index(kid)
@@ -436,8 +498,12 @@ class Keyring:
         out: list[tuple[bytes, int, bool] | RememberDecryptionError] = []
         for text, aad in zip(stored, aads, strict=True):
             try:
-                iv, tag, data, kid, bound = _parse(text)
-                if (kid is None or kid == primary) and (bound or not bound_only):
+                iv, tag, data, kid, bound, skid = _parse(text)
+                if (
+                    (kid is None or kid == primary)
+                    and skid is None
+                    and (bound or not bound_only)
+                ):
                     try:
                         out.append((current.decrypt(iv, data + tag, aad if bound else None), 0,
                                     bound))

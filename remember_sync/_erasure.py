@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from ._bounded import BoundedCache
 from ._clock import Clock
 from ._codec import EntryCodec
-from ._crypto import b64url_encode, open_sealed, seal
+from ._crypto import Keyring, b64url_encode, open_sealed, seal
 from ._keys import glob_escape, parse_storage_key
 from .errors import RememberConflictError, RememberDecryptionError, RememberInputError
 from .identity import STATELESS_USER_PREFIX, current_identity
@@ -45,9 +45,11 @@ __all__ = [
     "OWNER_HEAD",
     "OwnerBook",
     "erase",
+    "is_anonymous",
     "is_owner_key",
     "receipt_mac",
     "subject_hashes",
+    "user_hashes",
 ]
 
 #: What follows ``P`` in every owner record's key.
@@ -74,7 +76,8 @@ def is_owner_key(prefix: str, full_key: str) -> bool:
     return full_key.startswith(prefix + OWNER_HEAD)
 
 
-def _anonymous(user: str | None) -> bool:
+def is_anonymous(user: str | None) -> bool:
+    """Whether *user* is nobody's to erase: empty, or an ``anon:`` principal."""
     return not user or user.startswith("anon:")
 
 
@@ -82,6 +85,11 @@ def _hash_keys(codec: EntryCodec) -> tuple[bytes | None, ...]:
     """One hash key per configured secret (newest first); ``(None,)`` without encryption."""
     keyring = codec.keyring
     return (None,) if keyring is None else keyring.purpose_keys(_OWNER_INFO)
+
+
+def user_hashes(keyring: Keyring, user_id: str) -> tuple[str, ...]:
+    """``H(user)`` under every secret of *keyring*, newest first (the subject hashes)."""
+    return tuple(_h(k, b"user", user_id) for k in keyring.purpose_keys(_OWNER_INFO))
 
 
 def _h(key: bytes | None, kind: bytes, text: str) -> str:
@@ -149,7 +157,7 @@ class OwnerBook:
         if session is None or session.startswith(_STATELESS):
             return  # user/global scope; a stateless session names its user already
         user = (ident or current_identity()).user_id
-        if _anonymous(user):
+        if is_anonymous(user):
             return
         assert user is not None
         pair = (user, session)
@@ -397,16 +405,26 @@ def check_receipt(codec: EntryCodec, receipt: ErasureReceipt) -> bool:
 
 
 def erase(
-    book: OwnerBook, user_id: object, *, now: int, doubled: bool, dry_run: bool
+    book: OwnerBook,
+    user_id: object,
+    *,
+    now: int,
+    doubled: bool,
+    dry_run: bool,
+    shred: Callable[[str, int, bool], int] | None = None,
 ) -> ErasureReceipt:
     """Delete every entry of *user_id* (see the module docstring); the receipt.
+
+    :param shred: with subject keys, destroys the person's keys first --
+        ``shred(user_id, now, dry_run)``, how many -- so that every copy of their
+        entries is unreadable even if deleting them stops half-way.
 
     :raises RememberInputError: *user_id* is not a non-empty str, or is anonymous
         (an ``anon:`` principal is shared, nobody's to erase).
     """
     if isinstance(user_id, int) and not isinstance(user_id, bool):
         user_id = str(user_id)
-    if not isinstance(user_id, str) or _anonymous(user_id):
+    if not isinstance(user_id, str) or is_anonymous(user_id):
         raise RememberInputError(
             f"user_id must be an authenticated user id (a non-empty str, not anon:); "
             f"got {type(user_id).__name__}"
@@ -415,6 +433,7 @@ def erase(
     codec, store = book.codec, book.store
     every = [item for scope in ("user", "session", "tool") for item in plan.doomed[scope]]
     unreadable = _unreadable(store, codec, every)
+    destroyed = 0 if shred is None else shred(user_id, now, dry_run)
     if not dry_run:
         doomed = [full for full, _, _ in every] + plan.owner_keys
         for i in range(0, len(doomed), _BATCH):
@@ -432,4 +451,6 @@ def erase(
         "erased_at": now,
         "dry_run": dry_run,
     }
+    if shred is not None:
+        fields["keys_destroyed"] = destroyed
     return ErasureReceipt(**fields, mac=receipt_mac(codec, fields))  # type: ignore[arg-type]

@@ -30,6 +30,9 @@ class EncryptionOptions(TypedDict, total=False):
     :key secret_file: the development secret file's path.
     :key accept_unbound: open envelopes without the key binding (default ``True``).
     :key require_secret: refuse to start without a configured secret.
+    :key subject_keys: seal each person's entries under a key of their own, kept in
+        the ``keystore`` (crypto-shredding, ``docs/audit.rst``); default: whether a
+        keystore is configured.
     """
 
     enabled: bool
@@ -39,6 +42,7 @@ class EncryptionOptions(TypedDict, total=False):
     secret_file: str | os.PathLike[str] | None
     accept_unbound: bool
     require_secret: bool
+    subject_keys: bool
 
 
 class AuditOptions(TypedDict, total=False):

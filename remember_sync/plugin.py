@@ -20,6 +20,7 @@ from ._clock import Clock, system_clock
 from ._codec import EntryCodec
 from ._config import (
     AUDIT_ENV,
+    KEYSTORE_ENV,
     METRICS_ENV,
     env_flag,
     integrity_settings,
@@ -44,6 +45,7 @@ from ._purge import DoubledPrefixCheck, IndexBackfill, KeyIdCheck, LegacyPurge
 from ._quota import Owners, check_quota
 from ._search import build_settings
 from ._secrets import resolve_keyring
+from ._shred import SubjectKeys, keystore_from
 from .accessor import RememberAccessor, accessor_for
 from .errors import RememberConfigurationError
 from .stores.base import Store
@@ -164,6 +166,7 @@ class RememberPlugin:
         clock: Clock | None = None,
         environ: Mapping[str, str] | None = None,
         audit: bool | AuditOptions | None = None,
+        keystore: str | os.PathLike[str] | Store | None = None,
         **unknown: NoReturn,
     ) -> RememberPlugin:
         """Build a plugin from snake_case mirrors of the reference options.
@@ -213,6 +216,11 @@ class RememberPlugin:
         :param audit: ``True`` or an :class:`~remember_sync.AuditOptions`: record
             every write in a tamper-evident trail (:attr:`audit`,
             ``docs/audit.rst``); default ``REMEMBER_AUDIT``, else off.
+        :param keystore: where each person's data key is kept with
+            ``encryption={"subject_keys": True}`` (crypto-shredding,
+            ``docs/audit.rst``), apart from the data: a file path (SQLite, 0600), a
+            ``redis://`` URL, or a second :class:`~remember_sync.stores.base.Store`;
+            default ``REMEMBER_KEYSTORE``.  Giving one turns ``subject_keys`` on.
 
         Any other keyword, or a bad value, raises
         :class:`RememberConfigurationError` naming the option; ``mypy --strict``
@@ -254,6 +262,7 @@ class RememberPlugin:
             "clock": clock,
             "environ": environ,
             "audit": audit,
+            "keystore": keystore,
         }
         options.update((name, value) for name, value in absent.items() if value is not None)
         return cls._from_options(options)
@@ -323,6 +332,7 @@ class RememberPlugin:
         if custom_key is not None and (not isinstance(custom_key, str) or not custom_key):
             raise _config_error("encryption.custom_key", "must be a non-empty string")
         tools = cls._check_tools(_check_dict(options.get("tools"), "tools", _TOOLS_OPTIONS))
+        keystore = _check_subject_keys(options, environ, encryption)
         # A 1.8.0 writer keeps no listing index: beside one, list by scanning.
         listing = options.get("listing", "scan" if compatible or read_doubled else "index")
         if listing not in ("index", "scan"):
@@ -351,6 +361,11 @@ class RememberPlugin:
                     environ=environ,
                     secret_file=encryption.get("secret_file"),
                     require_secret=require_secret,
+                )
+            if keystore is not None and keyring is not None:
+                keyring.subjects = SubjectKeys(
+                    keyring, keystore_from(keystore, store, prefix, _witness_store),
+                    clock or system_clock, owns=True,
                 )
             codec = EntryCodec(
                 keyring, prefix=prefix, bind_key=not compatible, accept_unbound=accept_unbound
@@ -382,6 +397,8 @@ class RememberPlugin:
                 if verifier is not None and verifier.witness is not None:
                     core.audit.anchor_in(verifier.witness)
         except BaseException:
+            if keyring is not None and isinstance(keyring.subjects, SubjectKeys):
+                keyring.subjects.close()
             if owns:
                 store.close()
             raise
@@ -458,7 +475,10 @@ class RememberPlugin:
         cannot read are deleted too (they lie in the person's namespaces) and
         counted.  Nobody else's entry is deleted.  Sessions that hold entries but
         have no recorded owner cannot be attributed: they are left and counted
-        (``docs/audit.rst`` says how to answer a deletion request).
+        (``docs/audit.rst`` says how to answer a deletion request).  With
+        ``encryption={"subject_keys": True}`` the person's keys are destroyed in
+        the keystore first (``keys_destroyed``), so copies of their entries taken
+        before -- backups, replicas, exports -- can no longer be opened.
 
         :param user_id: the person (an ``int`` is its decimal string).
         :param dry_run: count only, delete nothing.
@@ -469,6 +489,7 @@ class RememberPlugin:
         core = self._core
         if not isinstance(dry_run, bool):
             raise TypeError(f"dry_run must be a bool; got {type(dry_run).__name__}")
+        subjects = self.keyring.subjects if self.keyring is not None else None
         with core.audited("erase", None, None) as event:
             receipt = erase(
                 core.owners,
@@ -476,6 +497,7 @@ class RememberPlugin:
                 now=core.clock(),
                 doubled=core.read_doubled_prefix,
                 dry_run=dry_run,
+                shred=_shredder(subjects),
             )
             event.outcome = "counted" if dry_run else "erased"
             event.count, event.ref = receipt.total, receipt.mac
@@ -608,6 +630,9 @@ class RememberPlugin:
         if self._core.verifier is not None:
             self._core.verifier.close()
         self._core.search_cache.clear()
+        subjects = self.keyring.subjects if self.keyring is not None else None
+        if isinstance(subjects, SubjectKeys):
+            subjects.close()
         if self._owns_store:
             self._core.store.close()
 
@@ -734,6 +759,51 @@ def _verifier(
         if witness is not None and witness is not spec:
             witness.close()
         raise
+
+
+def _check_subject_keys(
+    options: Mapping[str, Any], environ: Mapping[str, str], encryption: Mapping[str, Any]
+) -> object:
+    """The ``keystore`` to build when subject keys are on (``None``: off), every
+    combination checked first (``docs/audit.rst``)."""
+    keystore = options.get("keystore", environ.get(KEYSTORE_ENV) or None)
+    subject_keys = _check_bool(
+        encryption.get("subject_keys", keystore is not None), "encryption.subject_keys"
+    )
+    if not subject_keys:
+        if keystore is not None:
+            raise _config_error("keystore", "only applies with encryption.subject_keys")
+        return None
+    if keystore is None:
+        raise _config_error(
+            "keystore", f"is required with encryption.subject_keys (or set {KEYSTORE_ENV}): "
+            "a file path, a redis:// URL or a second store, apart from the data"
+        )
+    if encryption.get("enabled", True) is False:
+        raise _config_error("encryption.subject_keys", "needs encryption enabled")
+    if encryption.get("frontmcp_compatible"):
+        raise _config_error(
+            "encryption.subject_keys",
+            "cannot be used with frontmcp_compatible (1.8.0's envelope names no subject key)",
+        )
+    if options.get("read_doubled_prefix"):
+        raise _config_error(
+            "encryption.subject_keys", "cannot be used with read_doubled_prefix (1.8.0's "
+            "entries are sealed by the master secret alone): run rotate first"
+        )
+    if options.get("integrity", integrity_settings(environ)[0]) == "verified":
+        raise _config_error(
+            "encryption.subject_keys", "is not supported together with integrity='verified' "
+            "yet (its manifests would keep an erased person's entries listed)"
+        )
+    return keystore
+
+
+def _shredder(subjects: object) -> Any:
+    """``erase``'s *shred*: destroys the person's keys (``None`` without subject keys)."""
+    if not isinstance(subjects, SubjectKeys):
+        return None
+    return lambda user, now, dry_run: subjects.destroy(user, now=now, dry_run=dry_run)
 
 
 def _witness_store(url: str) -> Store:

@@ -207,6 +207,10 @@ class ErasureReceipt:
     dry_run: bool
     #: HMAC-SHA256 of the other fields (base64url).
     mac: str
+    #: With subject keys: the person's data keys destroyed in the keystore (every
+    #: copy of their entries, backups included, is unreadable from then on);
+    #: ``None`` without subject keys.
+    keys_destroyed: int | None = None
 
     @property
     def total(self) -> int:
@@ -215,4 +219,7 @@ class ErasureReceipt:
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (the form the audit trail and the CLI print)."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        if out["keys_destroyed"] is None:
+            del out["keys_destroyed"]  # receipts without subject keys: as they always were
+        return out

@@ -51,6 +51,9 @@ ALLOWED: dict[str, set[str]] = {
         "errors", "types", "identity", "_keys", "_crypto", "_codec", "_bounded", "_clock",
         "_fork", "stores",
     },
+    "_shred": {
+        "errors", "types", "_keys", "_crypto", "_erasure", "_bounded", "_clock", "_fork", "stores",
+    },
     "_integrity": {
         "errors", "types", "_crypto", "_codec", "_text", "_clock", "_bounded", "_fork", "stores",
     },
@@ -60,7 +63,7 @@ ALLOWED: dict[str, set[str]] = {
     "plugin": CORE
     | {
         "stores", "_core", "accessor", "_purge", "tools", "_config", "_options", "_integrity",
-        "_search", "_metrics", "_erasure", "_audit",
+        "_search", "_metrics", "_erasure", "_audit", "_shred",
     },
     "_progress": {"_clock"},
     "_config": {"errors", "types"},
@@ -68,7 +71,7 @@ ALLOWED: dict[str, set[str]] = {
     "_ops": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config",
-        "_options", "_integrity", "_search", "_audit",
+        "_options", "_integrity", "_search", "_audit", "_shred",
     },
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",

@@ -105,7 +105,8 @@ def _embed_one(core: AccessorCore, settings: SearchSettings, item: Item, dry_run
         extras = {k: v for k, v in obj.items() if k not in _FIELDS}
         extras["embedding"] = embedding_member(settings, bare, value, brand, metadata)
         fresh = core.seal_checked(
-            entry_json(value, brand, created, updated, expires, metadata, extras), ns, item.key
+            entry_json(value, brand, created, updated, expires, metadata, extras), ns, item.key,
+            like=raw,
         )
         if core.store.compare_and_set(item.key, raw, fresh, ttl_ms=core.ttl_ms(expires, now)):
             return "embedded"

@@ -20,6 +20,7 @@ from typing import TextIO
 from .._core import AccessorCore
 from .._keys import ParsedKey
 from .._purge import record_rotated_key_id
+from .._shred import SubjectKeys
 from .walk import Item, Report, decode_item, walk_entries
 
 #: Compare-and-set attempts per entry before it is reported as contended.
@@ -51,6 +52,11 @@ class RotateResult(Report):
     shadowed: int = 0
     #: Doubled-prefix keys not read because ``read_doubled_prefix`` is off.
     doubled_unread: int = 0
+    #: With subject keys: the keystore's data keys wrapped anew under the primary
+    #: secret (the entries they seal need no rewrite).
+    rewrapped: int = 0
+    #: With subject keys: key records no configured secret opens (left as they are).
+    keys_unreadable: int = 0
     #: A complete run recorded the primary secret's key id under ``P + "__keyid__"``.
     key_id_recorded: bool = False
     dry_run: bool = False
@@ -58,7 +64,9 @@ class RotateResult(Report):
     @property
     def complete(self) -> bool:
         """Every live entry is now sealed by the primary secret (none left unread)."""
-        return not (self.unreadable or self.contended or self.doubled_unread)
+        return not (
+            self.unreadable or self.contended or self.doubled_unread or self.keys_unreadable
+        )
 
 
 def _rotate_one(core: AccessorCore, item: Item, dry_run: bool, *, in_place: bool = False) -> str:
@@ -130,6 +138,9 @@ def rotate(
     """
     result = RotateResult(dry_run=dry_run)
     prefix = core.prefix
+    subjects = core.codec.keyring.subjects if core.codec.keyring is not None else None
+    if isinstance(subjects, SubjectKeys):
+        result.rewrapped, result.keys_unreadable = subjects.rewrap(dry_run=dry_run)
     result.doubled_unread, items = walk_entries(
         core, label="rotate", progress_stream=progress_stream
     )

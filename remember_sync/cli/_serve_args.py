@@ -234,6 +234,14 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "$REMEMBER_WITNESS)",
     )
     parser.add_argument(
+        "--keystore",
+        metavar="K",
+        default=None,
+        help="seal each person's entries under a key of their own kept here, apart from the "
+        "store -- a file path or a redis:// URL -- so that erase reaches backups too "
+        "(crypto-shredding, docs/audit.rst; default: $REMEMBER_KEYSTORE)",
+    )
+    parser.add_argument(
         "--audit",
         action="store_true",
         default=None,

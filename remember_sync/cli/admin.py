@@ -240,6 +240,12 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
                 f"(1.8.0) entries into the single layout; {result.shadowed} shadowed by "
                 "their single-layout twin (re-sealed in place, never deleted)\n"
             )
+        if result.rewrapped or result.keys_unreadable:
+            sys.stdout.write(
+                f"{'would rewrap' if args.dry_run else 'rewrapped'} {result.rewrapped} subject "
+                f"keys in the keystore; {result.keys_unreadable} key records no configured "
+                "secret opens (left untouched)\n"
+            )
         if result.doubled_unread:
             sys.stdout.write(
                 f"did NOT read {result.doubled_unread} keys in 1.8.0's doubled-prefix layout: "

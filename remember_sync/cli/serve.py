@@ -180,7 +180,11 @@ def run_serve(args: argparse.Namespace) -> int:
             max_bytes=args.max_bytes,
             max_entries=args.max_entries,
             max_value_bytes=args.max_value_bytes,
-            **{k: v for k in ("integrity", "witness") if (v := getattr(args, k)) is not None},
+            **{
+                k: v
+                for k in ("integrity", "witness", "keystore")
+                if (v := getattr(args, k)) is not None
+            },
             **({"audit": True} if args.audit else {}),
             quota_entries=args.quota_entries,
             quota_bytes=args.quota_bytes,

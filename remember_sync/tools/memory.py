@@ -558,7 +558,7 @@ class MemoryTools:
             key, value, brand, metadata, written_by=self.names["remember_this"]
         )
         stored = core.seal_checked(
-            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey
+            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey, mem.identity
         )
         if core.read_doubled_prefix:
             # Reads fall back to a 1.8.0 doubled-prefix twin while the key is absent,
@@ -746,7 +746,9 @@ def _write_unless_protected(
         if stored is None:
             # Expired since the epoch, so every reader sees nothing from now on (and
             # its owner's quota no longer counts it).  Never refused by a quota.
-            gone = core.seal_checked(entry_json(None, None, 0, 0, 1, None), ns, skey)
+            gone = core.seal_checked(
+                entry_json(None, None, 0, 0, 1, None), ns, skey, ident, like=raw
+            )
             if core.write(ident, ns, where, gone, ttl_ms=1, expected=raw, charge_only=True):
                 return live
         elif core.write(ident, ns, where, stored, ttl_ms=ttl_ms, expected=raw):

@@ -115,7 +115,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     from .._ops.inspect import collect_stats
 
     with _opened(args) as opened:
-        core = opened.plugin._core
+        core = opened.core
         stats = collect_stats(
             core.store, core.prefix, core.codec, now=core.clock(),
             progress_stream=_progress_stream(), read_doubled_prefix=core.read_doubled_prefix,
@@ -176,7 +176,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             codec, now = None, system_clock()
         else:
             secret = secret_check(opened.secret_summary())
-            codec, now = opened.plugin._core.codec, opened.plugin._core.clock()
+            codec, now = opened.core.codec, opened.core.clock()
             opened.plugin.close()  # it does not own the store; nothing of it is needed below
         checks = run_doctor(
             store,
@@ -220,7 +220,7 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
     from .integrity import manifests_kept
 
     with _opened(args, writes=True) as opened, manifests_kept(opened, args.prefix):
-        result = rotate(opened.plugin._core, dry_run=args.dry_run,
+        result = rotate(opened.core, dry_run=args.dry_run,
                         progress_stream=_progress_stream())
     if args.json:
         _print_json(result.to_dict())
@@ -293,7 +293,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
         raise RememberConfigurationError("--embeddings and --embedder go together")
     settings = embedder_settings(args.embedder, args.model)
     with _opened(args, writes=True) as opened:
-        result = embed_entries(opened.plugin._core, settings, progress_stream=_progress_stream())
+        result = embed_entries(opened.core, settings, progress_stream=_progress_stream())
     if args.json:
         _print_json(result.to_dict())
     else:

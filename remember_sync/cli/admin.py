@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from ..errors import RememberConfigurationError, RememberError
 from ._common import (
@@ -22,6 +23,10 @@ from ._common import (
     _stderr,
 )
 from ._parser import Commands, _non_negative_int
+
+if TYPE_CHECKING:
+    from .._ops.embed import EmbedResult
+    from .._ops.rotate import RotateResult
 
 
 def add_secret_command(c: Commands) -> None:
@@ -230,10 +235,7 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
             f"{verb} {result.rotated} of {result.examined} entries; {result.current} already "
             f"current, {result.expired} expired, {result.vanished} gone meanwhile\n"
         )
-        _report_keys(result.unreadable, result.unreadable_keys,
-                     f"could not read {result.unreadable} entries (left untouched): ")
-        _report_keys(result.contended, result.contended_keys,
-                     f"{result.contended} entries kept changing; run rotate again: ")
+        _report_left(result, "run rotate again")
         if result.moved or result.shadowed:
             sys.stdout.write(
                 f"{'would move' if args.dry_run else 'moved'} {result.moved} doubled-prefix "
@@ -301,11 +303,16 @@ def _cmd_embed(args: argparse.Namespace) -> int:
             f"embedded {result.embedded} of {result.examined} entries; {result.current} "
             f"already embedded, {result.expired} expired\n"
         )
-        _report_keys(result.unreadable, result.unreadable_keys,
-                     f"could not read {result.unreadable} entries (left untouched): ")
-        _report_keys(result.contended, result.contended_keys,
-                     f"{result.contended} entries kept changing; run again: ")
+        _report_left(result, "run again")
     return EXIT_OK if not (result.unreadable or result.contended) else EXIT_FAIL
+
+
+def _report_left(result: RotateResult | EmbedResult, again: str) -> None:
+    """The entries a pass over the store left alone: unreadable, or changing under it."""
+    _report_keys(result.unreadable, result.unreadable_keys,
+                 f"could not read {result.unreadable} entries (left untouched): ")
+    _report_keys(result.contended, result.contended_keys,
+                 f"{result.contended} entries kept changing; {again}: ")
 
 
 def _cmd_purge_legacy(args: argparse.Namespace) -> int:

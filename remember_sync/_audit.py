@@ -69,19 +69,6 @@ from .identity import current_identity
 from .stores.base import Store
 from .types import Identity
 
-__all__ = [
-    "AUDIT_HEAD",
-    "NO_AUDIT",
-    "AuditEvent",
-    "AuditTrail",
-    "AuditVerification",
-    "Recorder",
-    "TrailWitness",
-    "WitnessAnchor",
-    "audit_settings",
-    "trail_exists",
-]
-
 log = logging.getLogger("remember_sync")
 
 #: What follows ``P`` in every key of the trail.

@@ -23,17 +23,6 @@ from ._text import TEXT_ERRORS
 from .errors import RememberDecryptionError, RememberInputTypeError
 from .types import Namespace, RememberEntry
 
-__all__ = [
-    "EntryCodec",
-    "EntryFields",
-    "check_json_value",
-    "entry_fields",
-    "entry_from_json",
-    "entry_record",
-    "entry_json",
-    "entry_to_json",
-]
-
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 

@@ -56,16 +56,6 @@ from .identity import current_identity, resolve_namespace
 from .stores.base import CasMarkers, NamespaceIndex, OwnedWrites, Store
 from .types import SCOPES, Identity, Namespace, RememberEntry, Scope, check_brand, check_scope
 
-__all__ = [
-    "CAS_ATTEMPTS",
-    "DEFAULT_MAX_VALUE_BYTES",
-    "LISTING_MODES",
-    "MAX_TTL_SECONDS",
-    "UNREADABLE_REMEMBERED",
-    "AccessorCore",
-    "check_ttl",
-]
-
 log = logging.getLogger("remember_sync")
 
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
@@ -527,8 +517,8 @@ class AccessorCore:
         """:meth:`scan_pages` through the namespace's listing index (1.8.0's keys are not in it)."""
         head = scope_prefix(self.prefix, ns)
         cut = len(head)
-        # (cast, not an assert: isinstance of a runtime-checkable Protocol costs ~10 us;
-        # __init__ checked it once)
+        # (cast, not an assert: isinstance against a runtime-checkable Protocol inspects
+        # every member on each call; __init__ checked it once)
         pages = cast(NamespaceIndex, self.store).index_pages(
             namespace_index_key(self.prefix, head), scope_glob(self.prefix, ns, pattern),
             count=count,

@@ -42,23 +42,6 @@ from ._fork import after_fork_in_child
 from .errors import RememberConfigurationError, RememberDecryptionError
 from .types import Namespace
 
-__all__ = [
-    "HKDF_SALT",
-    "Envelope",
-    "UNBOUND_REFUSED",
-    "Keyring",
-    "SUBJECT_KEY_GONE",
-    "SubjectSealer",
-    "b64url_decode",
-    "b64url_encode",
-    "derive_key",
-    "hkdf_inputs",
-    "key_id",
-    "parse_envelope",
-    "random_iv",
-    "seal",
-]
-
 HKDF_SALT = b"remember-plugin-v1"
 ALG = "A256GCM"
 IV_BYTES = 12

@@ -41,17 +41,6 @@ from .identity import STATELESS_USER_PREFIX, current_identity
 from .stores.base import Store
 from .types import ErasureReceipt, Identity, Namespace
 
-__all__ = [
-    "OWNER_HEAD",
-    "OwnerBook",
-    "erase",
-    "is_anonymous",
-    "is_owner_key",
-    "receipt_mac",
-    "subject_hashes",
-    "user_hashes",
-]
-
 #: What follows ``P`` in every owner record's key.
 OWNER_HEAD = "__owner__:"
 _OWNER_INFO = b"remember:owner-records:v1"

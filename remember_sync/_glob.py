@@ -24,8 +24,6 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple
 
-__all__ = ["GlobMatcher", "glob_matcher"]
-
 #: ``matcher(text)`` -> whether the whole of *text* matches the glob.
 GlobMatcher = Callable[[str], bool]
 

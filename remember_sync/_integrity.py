@@ -60,21 +60,6 @@ from .errors import (
 from .stores.base import Store
 from .types import Namespace
 
-__all__ = [
-    "INTEGRITY_MODES",
-    "FileWitness",
-    "Manifest",
-    "Record",
-    "StoreWitness",
-    "Verifier",
-    "Witness",
-    "digest",
-    "in_process",
-    "manifest_deadline",
-    "token",
-    "witness_from",
-]
-
 T = TypeVar("T")
 
 #: The values of the ``integrity`` option.

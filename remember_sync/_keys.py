@@ -31,34 +31,6 @@ from ._glob import GlobMatcher, glob_matcher
 from .errors import RememberInputError
 from .types import Namespace, Scope
 
-__all__ = [
-    "MAX_KEY_BYTES",
-    "MAX_PATTERN_LENGTH",
-    "MAX_PATTERN_WILDCARDS",
-    "ParsedKey",
-    "cas_marker_key",
-    "check_key",
-    "check_pattern",
-    "describe_key",
-    "encode_component",
-    "ended_session_key",
-    "glob_escape",
-    "index_key_of",
-    "index_record_key",
-    "is_index_key",
-    "manifest_key",
-    "namespace_index_key",
-    "layout_marker_key",
-    "legacy_patterns",
-    "match_user_pattern",
-    "parse_doubled_key",
-    "parse_storage_key",
-    "scope_prefix",
-    "scope_glob",
-    "storage_key",
-    "storage_namespace",
-]
-
 MAX_KEY_BYTES = 1024
 MAX_PATTERN_LENGTH = 500
 MAX_PATTERN_WILDCARDS = 20

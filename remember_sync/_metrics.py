@@ -37,22 +37,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = [
-    "BUCKETS_S",
-    "MAX_SERIES",
-    "STATE",
-    "Counter",
-    "Histogram",
-    "active",
-    "error_code",
-    "instruments",
-    "measured",
-    "prometheus_text",
-    "start",
-    "stop",
-    "store_kind",
-]
-
 #: Upper bounds (seconds) of the latency buckets; one more bucket, ``+Inf``, holds the rest.
 BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,

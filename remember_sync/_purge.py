@@ -79,44 +79,6 @@ from .errors import (
 )
 from .stores.base import NamespaceIndex, PrunesIndexes, Store
 
-__all__ = [
-    "DEFAULT_DELAY_MS",
-    "DoubledPrefixCheck",
-    "INDEXING_LEASE_MS",
-    "INDEXING_RETRY_S",
-    "IndexBackfill",
-    "LEGACY_SCOPES",
-    "MARKER_VERSION",
-    "MAX_WAIT_MS",
-    "NESTED_SEGMENTS",
-    "KeyIdCheck",
-    "KeyIdRecord",
-    "KeyIdStatus",
-    "LayoutMarkerError",
-    "LegacyPurge",
-    "Marker",
-    "PurgeResult",
-    "ReindexResult",
-    "check_key_id",
-    "count_doubled_keys",
-    "doubled_prefix_message",
-    "ensure_marker",
-    "is_legacy_value",
-    "key_id_key",
-    "mismatch_message",
-    "nested_key",
-    "nested_prefix",
-    "nested_prefix_message",
-    "purged_message",
-    "read_key_id",
-    "read_marker",
-    "indexing_lease_key",
-    "record_indexed",
-    "record_rotated_key_id",
-    "reindex_store",
-    "sweep_legacy",
-]
-
 log = logging.getLogger("remember_sync")
 
 #: The layout version the marker records.

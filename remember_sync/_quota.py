@@ -33,8 +33,6 @@ from .identity import current_identity, principal_of
 from .stores.base import Quota
 from .types import Identity, Namespace
 
-__all__ = ["QUOTA_OPTIONS", "Owners", "check_quota"]
-
 #: The keys of ``RememberPlugin.init(quota={...})``.
 QUOTA_OPTIONS = ("entries", "bytes")
 #: Principals whose tag is kept (oldest dropped first).

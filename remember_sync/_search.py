@@ -36,22 +36,6 @@ from typing import Any, Final
 from ._codec import EntryFields
 from .errors import RememberConfigurationError, RememberInputError, RememberInputTypeError
 
-__all__ = [
-    "DEFAULT_CACHE_BYTES",
-    "DEFAULT_CACHE_ENTRIES",
-    "MAX_QUERY_CHARS",
-    "SearchCache",
-    "SearchSettings",
-    "build_settings",
-    "check_query",
-    "embedding_member",
-    "entry_text",
-    "load_embedder",
-    "preview",
-    "stored_vector",
-    "tokens",
-]
-
 #: The longest query accepted, in characters.
 MAX_QUERY_CHARS: Final = 2_000
 #: Most terms of a query that are ranked (the rest are ignored).

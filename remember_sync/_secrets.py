@@ -32,22 +32,6 @@ from ._crypto import Keyring, b64url_encode
 from ._fork import ForkSafeLock
 from .errors import RememberConfigurationError
 
-__all__ = [
-    "DEFAULT_SECRET_FILE",
-    "ENV_SECRET_NAMES",
-    "REQUIRE_SECRET_ENV",
-    "check_owner",
-    "check_private_mode",
-    "generate_secret",
-    "is_production",
-    "load_or_create_secret_file",
-    "read_or_create_private_file",
-    "read_secret_file",
-    "require_secret_from_env",
-    "resolve_keyring",
-    "validate_secret_file",
-]
-
 log = logging.getLogger("remember_sync")
 
 ENV_SECRET_NAMES = ("REMEMBER_SECRET", "MCP_MEMORY_SECRET", "MCP_SESSION_SECRET")

@@ -28,8 +28,6 @@ import secrets as _random
 from ._clock import Clock, system_clock
 from ._crypto import Keyring, b64url_decode, b64url_encode
 
-__all__ = ["LEGACY_MAX_AGE_MS", "SessionSigner", "session_digest"]
-
 _VERSION = "rs2"
 #: Ids MACed with the raw master secret (before the signing key was derived).
 _LEGACY_VERSION = "rs1"

@@ -60,10 +60,9 @@ from .errors import RememberConfigurationError, RememberDecryptionError, Remembe
 from .stores.base import Store
 from .types import Namespace
 
-__all__ = ["FileKeystore", "StoreKeystore", "SubjectKeys", "keystore_from"]
-
 _WRAP_INFO = b"remember:subject-key-wrap:v1"
 _ENTRY_INFO = b"remember:subject-entry:v1:"
+#: Written where identity.STATELESS_USER_PREFIX is (this layer sits below identity).
 _STATELESS = "stateless-user:"
 #: How long a process trusts a data key it read (or a person's current key id)
 #: before asking the keystore again: within this time after an erasure elsewhere,

@@ -444,6 +444,13 @@ class RememberPlugin:
         return self._core.store
 
     @property
+    def tools(self) -> MemoryTools | None:
+        """The memory tools (``None`` unless ``tools={"enabled": True}``): what an MCP host
+        lists and dispatches beside its own tools (:meth:`MemoryTools.handles
+        <remember_sync.tools.MemoryTools.handles>`, ``names``)."""
+        return self._tools
+
+    @property
     def key_prefix(self) -> str:
         return self._core.prefix
 

@@ -1,4 +1,4 @@
-"""Run real MCP clients against a real ``remember-sync serve`` (issue 19's conformance suite).
+"""Run real MCP clients against a real ``remember-sync serve`` (the clients' conformance suite).
 
 A *plan* is a list of steps, ``{"op": "list"}`` or ``{"op": "call", "name": N, "arguments": A}``;
 every runner here answers one *outcome* per step, in order, as plain JSON:
@@ -14,12 +14,8 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
-import threading
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,60 +30,10 @@ REPO = TESTS.parent
 NODE_MODULES = TESTS / "node_modules"
 JS = TESTS / "js"
 INSPECTOR = NODE_MODULES / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build"
-START_TIMEOUT = 30.0
 CLIENT_TIMEOUT = 90.0
 
 Step = dict[str, Any]
 Outcome = dict[str, Any]
-
-
-class Server:
-    """``python -m remember_sync serve --port 0 ARGS`` in a subprocess; ``url`` once it is ready."""
-
-    def __init__(self, args: Sequence[str], cwd: Path, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "remember_sync", "serve", "--port", "0", *args],
-            cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, bufsize=1,
-        )
-        self.lines: list[str] = []
-        self._ready = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.url = ""
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if "listening on http://" in line:
-                self._ready.set()
-        self._ready.set()  # it exited: wait_ready reports what it printed
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_ready(self) -> str:
-        """Block until the banner names the URL; raise with the output if it never does."""
-        if not self._ready.wait(START_TIMEOUT) or self.proc.poll() is not None:
-            self.stop()
-            raise AssertionError(f"the server did not start:\n{self.output}")
-        found = re.search(r"listening on (http://127\.0\.0\.1:\d+/\S*)", self.output)
-        assert found is not None, self.output
-        self.url = found.group(1)
-        return self.url
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it does not stop within 15 s."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._reader.join(5)
 
 
 # -- Node.js ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ conformance suite and the accessor suite run unchanged on every kind.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -123,6 +124,24 @@ def plugin(make_plugin: Callable[..., RememberPlugin]) -> RememberPlugin:
     return make_plugin()
 
 
+@pytest.fixture
+def plugins() -> Iterator[Callable[..., RememberPlugin]]:
+    """Build real-clock plugins with the test secret over the store they are given (closed,
+    with that store, at the end of the test)."""
+    made: list[RememberPlugin] = []
+
+    def factory(**options: Any) -> RememberPlugin:
+        options.setdefault("skip_legacy_purge", True)
+        options.setdefault("encryption", {"secrets": [TEST_SECRET]})
+        plugin = RememberPlugin.init(**options)
+        made.append(plugin)
+        return plugin
+
+    yield factory
+    for plugin in made:
+        plugin.close()
+
+
 def require_component(name: str, available: bool, why: str) -> None:
     """Skip a test whose real component is missing -- or fail under ``CI``.
 
@@ -152,3 +171,13 @@ def stored_key(plugin: RememberPlugin, key: str, scope: str = "session") -> str:
 def scan_items(store: Any, pattern: str, **options: Any) -> list[tuple[str, str]]:
     """Every ``(key, value)`` pair of ``store.scan_pages(pattern)``, the pages flattened."""
     return [item for page in store.scan_pages(pattern, **options) for item in page]
+
+
+def run_threads(target: Callable[[int], object], count: int, timeout: float | None = None) -> None:
+    """Run ``target(0)`` ... ``target(count - 1)`` on as many threads; join each (bounded by
+    *timeout* seconds when given)."""
+    threads = [threading.Thread(target=target, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)

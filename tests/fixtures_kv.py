@@ -14,8 +14,8 @@ import redis
 
 from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
-from remember_sync.testing.redis_server import RedisServer, find_redis_server
-from tests.conftest import require_component
+from remember_sync.testing.redis_server import RedisServer
+from tests.fixtures_redis import redis_binary
 
 #: The emulator's bearer token (a test credential, never a real one).
 KV_TEST_TOKEN = "kv-test-token-AbC123xyz"
@@ -24,8 +24,7 @@ KV_TEST_TOKEN = "kv-test-token-AbC123xyz"
 @pytest.fixture(scope="session")
 def kv_redis_server() -> Iterator[RedisServer]:
     """The redis-server behind the emulator (separate from the Redis store's server)."""
-    binary = find_redis_server()
-    require_component("redis-server", binary is not None, "not on PATH, REDIS_SERVER_BIN unset")
+    binary = redis_binary()
     server = RedisServer(binary).start()
     yield server
     server.cleanup()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 
+from remember_sync import RememberPlugin
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import (
     RedisCluster,
@@ -27,7 +28,27 @@ from remember_sync.testing.redis_server import (
     find_redis_server,
     free_port,
 )
-from tests.conftest import require_component
+from tests.conftest import TEST_SECRET, require_component
+
+
+def redis_binary() -> str:
+    """The redis-server to start: skips the test when there is none (fails it under CI)."""
+    binary = find_redis_server()
+    require_component("redis-server", binary is not None, "not on PATH, REDIS_SERVER_BIN unset")
+    assert binary is not None
+    return binary
+
+
+def redis_plugin(url: str, secret: str = TEST_SECRET) -> RememberPlugin:
+    """A plugin on the Redis at *url* that writes nothing behind the test's back (no legacy
+    purge, no background reindex); the caller closes it."""
+    return RememberPlugin.init(
+        type="redis",
+        config={"url": url},
+        encryption={"secrets": [secret]},
+        skip_legacy_purge=True,
+        background_reindex=False,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -36,8 +57,7 @@ def redis_server() -> Iterator[RedisServer | None]:
     if os.environ.get("REMEMBER_TEST_REDIS_URL"):
         yield None
         return
-    binary = find_redis_server()
-    require_component("redis-server", binary is not None, "not on PATH, REDIS_SERVER_BIN unset")
+    binary = redis_binary()
     server = RedisServer(binary).start()
     yield server
     server.cleanup()
@@ -61,8 +81,7 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisCluster]:
     """A throw-away 3-primary Redis Cluster on loopback."""
-    binary = find_redis_server()
-    require_component("redis-server", binary is not None, "not on PATH, REDIS_SERVER_BIN unset")
+    binary = redis_binary()
     cluster = RedisCluster(binary).start()
     yield cluster
     cluster.cleanup()
@@ -274,9 +293,7 @@ class SentinelSet:
 @pytest.fixture
 def sentinel_set_factory() -> Iterator[Callable[..., SentinelSet]]:
     """Start :class:`SentinelSet` s (``factory(**options)``); all are killed after the test."""
-    binary = find_redis_server()
-    require_component("redis-server", binary is not None, "not on PATH, REDIS_SERVER_BIN unset")
-    assert binary is not None
+    binary = redis_binary()
     made: list[SentinelSet] = []
 
     def factory(**options: Any) -> SentinelSet:

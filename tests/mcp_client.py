@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx2
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 
 def run(main: Callable[[], Awaitable[Any]]) -> Any:
@@ -37,3 +40,14 @@ async def error_code(client: Client, name: str, args: dict[str, Any]) -> str:
     code, sep, message = text.partition(": ")
     assert sep and code.isupper() and message, text
     return code
+
+
+@asynccontextmanager
+async def connect(url: str, *, mode: str = "legacy", token: str | None = None
+                  ) -> AsyncIterator[Client]:
+    """The official client over Streamable HTTP, optionally with a bearer token."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0)) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode=mode) as client:
+            yield client

@@ -516,14 +516,11 @@ def test_serve_audit_records_the_models_writes(
     make_plugin: Callable[..., RememberPlugin], redis_url: str, store_kind: str, tmp_path: Any
 ) -> None:
     """``serve --audit``: a model's remember_this over MCP is an event naming the tool."""
+    from tests.mcp_client import connect, structured
     from tests.mcp_client import run as run_async
-    from tests.mcp_client import structured
-    from tests.test_mcp_server import Served, connect
+    from tests.served import serve
 
-    served = Served(
-        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--allow-anonymous",
-         "--redis-url", redis_url, "--audit"], tmp_path,
-    )
+    served = serve(tmp_path, "--allow-anonymous", "--redis-url", redis_url, "--audit")
     try:
         url = served.wait_ready()
 

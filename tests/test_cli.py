@@ -62,6 +62,14 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def run_cli(
+    *args: str, env: dict[str, str], cwd: Path | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m remember_sync ARGS`` with exactly *env*; its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "remember_sync", *args], cwd=cwd, env=env,
+                          input=stdin, capture_output=True, text=True, timeout=TIMEOUT)
+
+
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
@@ -79,15 +87,7 @@ def cli(tmp_path: Path) -> Run:
         environ = child_env(**extra_env) if env is None else env
         if secret is not None and env is None:
             environ["REMEMBER_SECRET"] = secret
-        return subprocess.run(
-            [sys.executable, "-m", "remember_sync", *args],
-            cwd=tmp_path,
-            env=environ,
-            input=stdin if stdin is not None else "",
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-        )
+        return run_cli(*args, cwd=tmp_path, env=environ, stdin=stdin if stdin is not None else "")
 
     return run
 

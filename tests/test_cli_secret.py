@@ -17,35 +17,22 @@ from pathlib import Path
 import pytest
 import redis
 
-from remember_sync import Identity, RememberPlugin
-from tests.test_cli import SECRET_A, TIMEOUT, child_env
+from remember_sync import Identity
+from tests.fixtures_redis import redis_plugin
+from tests.test_cli import SECRET_A, TIMEOUT, child_env, run_cli
 
 VALID = json.dumps({"secret": SECRET_A, "createdAt": 1_700_000_000_000, "version": 1})
 
 
 def _cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``python -m remember_sync ARGS`` in *cwd*, with no secret unless *env* gives one."""
-    return subprocess.run(
-        [sys.executable, "-m", "remember_sync", *args],
-        cwd=cwd,
-        env=child_env(**env),
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    return run_cli(*args, cwd=cwd, env=child_env(**env), stdin="")
 
 
 @pytest.fixture
 def populated(redis_url: str, redis_client: redis.Redis) -> dict[bytes, bytes | None]:
     """A Redis holding an application's entries under SECRET_A; returns its raw contents."""
-    with RememberPlugin.init(
-        type="redis",
-        config={"url": redis_url},
-        encryption={"secrets": [SECRET_A]},
-        skip_legacy_purge=True,
-        background_reindex=False,  # no bookkeeping written behind the test's back
-    ) as plugin:
+    with redis_plugin(redis_url, SECRET_A) as plugin:
         plugin.accessor(Identity()).set("k", "application value", scope="global")
         plugin.accessor(Identity(user_id="alice")).set("summary", {"n": 1}, scope="user")
     return _raw(redis_client)

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 
 from remember_sync import Identity, RememberPlugin
+from tests.conftest import run_threads
 
 THREADS = 8
 KEYS = [f"k{i}" for i in range(16)]
@@ -72,11 +73,7 @@ def test_mixed_operations_from_eight_threads(
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, THREADS)
     assert errors == []
     listed = set(mem.list())
     for key in KEYS:

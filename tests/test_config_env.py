@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,7 @@ from remember_sync.errors import RememberConfigurationError
 from remember_sync.mcp import create_app
 from remember_sync.stores.redis import RedisStore
 from tests.conftest import TEST_SECRET
-from tests.test_cli import TIMEOUT, child_env
+from tests.test_cli import child_env, run_cli
 
 A = "redis://:pw-a-4f1e@127.0.0.1:6390/0"
 B = "redis://:pw-b-77c2@127.0.0.1:6391/0"
@@ -204,13 +203,7 @@ def test_create_app_reads_the_table(redis_url: str, redis_client: redis.Redis) -
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "remember_sync", *args],
-        env=child_env(REMEMBER_SECRET=TEST_SECRET, **env),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    return run_cli(*args, env=child_env(REMEMBER_SECRET=TEST_SECRET, **env))
 
 
 def test_cli_with_only_redis_url(redis_url: str, redis_client: redis.Redis) -> None:
@@ -251,14 +244,10 @@ def test_serve_with_only_redis_url(
     redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """`remember-sync serve` with only REDIS_URL keeps memory in that Redis (the banner says so)."""
-    from tests.test_mcp_server import Served
+    from tests.served import serve
 
     env = child_env(REMEMBER_SECRET=TEST_SECRET, REDIS_URL=redis_url)
-    served = Served(
-        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--allow-anonymous"],
-        tmp_path,
-        env,
-    )
+    served = serve(tmp_path, "--allow-anonymous", env=env)
     try:
         served.wait_ready()
         assert f"store: redis redis://127.0.0.1:{redis_url.rsplit(':', 1)[1]}" in served.output

@@ -39,7 +39,7 @@ from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
 from tests.conftest import FakeClock
 from tests.fixtures_kv import KV_TEST_TOKEN
-from tests.test_cli import child_env
+from tests.test_cli import child_env, run_cli
 from tests.vectors import VECTORS, vector_identity, vector_tool_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -209,15 +209,7 @@ def test_unreadable_counts_distinct_keys_not_reads(
 
 
 def _cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "remember_sync", *args],
-        cwd=cwd,
-        env=child_env(**env),
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    return run_cli(*args, cwd=cwd, env=child_env(**env), stdin="")
 
 
 #: The 1.8.0 Redis vectors that stay live (no deadline): written as 1.8.0 wrote them.

@@ -26,8 +26,9 @@ import redis
 import requests
 
 import remember_sync
-from remember_sync import Identity, RememberPlugin
+from remember_sync import Identity
 from tests.conftest import TEST_SECRET, require_component
+from tests.fixtures_redis import redis_plugin
 
 EXAMPLES = Path(remember_sync.__file__).resolve().parent.parent / "examples"
 
@@ -181,13 +182,7 @@ def test_cron_summary_writes_one_summary_per_user(
     tmp_path: Path, redis_url: str, redis_client: redis.Redis
 ) -> None:
     """cron_summary.py summarises user-scope memory per user from Redis and exits 0."""
-    with RememberPlugin.init(
-        type="redis",
-        config={"url": redis_url},
-        encryption={"secrets": [TEST_SECRET]},
-        skip_legacy_purge=True,
-        background_reindex=False,  # no bookkeeping written behind the test's back
-    ) as plugin:
+    with redis_plugin(redis_url) as plugin:
         alice = plugin.accessor(Identity(user_id="alice"))
         alice.set("theme", "dark", scope="user", brand="preference")
         alice.set("step", 1, scope="user", brand="state")
@@ -247,13 +242,7 @@ def test_cron_summary_without_secret_refuses_and_writes_nothing(
 ) -> None:
     """Issue 17 path 3: run from another directory without REMEMBER_SECRET, the job exits 1
     naming what to set, creates no secret file and leaves the application's summary alone."""
-    with RememberPlugin.init(
-        type="redis",
-        config={"url": redis_url},
-        encryption={"secrets": [TEST_SECRET]},
-        skip_legacy_purge=True,
-        background_reindex=False,  # no bookkeeping written behind the test's back
-    ) as plugin:
+    with redis_plugin(redis_url) as plugin:
         alice = plugin.accessor(Identity(user_id="alice"))
         alice.set("theme", "dark", scope="user", brand="preference")
         alice.set("summary", {"entries": 1, "by": "the application"}, scope="user")

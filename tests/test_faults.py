@@ -34,10 +34,11 @@ from remember_sync.stores.base import Store
 from remember_sync.stores.redis import RedisStore
 from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
-from remember_sync.testing.redis_server import RedisServer, find_redis_server
+from remember_sync.testing.redis_server import RedisServer
 from remember_sync.types import RememberEntry
-from tests.conftest import TEST_SECRET, FakeClock, require_component
+from tests.conftest import TEST_SECRET, FakeClock
 from tests.fixtures_kv import KV_TEST_TOKEN
+from tests.fixtures_redis import redis_binary
 from tests.reliability import Workload
 
 SOCKET_TIMEOUT = 0.5
@@ -48,8 +49,7 @@ REDIS_CALL_LIMIT = (RETRIES + 1) * 2 * SOCKET_TIMEOUT + 0.5 + 0.5
 
 
 def _server(**kwargs: Any) -> RedisServer:
-    binary = find_redis_server()
-    require_component("redis-server", binary is not None, "not on PATH, REDIS_SERVER_BIN unset")
+    binary = redis_binary()
     return RedisServer(binary, **kwargs)
 
 

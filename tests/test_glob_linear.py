@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,8 +38,8 @@ from remember_sync._keys import (
 )
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.types import Namespace
-from tests.mcp_client import run, structured
-from tests.test_mcp_server import Served, connect
+from tests.mcp_client import connect, run, structured
+from tests.served import serve
 
 T = TypeVar("T")
 
@@ -293,10 +292,7 @@ def test_the_wider_server_glob_never_widens_results_or_deletions(
 @pytest.mark.timeout(180)
 def test_hostile_list_memories_does_not_freeze_the_server(tmp_path: Path) -> None:
     """Anonymous list_memories with the worst patterns answers at once; so do other callers."""
-    served = Served(
-        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--allow-anonymous"],
-        tmp_path,
-    )
+    served = serve(tmp_path, "--allow-anonymous")
     try:
         url = served.wait_ready()
         keys = [*HOSTILE_KEYS, "ab", "note"]

@@ -15,11 +15,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +28,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_component
+from tests.mcp_wire import call
+from tests.mcp_wire import initialize as initialize_message
+from tests.served import Served
 from tests.test_cli import child_env
 
 WORKERS = 4
@@ -58,7 +58,7 @@ class Reply:
         return json.loads(self.body)
 
 
-class Gunicorn:
+class Gunicorn(Served):
     """A gunicorn master on 127.0.0.1:<port chosen by the kernel> and everything it printed."""
 
     def __init__(self, cwd: Path, redis_url: str) -> None:
@@ -77,44 +77,7 @@ class Gunicorn:
             "--graceful-timeout", "5",
             "tests.gunicorn_app:app",
         ]  # fmt: skip
-        self.proc = subprocess.Popen(
-            self.argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, bufsize=1,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self._listening = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.port = 0
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if "Listening at: http://" in line:
-                self._listening.set()
-        self._listening.set()
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_listening(self) -> None:
-        if not self._listening.wait(START_SECONDS) or self.proc.poll() is not None:
-            raise AssertionError(f"gunicorn did not start:\n{self.output}")
-        found = re.search(r"Listening at: http://127\.0\.0\.1:(\d+)", self.output)
-        assert found is not None, self.output
-        self.port = int(found.group(1))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._reader.join(5)
+        super().__init__(self.argv, cwd, env, exact_env=True)
 
 
 # -- HTTP, one new connection per request -----------------------------------------------------
@@ -148,16 +111,7 @@ def initialize(port: int) -> str:
     reply = send(
         port,
         "POST",
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "gunicorn-test", "version": "1"},
-            },
-        },
+        initialize_message(VERSION, id=0, client="gunicorn-test"),
     )
     assert reply.status == 200, reply
     assert reply.json()["result"]["protocolVersion"] == VERSION
@@ -169,13 +123,7 @@ def initialize(port: int) -> str:
 
 
 def tool_call(port: int, session_id: str, name: str, arguments: dict[str, Any], n: int) -> Reply:
-    message = {
-        "jsonrpc": "2.0",
-        "id": n,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments},
-    }
-    return send(port, "POST", message, session_id)
+    return send(port, "POST", call(name, arguments, n), session_id)
 
 
 def spread(op: Callable[[int], Reply], *, at_least: int, workers: set[int]) -> list[Reply]:
@@ -217,11 +165,11 @@ def served(
     require_component("gunicorn", find_spec("gunicorn") is not None, "pip install gunicorn")
     server = Gunicorn(tmp_path, redis_url)
     try:
-        server.wait_listening()
+        server.wait_ready(START_SECONDS)
         pids = worker_pids(server.port)
         yield server, pids
     finally:
-        server.stop()
+        server.close()
     assert "Traceback" not in server.output, server.output
 
 

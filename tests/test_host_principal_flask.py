@@ -33,7 +33,7 @@ from remember_sync.mcp import McpServer
 from remember_sync.mcp.auth import host_auth
 from tests.conftest import TEST_SECRET
 from tests.mcp_client import error_code, run, structured
-from tests.mcp_wire import ACCEPT, INIT
+from tests.mcp_wire import ACCEPT, INIT, call
 
 TOKENS = {"token-carol-0123456789": "carol"}
 
@@ -44,9 +44,8 @@ def _views(app: Flask) -> None:
         return {"notes": {k: e.value for k, e in remember.entries(scope="user").items()}}
 
 
-def remote_user_app(redis_url: str, **config: Any) -> Any:
-    """REMOTE_USER from a trusted auth layer in front (here: the X-Test-User header)."""
-    app = Flask("remote_user_app")
+def _with_memory(app: Flask, redis_url: str, **config: Any) -> Flask:
+    """RememberSync on *app* (Redis, the test secret, tools on) and the ``/mine`` view."""
     app.config.update(
         REMEMBER_STORE="redis",
         REMEMBER_REDIS_URL=redis_url,
@@ -57,6 +56,12 @@ def remote_user_app(redis_url: str, **config: Any) -> Any:
     )
     RememberSync(app)
     _views(app)
+    return app
+
+
+def remote_user_app(redis_url: str, **config: Any) -> Any:
+    """REMOTE_USER from a trusted auth layer in front (here: the X-Test-User header)."""
+    app = _with_memory(Flask("remote_user_app"), redis_url, **config)
     # The mount exactly as docs/integrations.rst shows it.
     app.wsgi_app = DispatcherMiddleware(  # type: ignore[method-assign]
         app.wsgi_app, {"/mcp": McpServer(get_plugin(app), path=None)}
@@ -77,16 +82,7 @@ def login_app(redis_url: str) -> Flask:
     """Users sign in with a form; Flask's signed session cookie remembers them."""
     app = Flask("login_app")
     app.secret_key = "flask-login-session-test-key"
-    app.config.update(
-        REMEMBER_STORE="redis",
-        REMEMBER_REDIS_URL=redis_url,
-        REMEMBER_SECRET=TEST_SECRET,
-        REMEMBER_TOOLS={"enabled": True},
-        REMEMBER_OPTIONS={"skip_legacy_purge": True},
-        REMEMBER_USER_LOADER=lambda: session.get("user"),
-    )
-    RememberSync(app)
-    _views(app)
+    _with_memory(app, redis_url, REMEMBER_USER_LOADER=lambda: session.get("user"))
 
     @app.post("/login")
     def login() -> dict[str, Any]:
@@ -235,17 +231,9 @@ def test_flask_test_client_sees_the_same_principal(clean_redis: str) -> None:
     alice = {"REMOTE_USER": "alice"}
     reply = client.post("/mcp", json=INIT, headers=ACCEPT, environ_base=alice)
     sid = reply.headers["Mcp-Session-Id"]
-    call = {
-        "jsonrpc": "2.0",
-        "id": 2,
-        "method": "tools/call",
-        "params": {
-            "name": "remember_this",
-            "arguments": {"key": "color", "value": "blue", "scope": "user"},
-        },
-    }
+    remember = call("remember_this", {"key": "color", "value": "blue", "scope": "user"}, 2)
     headers = {**ACCEPT, "Mcp-Session-Id": sid}
-    answer = client.post("/mcp", json=call, headers=headers, environ_base=alice)
+    answer = client.post("/mcp", json=remember, headers=headers, environ_base=alice)
     assert answer.get_json()["result"]["isError"] is False
     assert client.get("/mine", environ_base=alice).get_json() == {"notes": {"color": "blue"}}
     assert client.get("/mine", environ_base={"REMOTE_USER": "bob"}).get_json() == {"notes": {}}

@@ -35,10 +35,9 @@ from remember_sync._sessions import SessionSigner
 from remember_sync.mcp import McpServer, StaticTokenVerifier
 from remember_sync.mcp.httpd import make_server
 from remember_sync.stores.redis import RedisStore
-from remember_sync.tools import error_parts
 from tests.conftest import TEST_SECRET
+from tests.mcp_wire import MODERN, Reply, initialize, modern, rpc
 
-MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
 MAX_BODY = 200_000
 MAX_VALUE = 4096
@@ -56,29 +55,6 @@ TOKEN_OF = {p: t for t, p in TOKENS.items()}
 PLANTERS = ["alice", "al*", "al%2A", "alice:x"]  # bob plants only his own "bob-secret"
 PLANTED_KEYS = ["secret", "*", "%", "..", "a:b", "%2A", "secret*"]
 PLANTED_SCOPES = ["session", "user"]
-
-
-@dataclass
-class Reply:
-    """One HTTP answer."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-    def tool_code(self) -> str | None:
-        result = self.json.get("result") or {}
-        if not result.get("isError"):
-            return None
-        assert "structuredContent" not in result, result  # it would break the outputSchema
-        return error_parts(result)[0]
-
-    def structured(self) -> dict[str, Any]:
-        return dict(self.json["result"]["structuredContent"])
 
 
 @dataclass
@@ -161,30 +137,12 @@ class Harness:
         user: str = "alice",
         headers: dict[str, str] | None = None,
     ) -> Reply:
-        params = {
-            **params,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientCapabilities": {},
-                **params.get("_meta", {}),
-            },
-        }
-        sent = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method}
-        if method == "tools/call":
-            sent["Mcp-Name"] = params["name"]
-        sent.update(headers or {})
-        return self.post(rpc(method, params), user=user, session=False, headers=sent)
+        message, sent = modern(method, params)
+        return self.post(message, user=user, session=False, headers={**sent, **(headers or {})})
 
     def initialize(self, user: str) -> str:
         reply = self.post(
-            rpc(
-                "initialize",
-                {
-                    "protocolVersion": LEGACY,
-                    "capabilities": {},
-                    "clientInfo": {"name": "hostile-test", "version": "1"},
-                },
-            ),
+            initialize(LEGACY, client="hostile-test"),
             user=user,
             session=False,
         )
@@ -221,13 +179,6 @@ class Harness:
         reply = self.tool("recall", {"key": "secret", "scope": "user"})
         assert reply.status == 200, reply.body
         assert reply.structured()["value"] == self.planted[("alice", "user", "secret")]
-
-
-def rpc(method: str, params: Any = None, request_id: Any = 1) -> dict[str, Any]:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        message["params"] = params
-    return message
 
 
 @pytest.fixture(scope="module")

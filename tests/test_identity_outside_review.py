@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import jwt
@@ -36,11 +35,12 @@ from remember_sync.mcp import McpServer
 from remember_sync.mcp.auth import host_auth, register_host_auth
 from remember_sync.mcp.oauth import OAuthVerifier
 from tests.conftest import TEST_SECRET
-from tests.test_cli import TIMEOUT, child_env
+from tests.local_http import LocalHttp
+from tests.test_cli import child_env, run_cli
 from tests.test_oauth import AUDIENCE, Issuer, _jwk
 
 
-class _Side:
+class _Side(LocalHttp):
     """A small HTTP server on *host* answering GET with what *respond* says."""
 
     def __init__(self, host: str, respond: Any) -> None:
@@ -51,26 +51,14 @@ class _Side:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer((host, 0), Handler)
-        self.url = f"http://{host}:{self.httpd.server_address[1]}"
+        super().__init__(Handler, host)
         self.hits = 0
-        self.thread = threading.Thread(target=self.httpd.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
 
 
 @pytest.fixture
 def issuer() -> Iterator[Issuer]:
-    running = Issuer()
-    try:
+    with Issuer() as running:
         yield running
-    finally:
-        running.stop()
 
 
 def test_a_redirect_to_a_url_the_https_rule_refuses_is_not_followed(issuer: Issuer) -> None:
@@ -159,13 +147,7 @@ def test_two_hosts_stay_ambiguous_when_the_first_registers_again() -> None:
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "remember_sync", *args],
-        env=child_env(REMEMBER_SECRET=TEST_SECRET, **env),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    return run_cli(*args, env=child_env(REMEMBER_SECRET=TEST_SECRET, **env))
 
 
 def test_writing_commands_name_a_store_chosen_by_a_platform_variable(

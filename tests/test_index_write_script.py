@@ -24,7 +24,7 @@ from remember_sync.stores.redis import RedisStore
 from remember_sync.testing import redis_server as rs
 from remember_sync.testing.redis_server import RedisServer, redis_server_version
 from remember_sync.types import Namespace
-from tests.conftest import require_component
+from tests.conftest import require_component, run_threads
 
 P = "remember:"
 HEAD = scope_prefix(P, Namespace("session", session="s-1"))
@@ -189,11 +189,7 @@ def test_concurrent_writers_leave_every_score_a_deadline_and_the_expiry_the_late
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    run_threads(writer, 4, 60)
     assert not errors, errors
     members = admin.zrange(INDEX, 0, -1, withscores=True)
     assert len(members) == 20

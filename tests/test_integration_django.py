@@ -29,6 +29,7 @@ from remember_sync.stores.redis import RedisStore
 from remember_sync.types import Identity
 from tests.conftest import TEST_SECRET
 from tests.mcp_wire import INIT
+from tests.mcp_wire import call as tools_call
 
 MIDDLEWARE = "remember_sync.integrations.django.RememberMiddleware"
 BASE_REMEMBER = {"encryption": {"secrets": [TEST_SECRET]}, "skip_legacy_purge": True}
@@ -319,18 +320,12 @@ def test_users_and_tokens_reach_the_mcp_view(use_redis: Callable[..., Any]) -> N
             )
             assert reply.status_code == 200, reply.content
             sid = reply["Mcp-Session-Id"]
-            call = {
-                "jsonrpc": "2.0",
-                "id": 2,
-                "method": "tools/call",
-                "params": {
-                    "name": "remember_this",
-                    "arguments": {"key": "color", "value": "blue", "scope": "user"},
-                },
-            }
+            remember = tools_call(
+                "remember_this", {"key": "color", "value": "blue", "scope": "user"}, 2
+            )
             answer = client.post(
                 "/mcp",
-                call,
+                remember,
                 "application/json",
                 headers={"Accept": "application/json", "Mcp-Session-Id": sid, **headers},
                 **extra,

@@ -30,7 +30,7 @@ from remember_sync import (
 from remember_sync._clock import FakeClock
 from remember_sync.stores.base import Store
 from remember_sync.tools.results import error_parts
-from tests.conftest import TEST_SECRET
+from tests.conftest import TEST_SECRET, run_threads
 from tests.fixtures_redis import SENTINEL_SERVICE
 from tests.integrity_raw import RawStore
 
@@ -472,11 +472,7 @@ def test_concurrent_writers_keep_the_manifest_whole(verified: Factory) -> None:
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    run_threads(work, 4, 120)
     assert not errors, errors
     with identity(user_id=ALICE):
         found = verified().remember.entries(scope="user")

@@ -165,20 +165,20 @@ def test_serve_takes_integrity_and_witness(
 ) -> None:
     """`serve --integrity verified --witness W` starts in verified mode (the witness file is
     opened 0600); a mode that does not exist is a usage error."""
-    from tests.client_drivers import Server
+    from tests.served import serve
 
     env = {**os.environ, "REMEMBER_SECRET": TEST_SECRET}
     witness = tmp_path / "w.db"
-    server = Server(["--redis-url", url, "--no-token", "--integrity", "verified",
-                     "--witness", str(witness)], tmp_path, env)
+    server = serve(tmp_path, "--redis-url", url, "--no-token", "--integrity", "verified",
+                   "--witness", str(witness), env=env, exact_env=True)
     try:
         server.wait_ready()
         assert oct(witness.stat().st_mode & 0o777) == "0o600"
     finally:
-        server.stop()
-    bad = Server(["--redis-url", url, "--integrity", "strict"], tmp_path, env)
+        server.close()
+    bad = serve(tmp_path, "--redis-url", url, "--integrity", "strict", env=env, exact_env=True)
     assert bad.proc.wait(30) == 2
-    bad.stop()
+    bad.close()
     assert "invalid choice: 'strict'" in bad.output
 
 

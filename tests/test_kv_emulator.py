@@ -21,6 +21,7 @@ from upstash_redis.errors import UpstashError
 
 from remember_sync.testing.kv_emulator import KVEmulator
 from remember_sync.testing.redis_server import RedisServer, free_port
+from tests.conftest import run_threads
 from tests.fixtures_kv import KV_TEST_TOKEN
 
 AUTH = {"Authorization": f"Bearer {KV_TEST_TOKEN}"}
@@ -318,11 +319,7 @@ def test_request_log_is_complete_after_every_reply_under_load(
                 if not any(r.commands == (("GET", key),) for r in kv_emulator.requests[-64:]):
                     missing.append(key)
 
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(client, 8)
     assert missing == []
     assert len(kv_emulator.requests) == 8 * 100 * 2
 

@@ -46,7 +46,7 @@ from remember_sync.stores.base import NamespaceIndex, Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
 from remember_sync.types import Namespace
-from tests.conftest import TEST_SECRET, FakeClock
+from tests.conftest import TEST_SECRET, FakeClock, run_threads
 from tests.reply_dropping_proxy import proxied_cluster
 
 P = "remember:"
@@ -594,7 +594,6 @@ def test_concurrent_writers_keep_index_and_entries_in_step(
     """Threads racing set/forget/update/increment on the same keys: afterwards the
     listing shows exactly the keys that hold an entry, and the index holds them all."""
     import random
-    import threading
 
     plugin = make_plugin()
     keys = ["k0", "k1", "k2", "k3"]
@@ -617,11 +616,7 @@ def test_concurrent_writers_keep_index_and_entries_in_step(
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    run_threads(work, 4, 60)
     assert not errors
     mem = plugin.accessor(ME)
     live = sorted(k for k in keys if mem.get(k) is not None)

@@ -34,7 +34,6 @@ from tests.client_drivers import (
     INSPECTOR,
     NODE_MODULES,
     Outcome,
-    Server,
     Step,
     node_binary,
     node_env,
@@ -44,6 +43,7 @@ from tests.client_drivers import (
     run_python,
 )
 from tests.conftest import TEST_SECRET, require_component
+from tests.served import Served, serve
 from tests.test_cli import child_env
 
 MODERN = "2026-07-28"
@@ -133,7 +133,7 @@ class Servers:
 
     def __init__(self, workdir: Path) -> None:
         env = child_env(REMEMBER_SECRET=TEST_SECRET)
-        self.started: list[Server] = []
+        self.started: list[Served] = []
         # serve's default loopback mode: it writes the token, the clients present it.
         token_file = workdir / "token"
         self.token_server = self._start(
@@ -145,15 +145,15 @@ class Servers:
             ["--token-file", str(token_file), "--user", "alice",
              "--max-value-bytes", str(SMALL_MAX)], workdir, env)
 
-    def _start(self, args: list[str], workdir: Path, env: dict[str, str]) -> Server:
-        server = Server(args, workdir, env)
+    def _start(self, args: list[str], workdir: Path, env: dict[str, str]) -> Served:
+        server = serve(workdir, *args, env=env, exact_env=True)
         self.started.append(server)
         server.wait_ready()
         return server
 
     def stop(self) -> None:
         for server in self.started:
-            server.stop()
+            server.close()
 
 
 class ClientRun:

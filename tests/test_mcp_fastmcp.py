@@ -13,14 +13,10 @@ from mcp.server.mcpserver import MCPServer
 from remember_sync import Identity, RememberPlugin
 from remember_sync.integrations.fastmcp import register_memory_tools
 from tests.mcp_client import error_code, run, structured
+from tests.test_tools import store_kind  # noqa: F401 - the fixture: one store (memory)
 
 MODERN = "2026-07-28"
 Factory = Callable[..., RememberPlugin]
-
-
-@pytest.fixture(params=["memory"])
-def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture

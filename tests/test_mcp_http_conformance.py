@@ -15,7 +15,6 @@ import http.client
 import json
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -25,33 +24,14 @@ from remember_sync.mcp import McpServer
 from remember_sync.mcp._wsgi import default_max_body_bytes
 from remember_sync.mcp.httpd import make_server
 from tests.conftest import TEST_SECRET
+from tests.local_http import serve_in_thread, stop_apps
+from tests.mcp_wire import Reply, call, initialize, rpc
 
 MAX_VALUE = 4096
 MAX_BODY = default_max_body_bytes(MAX_VALUE)
 CORS_ORIGIN = "https://app.example"
 EVERY_REVISION = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
 TOKEN = "conformance-token-0123456789"
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: http.client.HTTPMessage
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-    @property
-    def error(self) -> dict[str, Any]:
-        error: dict[str, Any] = self.json["error"]
-        return error
-
-    @property
-    def result(self) -> dict[str, Any]:
-        result: dict[str, Any] = self.json["result"]
-        return result
 
 
 class Wire:
@@ -91,10 +71,7 @@ class Wire:
 
     def initialize(self, version: str = "2025-11-25", headers: dict[str, str] | None = None) -> str:
         """The handshake; the issued Mcp-Session-Id."""
-        reply = self.send(body=rpc("initialize", {
-            "protocolVersion": version, "capabilities": {},
-            "clientInfo": {"name": "conformance", "version": "1"},
-        }), headers=headers)
+        reply = self.send(body=initialize(version, client="conformance"), headers=headers)
         assert reply.status == 200 and reply.result["protocolVersion"] == version, reply.body
         session = reply.headers["Mcp-Session-Id"]
         assert session
@@ -102,17 +79,6 @@ class Wire:
         assert self.send(body=initialized, headers={**(headers or {}),
                                                     "Mcp-Session-Id": session}).status == 202
         return session
-
-
-def rpc(method: str, params: dict[str, Any] | None = None, request_id: Any = 1) -> dict[str, Any]:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        message["params"] = params
-    return message
-
-
-def call(name: str, arguments: dict[str, Any], request_id: Any = 1) -> dict[str, Any]:
-    return rpc("tools/call", {"name": name, "arguments": arguments}, request_id)
 
 
 ServeFactory = Callable[..., Wire]
@@ -133,20 +99,13 @@ def serve() -> Iterator[ServeFactory]:
         # The Host guard `serve` sets on loopback: a DNS-rebinding page sends another Host.
         options.setdefault("allowed_hosts", [f"127.0.0.1:{port}", f"localhost:{port}"])
         httpd.set_app(McpServer(plugin, **options))
-        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                  daemon=True)
-        thread.start()
-        running.append((httpd, thread, plugin))
+        running.append((httpd, serve_in_thread(httpd), plugin))
         return Wire(port)
 
     try:
         yield start
     finally:
-        for httpd, thread, plugin in running:
-            httpd.shutdown()
-            httpd.server_close()
-            thread.join(5)
-            plugin.close()
+        stop_apps(running)
 
 
 @pytest.fixture

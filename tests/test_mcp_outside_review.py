@@ -28,7 +28,7 @@ from remember_sync import RememberPlugin
 from remember_sync.mcp import McpServer
 from tests.conftest import TEST_SECRET
 from tests.mcp_wire import initialize
-from tests.test_mcp_server import REPO
+from tests.served import REPO
 
 INIT = initialize("2025-03-26", client="raw")
 

@@ -14,107 +14,32 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 import requests
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from remember_sync._core import DEFAULT_MAX_VALUE_BYTES
 from remember_sync.mcp._wsgi import default_max_body_bytes
 from tests.conftest import TEST_SECRET, require_component
-from tests.mcp_client import error_code, run, structured
+from tests.mcp_client import connect, error_code, run, structured
+from tests.served import Served, ServeFactory, serving, write_tokens
 
-REPO = Path(__file__).resolve().parent.parent
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789ab"
 MODERN = "2026-07-28"
-START_TIMEOUT = 30.0
-
-
-class Served:
-    """A server subprocess, its URL and everything it printed."""
-
-    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-        full_env = {**os.environ, "REMEMBER_SECRET": TEST_SECRET, "PYTHONPATH": str(REPO)}
-        full_env.update(env or {})
-        self.proc = subprocess.Popen(
-            argv, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, bufsize=1,
-        )
-        self.lines: list[str] = []
-        self._ready = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.url = ""
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if "listening on http://" in line or "Listening at: http://" in line:
-                self._ready.set()
-        self._ready.set()
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_ready(self) -> str:
-        if not self._ready.wait(START_TIMEOUT) or self.proc.poll() is not None:
-            self.kill()
-            raise AssertionError(f"the server did not start:\n{self.output}")
-        found = re.search(r"(http://127\.0\.0\.1:\d+)(/\S*)?", self.output)
-        assert found is not None, self.output
-        self.url = found.group(1) + (found.group(2) or "/mcp")
-        return self.url
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            code = self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"the server ignored signal {sig}:\n{self.output}") from None
-        self._reader.join(5)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-
-ServeFactory = Callable[..., Served]
 
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[ServeFactory]:
     """Start ``python -m remember_sync serve --port 0 ARGS``; stopped (and checked) at teardown."""
-    started: list[Served] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> Served:
-        if not {"--auth-tokens", "--no-token", "--allow-anonymous"} & set(args):
-            args = ("--allow-anonymous", *args)  # these tests pin anonymous behaviour
-        served = Served([sys.executable, "-m", "remember_sync", "serve", "--port", "0", *args],
-                        tmp_path, env)
-        started.append(served)
-        served.wait_ready()
-        return served
-
-    yield start
-    for served in started:
-        if served.proc.poll() is None:
-            code = served.stop()
-            assert code == 0, served.output
-            assert "remember-sync: stopped" in served.output
+    # These tests pin anonymous behaviour unless they choose an authentication.
+    with serving(tmp_path, anonymous_unless=("--auth-tokens", "--no-token", "--allow-anonymous"),
+                 stopped_banner=True) as start:
+        yield start
 
 
 @pytest.fixture
@@ -124,26 +49,12 @@ def server(serve: ServeFactory) -> Served:
 
 @pytest.fixture
 def tokens_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens"
-    path.write_text(f"# token principal\n{ALICE} alice\n{BOB} bob\n", encoding="utf-8")
-    path.chmod(0o600)
-    return path
+    return write_tokens(tmp_path / "tokens", {ALICE: "alice", BOB: "bob"}, "# token principal\n")
 
 
 @pytest.fixture
 def secured(serve: ServeFactory, tokens_file: Path) -> Served:
     return serve("--auth-tokens", str(tokens_file))
-
-
-@asynccontextmanager
-async def connect(url: str, *, mode: str = "legacy", token: str | None = None
-                  ) -> AsyncIterator[Client]:
-    """The official client over Streamable HTTP, optionally with a bearer token."""
-    headers = {"Authorization": f"Bearer {token}"} if token else None
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0)) as http:
-        transport = streamable_http_client(url, http_client=http)
-        async with Client(transport, mode=mode) as client:
-            yield client
 
 
 async def tool_error(client: Client, name: str, args: dict[str, Any]) -> str:

@@ -6,7 +6,6 @@ Every server here is real: ``create_app`` behind the threaded stdlib server on
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +29,7 @@ from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisServer
 from remember_sync.types import Identity
 from tests.conftest import TEST_SECRET
-from tests.test_mcp_server import Served
+from tests.served import serve
 
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
@@ -174,9 +173,7 @@ def test_ending_on_one_server_ends_on_another_sharing_redis(
     servers = []
     try:
         for _ in range(2):
-            served = Served(
-                [sys.executable, "-m", "remember_sync", "serve", "--port", "0", *argv], tmp_path
-            )
+            served = serve(tmp_path, *argv)
             served.wait_ready()
             servers.append(served)
         one, two = (Http(s.url) for s in servers)

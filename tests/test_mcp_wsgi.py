@@ -8,7 +8,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -16,31 +15,9 @@ import pytest
 from remember_sync import Identity, RememberPlugin, current_identity
 from remember_sync._sessions import SessionSigner
 from remember_sync.mcp import McpServer, ToolContext, ToolError
-from remember_sync.tools import error_parts
+from tests.mcp_wire import MODERN, Reply, call, initialize, modern, rpc, tool_code
 
-MODERN = "2026-07-28"
 TOKENS = {"alice-token-0123456789": "alice", "bob-token-0123456789ab": "bob"}
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-    @property
-    def error(self) -> dict[str, Any]:
-        error: dict[str, Any] = self.json["error"]
-        return error
-
-    @property
-    def result(self) -> dict[str, Any]:
-        result: dict[str, Any] = self.json["result"]
-        return result
 
 
 class Wsgi:
@@ -109,8 +86,7 @@ class Wsgi:
 
     def initialize(self, headers: dict[str, str] | None = None, version: str = "2025-11-25") -> str:
         reply = self.request(
-            rpc("initialize", {"protocolVersion": version, "capabilities": {},
-                               "clientInfo": {"name": "t", "version": "1"}}),
+            initialize(version),
             headers=headers,
         )
         assert reply.status == 200, reply
@@ -125,34 +101,8 @@ class Wsgi:
         version: str = MODERN,
         request_id: Any = 1,
     ) -> Reply:
-        params = dict(params or {})
-        params["_meta"] = {
-            "io.modelcontextprotocol/protocolVersion": version,
-            "io.modelcontextprotocol/clientCapabilities": {},
-            **params.get("_meta", {}),
-        }
-        sent = {"MCP-Protocol-Version": version, "Mcp-Method": method}
-        if method == "tools/call":
-            sent["Mcp-Name"] = params["name"]
-        sent.update(headers or {})
-        return self.request(rpc(method, params, request_id), headers=sent)
-
-
-def rpc(method: str, params: dict[str, Any] | None = None, request_id: Any = 1) -> dict[str, Any]:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        message["params"] = params
-    return message
-
-
-def call(name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-    return rpc("tools/call", {"name": name, "arguments": arguments or {}})
-
-
-def tool_code(result: dict[str, Any]) -> str:
-    """The code of a tool error result (its text "<CODE>: <message>"; no structuredContent)."""
-    assert "structuredContent" not in result, result
-    return error_parts(result)[0]
+        message, sent = modern(method, params, version=version, request_id=request_id)
+        return self.request(message, headers={**sent, **(headers or {})})
 
 
 @pytest.fixture(params=["memory"])

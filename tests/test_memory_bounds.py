@@ -27,7 +27,7 @@ from remember_sync.mcp import create_app
 from remember_sync.mcp.app import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
 from remember_sync.stores.memory import MemoryStore
 from tests.conftest import TEST_SECRET
-from tests.test_mcp_server import REPO, Served
+from tests.served import REPO, serving, write_tokens
 
 MiB = 1024 * 1024
 LEGACY = "2025-11-25"
@@ -116,30 +116,14 @@ def rss_mib(pid: int) -> float:
 @pytest.fixture
 def start_serve(tmp_path: Path) -> Iterator[Any]:
     """Start ``remember-sync serve --port 0 ARGS`` as a real process; stopped at teardown."""
-    started: list[Served] = []
-
-    def start(*args: str) -> Served:
-        if "--auth-tokens" not in args:
-            args = ("--allow-anonymous", *args)  # these callers are anonymous on purpose
-        served = Served(
-            [sys.executable, "-m", "remember_sync", "serve", "--port", "0", *args], tmp_path
-        )
-        started.append(served)
-        served.wait_ready()
-        return served
-
-    yield start
-    for served in started:
-        if served.proc.poll() is None:
-            assert served.stop() == 0, served.output
+    # These callers are anonymous on purpose unless they name a tokens file.
+    with serving(tmp_path, anonymous_unless=("--auth-tokens",)) as start:
+        yield start
 
 
 @pytest.fixture
 def tokens_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens"
-    path.write_text(f"{ALICE} alice\n{BOB} bob\n", encoding="utf-8")
-    path.chmod(0o600)
-    return path
+    return write_tokens(tmp_path / "tokens", {ALICE: "alice", BOB: "bob"})
 
 
 def test_anonymous_writes_do_not_grow_serve_past_max_bytes(start_serve: Any) -> None:

@@ -11,7 +11,7 @@ from remember_sync import Identity, RememberConfigurationError, RememberInputErr
 from remember_sync._keys import storage_namespace
 from remember_sync.stores.memory import ENTRY_OVERHEAD_BYTES, MemoryStore
 from remember_sync.tools import error_parts
-from tests.conftest import TEST_SECRET, FakeClock
+from tests.conftest import TEST_SECRET, FakeClock, run_threads
 
 
 def test_expiry_follows_injected_clock(clock: FakeClock) -> None:
@@ -331,11 +331,7 @@ def test_bounded_store_under_threads_keeps_its_bound() -> None:
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 6)
     assert errors == []
     _check_accounting(store)
     # The LRU order of every namespace still names exactly its keys.

@@ -26,8 +26,8 @@ from remember_sync import RememberPlugin
 from remember_sync.mcp import McpServer
 from remember_sync.mcp.auth import StaticTokenVerifier
 from tests.conftest import TEST_SECRET
+from tests.served import serve
 from tests.test_cli import child_env
-from tests.test_mcp_server import Served
 
 VERSION = "2025-11-25"
 
@@ -258,10 +258,8 @@ def test_serve_metrics_scrape_equals_the_scripted_workload(tmp_path: Path) -> No
     """``serve --metrics --no-token``: after a scripted workload over HTTP, the scrape (parsed by
     prometheus_client) counts exactly the tool calls per tool, outcome and code, the
     operations behind them, the latency histogram's observations and the sessions."""
-    served = Served(
-        [sys.executable, "-m", "remember_sync", "serve", "--port", "0", "--no-token", "--metrics"],
-        tmp_path, {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg")},
-    )  # fmt: skip
+    served = serve(tmp_path, "--no-token", "--metrics",
+                   env={"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg")})
     served.wait_ready()
     try:
         assert "metrics: /metrics (loopback clients only)" in served.output

@@ -31,7 +31,7 @@ from remember_sync.errors import (
 )
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
-from tests.conftest import TEST_SECRET, FakeClock, stored_key
+from tests.conftest import TEST_SECRET, FakeClock, run_threads, stored_key
 from tests.fixtures_kv import KV_TEST_TOKEN
 
 WHO = Identity(session_id="s-rmw", user_id="u-rmw")
@@ -489,11 +489,7 @@ def test_eight_threads_incrementing_one_counter_are_exact() -> None:
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
-        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join()
+        run_threads(work, threads)
         assert errors == []
         assert mem.get("hits", scope="global") == threads * per_thread
         seen = sorted(r for part in results for r in part)

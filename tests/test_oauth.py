@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,10 @@ from remember_sync.mcp.httpd import make_server
 from remember_sync.mcp.oauth import OAuthVerifier, metadata_url
 from tests.client_drivers import node_binary, node_env, run_node_driver, run_python
 from tests.conftest import TEST_SECRET, require_component
+from tests.local_http import LocalHttp, serve_in_thread, stop_apps
+from tests.served import Served, serve
 from tests.test_cli import child_env
 from tests.test_mcp_http_conformance import Reply
-from tests.test_mcp_server import Served
 
 AUDIENCE = "remember-mcp-test"
 MODERN = "2026-07-28"
@@ -62,7 +63,7 @@ def _jwk(key: Any, kid: str, alg: str) -> dict[str, Any]:
     return {**jwk, "kid": kid, "alg": alg, "use": "sig"}
 
 
-class Issuer:
+class Issuer(LocalHttp):
     """A local authorization server: discovery document, JWKS, tokens; counts JWKS fetches."""
 
     def __init__(self, discovery: str = "oauth-authorization-server") -> None:
@@ -103,11 +104,7 @@ class Issuer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        super().__init__(Handler)
 
     def jwks(self) -> dict[str, Any]:
         return {"keys": [_jwk(self.keys[k][0], k, self.keys[k][1]) for k in self.published]}
@@ -131,19 +128,11 @@ class Issuer:
         return bytes(self.keys[kid][0].public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
-
 
 @pytest.fixture
 def issuer() -> Iterator[Issuer]:
-    running = Issuer()
-    try:
+    with Issuer() as running:
         yield running
-    finally:
-        running.stop()
 
 
 def send(base: str, method: str, path: str, body: Any = None,
@@ -196,21 +185,14 @@ def mcp_server(issuer: Issuer) -> Iterator[Any]:
         port = httpd.server_port
         httpd.set_app(McpServer(plugin, token_verifier=verifier,
                                 allowed_hosts=[f"127.0.0.1:{port}"]))
-        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                  daemon=True)
-        thread.start()
-        running.append((httpd, thread, plugin))
+        running.append((httpd, serve_in_thread(httpd), plugin))
         base = f"http://127.0.0.1:{port}"
         return Running(base, base + "/mcp", verifier, plugin)
 
     try:
         yield start
     finally:
-        for httpd, thread, plugin in running:
-            httpd.shutdown()
-            httpd.server_close()
-            thread.join(5)
-            plugin.close()
+        stop_apps(running)
 
 
 def _call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -592,8 +574,8 @@ def test_serve_oauth_flag_usage_errors(
 
 
 def _serve(tmp_path: Path, *args: str) -> Served:
-    served = Served([sys.executable, "-m", "remember_sync", "serve", "--port", "0", *args],
-                    tmp_path, {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg")})
+    served = serve(tmp_path, *args,
+                   env={"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg")})
     served.wait_ready()
     return served
 

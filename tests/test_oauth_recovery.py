@@ -8,7 +8,6 @@ remember_sync serve --oauth-issuer ...`` subprocess.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.local_http import serve_in_thread
 from tests.test_oauth import INIT, Issuer, _rogue_key, _serve, bearer, send
 
 #: The promise: back within this long after the issuer is.
@@ -29,19 +29,13 @@ class RestartableIssuer(Issuer):
         port = int(self.url.rsplit(":", 1)[1])
         handler = self.httpd.RequestHandlerClass
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self.thread.start()
+        self.thread = serve_in_thread(self.httpd)
 
 
 @pytest.fixture
 def issuer() -> Iterator[RestartableIssuer]:
-    running = RestartableIssuer()
-    try:
+    with RestartableIssuer() as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _until_not_503(base: str, token: str, limit_s: float) -> tuple[int, float]:

@@ -19,6 +19,7 @@ from remember_sync.stores._quota_lua import LEDGER_SLACK_MS, sizes_key
 from remember_sync.stores.base import OwnedWrites, Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
+from tests.conftest import run_threads
 from tests.fixtures_redis import SENTINEL_SERVICE
 
 ALICE = Identity(session_id="s-alice", user_id="alice")
@@ -174,11 +175,7 @@ def test_concurrent_threads_never_exceed_the_quota(make_plugin: Any) -> None:
             except RememberQuotaError:
                 refused.append(key)
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(writer, 8)
     assert len(written) == 20
     assert len(refused) == 60
     assert sorted(plugin.accessor(ALICE).list(scope="user")) == sorted(written)

@@ -31,8 +31,8 @@ import pytest
 from remember_sync import Identity, RememberConfigurationError, RememberQuotaError
 from remember_sync.mcp import create_app
 from tests.conftest import TEST_SECRET, require_component
-from tests.test_gunicorn_workers import Gunicorn, worker_pids
-from tests.test_mcp_server import REPO
+from tests.served import REPO, write_tokens
+from tests.test_gunicorn_workers import START_SECONDS, Gunicorn, worker_pids
 from tests.test_mcp_sessions import threaded
 from tests.test_memory_bounds import Caller, start_serve  # noqa: F401 - the fixture, by name
 
@@ -42,10 +42,7 @@ QUOTA = "REMEMBER_QUOTA_EXCEEDED"
 
 @pytest.fixture
 def tokens_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens"
-    path.write_text(f"{ALICE} alice\n{MALLORY} mallory\n", encoding="utf-8")
-    path.chmod(0o600)
-    return path
+    return write_tokens(tmp_path / "tokens", {ALICE: "alice", MALLORY: "mallory"})
 
 
 def _error_code(result: dict[str, Any]) -> str | None:
@@ -222,11 +219,11 @@ def gunicorn_quota(
     monkeypatch.setenv("REMEMBER_AUTH_TOKENS", str(tokens_file))
     server = Gunicorn(tmp_path, redis_url)
     try:
-        server.wait_listening()
+        server.wait_ready(START_SECONDS)
         worker_pids(server.port)
         yield server
     finally:
-        server.stop()
+        server.close()
     assert "Traceback" not in server.output, server.output
 
 

@@ -27,9 +27,10 @@ from remember_sync.stores.redis import (
     RedisStore,
     worst_case_seconds,
 )
-from remember_sync.testing.redis_server import RedisServer, find_redis_server
+from remember_sync.testing.redis_server import RedisServer
 from remember_sync.types import Identity
-from tests.conftest import TEST_SECRET, require_component
+from tests.conftest import TEST_SECRET
+from tests.fixtures_redis import redis_binary
 
 IDENT = Identity(session_id="s-1", user_id="alice@example.com", tool_name="search:web")
 BOUND = 2.5  # the acceptance bound, seconds
@@ -68,9 +69,7 @@ def _timed_store_error(name: str, call: Callable[[], object]) -> float:
 
 @pytest.fixture
 def server() -> Iterator[RedisServer]:
-    binary = find_redis_server()
-    require_component("redis-server", binary is not None, "not on PATH, REDIS_SERVER_BIN unset")
-    assert binary is not None
+    binary = redis_binary()
     with RedisServer(binary) as running:
         yield running
 

@@ -18,7 +18,7 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,6 @@ from redis.connection import SSLConnection
 from remember_sync import Identity, RememberPlugin
 from remember_sync.errors import RememberConfigurationError, RememberError, RememberStoreError
 from remember_sync.stores.redis import RedisStore
-from tests.conftest import TEST_SECRET
 from tests.fixtures_redis_tls import (
     ACL_CLUSTER_COMMANDS,
     ACL_COMMANDS,
@@ -54,23 +53,6 @@ ALICE = Identity(session_id="s-1", user_id="alice", tool_name="planner")
 BOUND = 4.0
 #: A legacy (pre-v2) entry: the purge deletes values shaped like this.
 LEGACY_KEY, LEGACY_ENTRY = "remember:session:old:x", '{"value":"old","createdAt":1,"updatedAt":1}'
-
-
-@pytest.fixture
-def plugins() -> Iterator[Callable[..., RememberPlugin]]:
-    """Build plugins with the test secret (closed, with any store they were given, at the end)."""
-    made: list[RememberPlugin] = []
-
-    def factory(**options: Any) -> RememberPlugin:
-        options.setdefault("skip_legacy_purge", True)
-        options.setdefault("encryption", {"secrets": [TEST_SECRET]})
-        plugin = RememberPlugin.init(**options)
-        made.append(plugin)
-        return plugin
-
-    yield factory
-    for plugin in made:
-        plugin.close()
 
 
 def _reset_acl_log(servers: list[TlsRedisServer]) -> None:

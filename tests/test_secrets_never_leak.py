@@ -53,8 +53,8 @@ from remember_sync.mcp.httpd import make_server
 from remember_sync.stores.redis import RedisStore
 from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
-from remember_sync.testing.redis_server import RedisServer, find_redis_server, free_port
-from tests.conftest import require_component
+from remember_sync.testing.redis_server import RedisServer, free_port
+from tests.fixtures_redis import redis_binary
 from tests.mcp_wire import initialize
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,8 +141,7 @@ def canaries(monkeypatch: pytest.MonkeyPatch) -> Canaries:
 @pytest.fixture
 def locked_redis(canaries: Canaries) -> Iterator[RedisServer]:
     """A private redis-server that requires the canary password."""
-    binary = find_redis_server()
-    require_component("redis-server", binary is not None, "not on PATH, REDIS_SERVER_BIN unset")
+    binary = redis_binary()
     server = RedisServer(binary).start()
     # Set after start: start() waits for an unauthenticated PING.
     client = server.client()

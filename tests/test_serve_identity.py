@@ -32,9 +32,10 @@ from remember_sync.mcp.auth import (
     load_or_create_local_token,
 )
 from tests.conftest import TEST_SECRET
-from tests.mcp_client import error_code, run, structured
+from tests.mcp_client import connect, error_code, run, structured
 from tests.mcp_wire import INIT
-from tests.test_mcp_server import MODERN, REPO, START_TIMEOUT, Served, connect
+from tests.served import REPO, START_TIMEOUT, serving
+from tests.test_mcp_server import MODERN
 
 ACCEPT = {"Accept": "application/json, text/event-stream"}
 
@@ -52,22 +53,8 @@ def token_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Any]:
     """Start ``serve --port 0 ARGS`` (HOME in tmp_path); stopped cleanly at teardown."""
-    started: list[Served] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> Served:
-        served = Served(
-            [sys.executable, "-m", "remember_sync", "serve", "--port", "0", *args],
-            tmp_path,
-            {**home_env(tmp_path), **(env or {})},
-        )
-        started.append(served)
-        served.wait_ready()
-        return served
-
-    yield start
-    for served in started:
-        if served.proc.poll() is None:
-            assert served.stop() == 0, served.output
+    with serving(tmp_path, env=home_env(tmp_path)) as start:
+        yield start
 
 
 def refused(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

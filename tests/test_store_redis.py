@@ -50,23 +50,6 @@ Client = redis.Redis | redis.cluster.RedisCluster
 
 
 @pytest.fixture
-def plugins() -> Iterator[Callable[..., RememberPlugin]]:
-    """Build real-clock plugins (closed at the end of the test)."""
-    made: list[RememberPlugin] = []
-
-    def factory(**options: Any) -> RememberPlugin:
-        options.setdefault("skip_legacy_purge", True)
-        options.setdefault("encryption", {"secrets": [TEST_SECRET]})
-        plugin = RememberPlugin.init(**options)
-        made.append(plugin)
-        return plugin
-
-    yield factory
-    for plugin in made:
-        plugin.close()
-
-
-@pytest.fixture
 def redis_binary() -> str:
     """The redis-server executable, for private servers a test stops, freezes or locks."""
     binary = find_redis_server()

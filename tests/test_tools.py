@@ -567,3 +567,14 @@ def test_memory_tools_refuse_unknown_allowed_scopes(scopes: list[str]) -> None:
             store=MemoryStore(), tools={"enabled": True, "allowed_scopes": scopes},
             encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True,
         )
+
+
+def test_plugin_tools_is_the_public_way_to_the_memory_tools(make_plugin: Factory) -> None:
+    """plugin.tools: the prefixed tools a host dispatches to (None when disabled)."""
+    plugin = make_plugin(tools={"enabled": True, "prefix": "memory_"})
+    tools = plugin.tools
+    assert tools is not None
+    assert tools.handles("memory_recall") and not tools.handles("recall")
+    assert tools.names["recall"] == "memory_recall"
+    assert tools.definitions() == plugin.tool_definitions()
+    assert make_plugin().tools is None

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from .._audit import trail_exists
 from .._clock import system_clock
 from .._config import KV_TOKEN_ENV, StoreKind, previous_secrets
+from .._core import AccessorCore
 from .._options import EncryptionOptions, QuotaOptions
 from .._secrets import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
 from ..errors import RememberConfigurationError
@@ -156,6 +157,12 @@ class Opened:
     plugin: RememberPlugin
     #: ``env:REMEMBER_SECRET``, ``file:<path>`` or ``disabled`` -- never a secret.
     secret_source: str
+
+    @property
+    def core(self) -> AccessorCore:
+        """The plugin's core: operator commands read and rewrite entries below the accessor
+        (raw envelopes, every namespace), so this is the one place they reach it."""
+        return self.plugin._core
 
     def secret_summary(self) -> dict[str, Any]:
         """Where the secrets came from and their public ids -- never a secret."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from ..errors import RememberConfigurationError, RememberError
 from ._common import (
@@ -22,6 +23,10 @@ from ._common import (
     _stderr,
 )
 from ._parser import Commands, _non_negative_int
+
+if TYPE_CHECKING:
+    from .._ops.embed import EmbedResult
+    from .._ops.rotate import RotateResult
 
 
 def add_secret_command(c: Commands) -> None:
@@ -115,7 +120,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     from .._ops.inspect import collect_stats
 
     with _opened(args) as opened:
-        core = opened.plugin._core
+        core = opened.core
         stats = collect_stats(
             core.store, core.prefix, core.codec, now=core.clock(),
             progress_stream=_progress_stream(), read_doubled_prefix=core.read_doubled_prefix,
@@ -176,7 +181,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             codec, now = None, system_clock()
         else:
             secret = secret_check(opened.secret_summary())
-            codec, now = opened.plugin._core.codec, opened.plugin._core.clock()
+            codec, now = opened.core.codec, opened.core.clock()
             opened.plugin.close()  # it does not own the store; nothing of it is needed below
         checks = run_doctor(
             store,
@@ -220,7 +225,7 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
     from .integrity import manifests_kept
 
     with _opened(args, writes=True) as opened, manifests_kept(opened, args.prefix):
-        result = rotate(opened.plugin._core, dry_run=args.dry_run,
+        result = rotate(opened.core, dry_run=args.dry_run,
                         progress_stream=_progress_stream())
     if args.json:
         _print_json(result.to_dict())
@@ -230,10 +235,7 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
             f"{verb} {result.rotated} of {result.examined} entries; {result.current} already "
             f"current, {result.expired} expired, {result.vanished} gone meanwhile\n"
         )
-        _report_keys(result.unreadable, result.unreadable_keys,
-                     f"could not read {result.unreadable} entries (left untouched): ")
-        _report_keys(result.contended, result.contended_keys,
-                     f"{result.contended} entries kept changing; run rotate again: ")
+        _report_left(result, "run rotate again")
         if result.moved or result.shadowed:
             sys.stdout.write(
                 f"{'would move' if args.dry_run else 'moved'} {result.moved} doubled-prefix "
@@ -299,7 +301,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
         raise RememberConfigurationError("--embeddings and --embedder go together")
     settings = embedder_settings(args.embedder, args.model)
     with _opened(args, writes=True) as opened:
-        result = embed_entries(opened.plugin._core, settings, progress_stream=_progress_stream())
+        result = embed_entries(opened.core, settings, progress_stream=_progress_stream())
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -307,11 +309,16 @@ def _cmd_embed(args: argparse.Namespace) -> int:
             f"embedded {result.embedded} of {result.examined} entries; {result.current} "
             f"already embedded, {result.expired} expired\n"
         )
-        _report_keys(result.unreadable, result.unreadable_keys,
-                     f"could not read {result.unreadable} entries (left untouched): ")
-        _report_keys(result.contended, result.contended_keys,
-                     f"{result.contended} entries kept changing; run again: ")
+        _report_left(result, "run again")
     return EXIT_OK if not (result.unreadable or result.contended) else EXIT_FAIL
+
+
+def _report_left(result: RotateResult | EmbedResult, again: str) -> None:
+    """The entries a pass over the store left alone: unreadable, or changing under it."""
+    _report_keys(result.unreadable, result.unreadable_keys,
+                 f"could not read {result.unreadable} entries (left untouched): ")
+    _report_keys(result.contended, result.contended_keys,
+                 f"{result.contended} entries kept changing; {again}: ")
 
 
 def _cmd_purge_legacy(args: argparse.Namespace) -> int:

@@ -189,7 +189,7 @@ def _read_before_replacing(
     doubled-prefix key (``forget`` deletes it too).  The plugin must be opened
     with ``on_decrypt_error="raise"``.
     """
-    core = opened.plugin._core
+    core = opened.core
     ns, head = core.namespace(args.identity, args.scope)
     skey = head + args.key
     places = [skey, core.prefix + skey] if twin and core.read_doubled_prefix else [skey]
@@ -284,7 +284,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             )
         with _output(args.output) as out:
             result = export_entries(
-                opened.plugin._core, out, decrypted=args.decrypted,
+                opened.core, out, decrypted=args.decrypted,
                 progress_stream=_progress_stream(),
             )
     form = "decrypted entries" if args.decrypted else "encrypted envelopes"
@@ -314,7 +314,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         )
     with _opened(args, writes=True, quota=quota) as opened, manifests_kept(opened, args.prefix):
         result = import_entries(
-            opened.plugin._core, args.records, overwrite=args.overwrite,
+            opened.core, args.records, overwrite=args.overwrite,
             ignore_quota=args.ignore_quota, progress_stream=_progress_stream(),
         )
     problems = result.existing or result.unreadable or result.over_quota

@@ -45,7 +45,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     witness = open_witness(args.witness or integrity_settings(os.environ)[1])
     try:
         with _opened(args) as opened:
-            core = opened.plugin._core
+            core = opened.core
             result = verify_store(
                 core.store, args.prefix, core.codec, clock=core.clock, witness=witness,
                 repair=args.repair, progress_stream=_progress_stream(),
@@ -85,7 +85,7 @@ def manifests_kept(opened: Opened, prefix: str) -> Iterator[None]:
     from .._keys import MANIFEST_HEAD, glob_escape
     from .._ops.verify import open_witness, verify_store
 
-    core = opened.plugin._core
+    core = opened.core
     if next(iter(core.store.scan(glob_escape(prefix + MANIFEST_HEAD) + "*")), None) is None:
         yield  # default mode: nothing to keep
         return

@@ -113,7 +113,7 @@ def register_memory_tools(
     :returns: the registered tool names.
     :raises RememberInputError: (a :class:`ValueError`) the plugin's tools are not enabled.
     """
-    tools = plugin._tools
+    tools = plugin.tools
     if tools is None:
         raise RememberInputError(
             "the plugin's memory tools are disabled; build it with tools={'enabled': True}"
@@ -146,7 +146,7 @@ class _MemoryToolsMiddleware:
         if method == "tools/call":
             params = ctx.params if isinstance(ctx.params, Mapping) else {}
             name = params.get("name")
-            tools = self._plugin._tools
+            tools = self._plugin.tools
             conn = _connection(ctx)
             ready = conn is None or getattr(conn, "initialize_accepted", True)
             if isinstance(name, str) and tools is not None and tools.handles(name) and ready:

@@ -31,8 +31,6 @@ from ..errors import RememberConfigurationError, RememberUnavailableError
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 
-__all__ = ["RESERVED_NAME", "RateLimiter", "check_rate"]
-
 #: The name after the key prefix under which the limiter keeps its counts.
 RESERVED_NAME = "__ratelimit__"
 _INSTALL_HINT = "pip install 'remember-sync[limits]'"

@@ -298,7 +298,7 @@ class McpServer(ProtocolDispatch):
 
     def _register(self, tool: UserTool) -> None:
         with self._lock:
-            memory = self.plugin._tools
+            memory = self.plugin.tools
             if memory is not None and memory.handles(tool.name):
                 raise RememberInputError(f"tool name {tool.name!r} is taken by a memory tool")
             if tool.name in self._user_tools:
@@ -327,7 +327,7 @@ class McpServer(ProtocolDispatch):
 
         :raises JsonRpcError: ``-32602`` when no such tool exists.
         """
-        memory = self.plugin._tools
+        memory = self.plugin.tools
         if memory is not None and memory.handles(name):
             return self.plugin.call_tool(name, arguments, identity=who)
         tool = self._user_tools.get(name)

@@ -10,6 +10,8 @@ the manifest says is the client's business.
 
 from __future__ import annotations
 
+from .base import SET_KEY_LUA
+
 #: KEYS = manifest, entries...; ARGV = the expected manifest's token ("" when there is
 #: none), new manifest, its PX ms or "", then per entry: value ("" deletes it), PX ms or
 #: "".  Returns ``{1, ""}`` when written, else ``{0, <current manifest or "">}`` and
@@ -33,11 +35,7 @@ for i = 2, #KEYS do
     redis.call('SET', KEYS[i], value, 'PX', px)
   end
 end
-if ARGV[3] == '' then
-  redis.call('SET', KEYS[1], ARGV[2])
-else
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-end
+""" + SET_KEY_LUA + """\
 return {1, ''}
 """
 

@@ -18,8 +18,6 @@ from . import _quota_lua as quota_lua
 from .base import Quota, check_key, check_keys, check_write, group_by_index, quota_exceeded
 from .base import to_bytes as _b
 
-__all__ = ["OwnedRedisWrites", "quota_args"]
-
 log = logging.getLogger("remember_sync")
 
 _CHUNK = 1000

@@ -42,18 +42,6 @@ from __future__ import annotations
 from . import _index_lua as index_lua
 from .base import CAS_LUA_SCRIPT
 
-__all__ = [
-    "DROP",
-    "LEDGER_SLACK_MS",
-    "OVER_BYTES",
-    "OVER_ENTRIES",
-    "RECONCILE_MS",
-    "RESERVE",
-    "RESTORE",
-    "SCRIPTS",
-    "sizes_key",
-]
-
 #: A refused write's reply: the owner's entry quota would be exceeded.
 OVER_ENTRIES = -1
 #: A refused write's reply: the owner's byte quota would be exceeded.

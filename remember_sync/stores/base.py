@@ -159,6 +159,16 @@ def group_by_index(
     return groups, plain
 
 
+#: Lua: SET KEYS[1] to ARGV[2], expiring in ARGV[3] ms unless that is "" (a SET without
+#: PX clears any previous TTL, matching Store.set).  Shared by the scripts that end so.
+SET_KEY_LUA = """\
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+"""
+
 #: Compare-and-set for Redis-protocol stores. KEYS[1] = key; ARGV = expected, new
 #: value, PX milliseconds or "" for none.  A missing key reads as false, which never
 #: equals a string, so CAS cannot create a key: an update racing a forget can never
@@ -167,13 +177,7 @@ CAS_LUA_SCRIPT = """\
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-if ARGV[3] == '' then
-  redis.call('SET', KEYS[1], ARGV[2])
-else
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-end
-return 1
-"""
+""" + SET_KEY_LUA + "return 1\n"
 
 #: One page of :meth:`ItemScanner.scan_pages` for Redis-protocol stores, in one round
 #: trip.  ARGV = cursor, pattern, count.  Returns ``{next cursor, keys, values}`` with

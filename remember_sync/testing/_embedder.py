@@ -11,8 +11,6 @@ import hashlib
 import math
 import re
 
-__all__ = ["HashingEmbedder"]
-
 _WORD = re.compile(r"[^\W_]+")
 
 

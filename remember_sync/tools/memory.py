@@ -107,7 +107,11 @@ _Handler = Callable[[RememberAccessor, Mapping[str, Any], Any], dict[str, Any]]
 class MemoryTools:
     """The memory tools of one plugin: definitions and a dispatcher.
 
-    :param core: the plugin's :class:`~remember_sync._core.AccessorCore`.
+    A plugin built with ``tools={"enabled": True}`` makes one (:attr:`RememberPlugin.tools
+    <remember_sync.RememberPlugin.tools>`); ``names`` maps each tool's bare name to the
+    prefixed name it is listed under.
+
+    :param core: the plugin's internals (the plugin passes them).
     :param prefix: prepended to every tool name (``"memory_"`` gives ``memory_recall``).
     :param allowed_scopes: the scopes a model may use (default ``session``,
         ``user``, ``tool``; ``global`` is opt-in).

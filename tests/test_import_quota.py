@@ -30,7 +30,7 @@ from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
 from tests.conftest import TEST_SECRET
-from tests.test_mcp_server import REPO
+from tests.served import REPO
 
 OTHER_SECRET = "an-entirely-different-secret-for-rotation-0123456789"
 

@@ -175,7 +175,7 @@ def _witnessed(seen: Mapping[str, Any], mac: str) -> bool:
     """Whether an event whose MAC is *mac* is the one a witness's head names."""
     if "mac" in seen:
         return hmac.compare_digest(str(seen["mac"]), mac)
-    return seen.get("tag") == _tag(mac)
+    return hmac.compare_digest(str(seen.get("tag")).encode(), str(_tag(mac)).encode())
 
 
 class WitnessAnchor:

@@ -28,7 +28,13 @@ from remember_sync.mcp.auth import StaticTokenVerifier
 from remember_sync.mcp.httpd import make_server
 from remember_sync.stores.base import Store
 from tests.conftest import TEST_SECRET, require_component
-from tests.test_gunicorn_workers import Gunicorn, initialize, tool_call, worker_pids
+from tests.test_gunicorn_workers import (
+    START_SECONDS,
+    Gunicorn,
+    initialize,
+    tool_call,
+    worker_pids,
+)
 
 VERSION = "2025-11-25"
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -315,7 +321,7 @@ def test_the_accepted_rate_across_4_gunicorn_workers_is_within_10_percent_of_the
     monkeypatch.setenv("REMEMBER_RATE_LIMIT", f"{LIMIT_PER_S}/second")
     server = Gunicorn(tmp_path, redis_url)
     try:
-        server.wait_listening()
+        server.wait_ready(START_SECONDS)
         workers = worker_pids(server.port)  # GETs: refused before the limit, not counted
         session = initialize(server.port)
         time.sleep(1.1)  # the initialize requests' window (they count on the address) is over

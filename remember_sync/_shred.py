@@ -57,13 +57,12 @@ from ._erasure import is_anonymous, user_hashes
 from ._fork import after_fork_in_child
 from ._keys import glob_escape
 from .errors import RememberConfigurationError, RememberDecryptionError, RememberStoreError
+from .identity import STATELESS_USER_PREFIX as _STATELESS
 from .stores.base import Store
 from .types import Namespace
 
 _WRAP_INFO = b"remember:subject-key-wrap:v1"
 _ENTRY_INFO = b"remember:subject-entry:v1:"
-#: Written where identity.STATELESS_USER_PREFIX is (this layer sits below identity).
-_STATELESS = "stateless-user:"
 #: How long a process trusts a data key it read (or a person's current key id)
 #: before asking the keystore again: within this time after an erasure elsewhere,
 #: another process may still open (or write under) the destroyed key.

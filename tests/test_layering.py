@@ -52,7 +52,8 @@ ALLOWED: dict[str, set[str]] = {
         "_fork", "stores",
     },
     "_shred": {
-        "errors", "types", "_keys", "_crypto", "_erasure", "_bounded", "_clock", "_fork", "stores",
+        "errors", "types", "identity", "_keys", "_crypto", "_erasure", "_bounded", "_clock",
+        "_fork", "stores",
     },
     "_integrity": {
         "errors", "types", "_crypto", "_codec", "_text", "_clock", "_bounded", "_fork", "stores",

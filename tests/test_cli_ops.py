@@ -156,14 +156,14 @@ def test_build_plugin_reports_the_env_source_and_previous_secrets() -> None:
 
 def test_redact_scrubs_every_known_secret() -> None:
     """Messages lose env secrets, previous secrets, the KV token and a URL password."""
-    from remember_sync._ops.context import StoreChoice
+    from remember_sync._config import StoreSettings
 
     env = {
         "REMEMBER_SECRET": "s3cret-one",
         "REMEMBER_PREVIOUS_SECRETS": "old-s3cret,older-s3cret",
         "KV_REST_API_TOKEN": "kv-t0ken",
     }
-    known = secret_values(env, StoreChoice("redis", "redis://:url-pa55@h:1/0"))
+    known = secret_values(env, StoreSettings("redis", "redis://:url-pa55@h:1/0"))
     text = "s3cret-one old-s3cret older-s3cret kv-t0ken url-pa55 fine"
     assert redact(text, known) == "*** *** *** *** *** fine"
 

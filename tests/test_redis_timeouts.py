@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from remember_sync import RememberPlugin
-from remember_sync._ops.context import CLI_SOCKET_TIMEOUT, StoreChoice, open_store
+from remember_sync._config import StoreSettings
+from remember_sync._ops.context import CLI_SOCKET_TIMEOUT, open_store
 from remember_sync.errors import RememberStoreError
 from remember_sync.stores.redis import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -185,7 +186,7 @@ def test_timeouts_are_configurable_and_the_cli_waits_longer(server: RedisServer)
         assert elapsed < 1.0
     finally:
         plugin.close()
-    cli_store = open_store(StoreChoice("redis", server.url))
+    cli_store = open_store(StoreSettings("redis", server.url))
     try:
         assert isinstance(cli_store, RedisStore)
         kwargs = cli_store.client.connection_pool.connection_kwargs

@@ -1,7 +1,8 @@
 """Opening a store and loading the secrets for an operator command.
 
 The command line is a thin shell over this: it parses arguments, then asks
-for a :class:`StoreChoice` to be opened and a plugin to be built over it.
+for a store (``_config.StoreSettings``) to be opened and a plugin to be built
+over it.
 Two decisions differ from the library's own start-up, on purpose:
 
 * The CLI **never creates** a secret file and never falls back to a random
@@ -27,7 +28,7 @@ from urllib.parse import urlsplit
 
 from .._audit import trail_exists
 from .._clock import system_clock
-from .._config import KV_TOKEN_ENV, StoreKind, previous_secrets
+from .._config import KV_TOKEN_ENV, StoreSettings, previous_secrets
 from .._core import AccessorCore
 from .._options import EncryptionOptions, QuotaOptions
 from .._secrets import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
@@ -39,28 +40,6 @@ from ..stores.base import Store
 #: 1 s / 0.5 s, sized for request paths; see docs/redis.rst).
 CLI_SOCKET_TIMEOUT = 5.0
 CLI_CONNECT_TIMEOUT = 2.0
-
-
-@dataclass(frozen=True)
-class StoreChoice:
-    """Which store a command talks to.
-
-    :attr kind: ``memory`` (a fresh in-process store), ``redis`` or ``vercel-kv``.
-    :attr redis_url: the URL for ``redis`` (may hold a password: never print it).
-    """
-
-    kind: StoreKind
-    redis_url: str | None = None
-
-    def describe(self) -> str:
-        """A printable name of the store, without any password."""
-        if self.kind == "redis" and self.redis_url is not None:
-            from ..stores.redis import redacted_url  # lazy: --help never imports redis
-
-            return f"redis {redacted_url(self.redis_url)}"
-        if self.kind == "vercel-kv":
-            return "vercel-kv (KV_REST_API_URL)"
-        return "memory (in-process, empty)"
 
 
 @dataclass(frozen=True)
@@ -77,7 +56,7 @@ class SecretChoice:
     frontmcp_compatible: bool = False
 
 
-def secret_values(environ: Mapping[str, str], store: StoreChoice | None = None) -> list[str]:
+def secret_values(environ: Mapping[str, str], store: StoreSettings | None = None) -> list[str]:
     """Every secret-bearing string the command knows of (to scrub from messages)."""
     found: list[str] = []
     for name in (*ENV_SECRET_NAMES, KV_TOKEN_ENV):
@@ -102,7 +81,7 @@ def redact(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-def open_store(choice: StoreChoice) -> Store:
+def open_store(choice: StoreSettings) -> Store:
     """Build the store; nothing is sent to it yet (connections are made on first use).
 
     :raises RememberConfigurationError: a bad URL or missing Vercel KV settings.

@@ -32,7 +32,7 @@ from .data import add_demo_command, add_entry_commands, add_transfer_commands
 from .integrity import add_verify_command
 
 if TYPE_CHECKING:  # the ops modules are imported when a command runs, not for --help
-    from .._ops.context import StoreChoice
+    from .._config import StoreSettings
     from .._ops.transfer import ImportRecord
 
 __all__ = ["build_parser", "main"]
@@ -99,9 +99,14 @@ def _changes_store(args: argparse.Namespace) -> bool:
     )
 
 
-def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> StoreChoice:
-    from .._config import KV_URL_ENV, PLATFORM_REDIS_URL_ENV, REDIS_URL_ENV, store_settings
-    from .._ops.context import StoreChoice
+def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> StoreSettings:
+    from .._config import (
+        KV_URL_ENV,
+        PLATFORM_REDIS_URL_ENV,
+        REDIS_URL_ENV,
+        StoreSettings,
+        store_settings,
+    )
     from ..errors import RememberConfigurationError
 
     redis_url, vercel_kv = getattr(args, "redis_url", None), getattr(args, "vercel_kv", False)
@@ -114,15 +119,14 @@ def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Sto
     if found.kind == "redis":
         _check_redis_url(found.redis_url, found.source, sub)
     if found.kind != "memory":
-        choice = StoreChoice(found.kind, found.redis_url)
         if found.source in (PLATFORM_REDIS_URL_ENV, KV_URL_ENV) and _changes_store(args):
             # A hosting platform's variable may name the application's own (production)
             # store, not one meant for this command: say which store is about to change.
-            _stderr(f"{PROG}: store: {choice.describe()} (chosen by {found.source})")
-        return choice
+            _stderr(f"{PROG}: store: {found.describe()} (chosen by {found.source})")
+        return found
     if args.needs_store:
         sub.error(_NEEDS_STORE.format(env=REDIS_URL_ENV))
-    return StoreChoice("memory")
+    return StoreSettings("memory")
 
 
 def _check_redis_url(url: str | None, source: str, sub: argparse.ArgumentParser) -> None:

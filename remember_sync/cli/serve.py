@@ -24,6 +24,7 @@ from typing import Any
 from .._config import (
     DEFAULT_PATH,
     RATE_LIMIT_ENV,
+    StoreSettings,
     env_rate_limit,
     store_settings,
 )
@@ -53,19 +54,11 @@ __all__ = ["run_serve", "run_server"]
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def _store_description(
-    args: argparse.Namespace, redis_url: str | None, store: Store | None = None
-) -> str:
-    if redis_url:
-        from ..stores.redis import redacted_url
-
-        return f"redis {redacted_url(redis_url)}"
-    if args.vercel_kv:
-        return "vercel-kv (KV_REST_API_URL)"
+def _store_description(chosen: StoreSettings, store: Store) -> str:
     bounds = ""
     if isinstance(store, MemoryStore):
         bounds = f"; at most {_size(store.max_bytes)}, {store.max_entries} entries"
-    return f"memory (in-process; lost on exit{bounds})"
+    return chosen.describe(memory=f"memory (in-process; lost on exit{bounds})")
 
 
 def _size(nbytes: int | None) -> str:
@@ -198,13 +191,12 @@ def run_serve(args: argparse.Namespace) -> int:
                 # Fail at start, not on the first tool call: one read of the layout marker.
                 plugin.store.get(layout_marker_key(plugin.key_prefix))
             except RememberError as exc:
-                from .._ops.context import StoreChoice, redact, secret_values
+                from .._ops.context import redact, secret_values
 
-                known = secret_values(os.environ, StoreChoice(chosen.kind, redis_url))
-                message = redact(exc.message, known)
-                store = _store_description(args, redis_url)
+                message = redact(exc.message, secret_values(os.environ, chosen))
                 sys.stderr.write(
-                    f"{PROG} serve: error: cannot reach the store ({store}): {message}\n"
+                    f"{PROG} serve: error: cannot reach the store ({chosen.describe()}): "
+                    f"{message}\n"
                 )
                 return 1
         try:
@@ -242,7 +234,7 @@ def run_serve(args: argparse.Namespace) -> int:
             app,
             host=args.host,
             port=args.port,
-            store=_store_description(args, redis_url, plugin.store),
+            store=_store_description(chosen, plugin.store),
             access=access,
         )
     finally:

@@ -497,6 +497,17 @@ def _production_fallback() -> str:
         return _production_secret
 
 
+def development_file(
+    environ: Mapping[str, str], secret_file: str | os.PathLike[str] | None = None
+) -> Path | None:
+    """The development secret file of a process with no configured secret: *secret_file*,
+    else ``.frontmcp/remember-secret.json`` in the working directory; ``None`` in
+    production (:func:`is_production`), where no file is used."""
+    if is_production(environ):
+        return None
+    return Path(secret_file) if secret_file is not None else Path.cwd() / DEFAULT_SECRET_FILE
+
+
 def resolve_keyring(
     *,
     secrets: Sequence[str] | None = None,
@@ -541,7 +552,7 @@ def resolve_keyring(
             "encryption={'secrets': [...]}; `remember-sync secret generate` makes a new one. "
             "The development secret file is neither created nor read"
         )
-    if is_production(env):
+    path = development_file(env, secret_file)
+    if path is None:
         return Keyring([_production_fallback()], source="ephemeral")
-    path = Path(secret_file) if secret_file is not None else Path.cwd() / DEFAULT_SECRET_FILE
     return Keyring([load_or_create_secret_file(path)], source=f"file:{path}")

@@ -31,7 +31,7 @@ from .._clock import system_clock
 from .._config import KV_TOKEN_ENV, StoreSettings, previous_secrets
 from .._core import AccessorCore
 from .._options import EncryptionOptions, QuotaOptions
-from .._secrets import DEFAULT_SECRET_FILE, ENV_SECRET_NAMES, is_production
+from .._secrets import ENV_SECRET_NAMES, development_file
 from ..errors import RememberConfigurationError
 from ..plugin import RememberPlugin
 from ..stores.base import Store
@@ -199,12 +199,12 @@ def build_plugin(
         if secrets.secret_file is not None:
             path = Path(secrets.secret_file)
         elif not any(env.get(name) for name in ENV_SECRET_NAMES):
-            if is_production(env):
+            path = development_file(env)
+            if path is None:
                 raise RememberConfigurationError(
                     "no secret: REMEMBER_ENV/NODE_ENV is production and no REMEMBER_SECRET is "
                     "set; a random secret would read nothing. Set REMEMBER_SECRET"
                 )
-            path = Path.cwd() / DEFAULT_SECRET_FILE
         if path is not None:
             encryption["secrets"] = [_read_secret_file(path), *previous_secrets(env)]
             source = f"file:{path}"

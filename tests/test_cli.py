@@ -803,6 +803,8 @@ BAD_ARGUMENTS = [
     (["set", "k", "1", "--scope", "session"], "argument --session"),
     (["set", "k", "1", "--scope", "tool", "--user", "u"], "argument --tool"),
     (["set", "k", "1", "--scope", "global", "--user", "u"], "argument --user"),
+    (["set", "k", "1", "--scope", "session", "--session", "s", "--tool", "t"], "argument --tool"),
+    (["set", "k", "1", "--scope", "tool", "--session", "s", "--user", "u"], "argument --user"),
     (["set", "k", "1", "--scope", "global", "--vercel-kv"], "argument --vercel-kv"),
     (["list", "--scope", "global", "--pattern", "*" * 21], "argument --pattern"),
     (["import", "/nonexistent/dump.jsonl"], "argument FILE"),

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import RememberError
-from ..identity import is_anonymous
+from ..errors import RememberError, RememberIdentityError
+from ..identity import resolve_namespace, session_identity
 from ..types import Identity
 from ._common import _NEEDS_STORE, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, PROG, _redact, _stderr
 from ._parser import top_level
@@ -62,32 +62,36 @@ def build_parser() -> argparse.ArgumentParser:
 # -- validation after parsing (still before any I/O) ------------------------------------------
 
 
+#: The identity options each scope reads; any other is a usage error (it would be ignored).
+_SCOPE_USES = {
+    "global": (),
+    "user": ("user",),
+    "session": ("session", "user"),
+    "tool": ("session", "user", "tool"),
+}
+
+
 def _identity(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Identity:
-    """The identity the options name, checked against what the scope needs (usage errors)."""
-    scope, user, session, tool = args.scope, args.user, args.session, args.tool
-    if scope == "global":
-        unused = [n for n, v in (("user", user), ("session", session), ("tool", tool)) if v]
-        if unused:
-            sub.error(f"argument --{unused[0]}: not used with --scope global")
-    elif scope == "user":
-        for name, value in (("session", session), ("tool", tool)):
-            if value is not None:
-                sub.error(f"argument --{name}: not used with --scope user")
-        if user is None or is_anonymous(user):
-            sub.error("argument --user: --scope user needs --user USER_ID (signed in, not anon:)")
-    else:
-        if session is None and (user is None or is_anonymous(user)):
-            sub.error(
-                f"argument --session: --scope {scope} needs --session SESSION_ID (or --user "
-                "USER_ID for that user's stateless session)"
-            )
-        if session is not None and user is not None:
-            sub.error(f"argument --user: not used with --scope {scope} when --session is given")
-        if scope == "session" and tool is not None:
-            sub.error("argument --tool: not used with --scope session")
-        if scope == "tool" and tool is None:
-            sub.error("argument --tool: --scope tool needs --tool TOOL")
-    return Identity(session_id=session, user_id=user, tool_name=tool)
+    """The identity the options name, checked against what the scope needs (usage errors).
+
+    What a scope needs is the library's rule (:func:`resolve_namespace`), not a copy."""
+    scope = args.scope
+    given = {"session": args.session, "user": args.user, "tool": args.tool}
+    for name, value in given.items():
+        if value is not None and name not in _SCOPE_USES[scope]:
+            sub.error(f"argument --{name}: not used with --scope {scope}")
+    if args.session is not None and args.user is not None:
+        sub.error(f"argument --user: not used with --scope {scope} when --session is given")
+    ident = Identity(session_id=args.session, user_id=args.user, tool_name=args.tool)
+    try:
+        resolve_namespace(ident, scope, given=True)
+    except RememberIdentityError as exc:
+        # The option to add: the scope's own part, else the session a tool runs in.
+        lacking = "user" if scope == "user" else "session"
+        if scope == "tool" and session_identity(ident) is not None:
+            lacking = "tool"
+        sub.error(f"argument --{lacking}: needed by --scope {scope}. {exc.message}")
+    return ident
 
 
 def _changes_store(args: argparse.Namespace) -> bool:

@@ -38,7 +38,7 @@ from ._codec import EntryCodec
 from ._crypto import Keyring, b64url_encode, open_sealed, seal
 from ._keys import glob_escape, parse_storage_key
 from .errors import RememberDecryptionError, RememberInputError
-from .identity import STATELESS_USER_PREFIX, current_identity
+from .identity import STATELESS_USER_PREFIX, current_identity, is_anonymous
 from .stores.base import Store
 from .types import ErasureReceipt, Identity, Namespace
 
@@ -61,16 +61,6 @@ _RENOTE_MS = 60_000
 _GRACE_MS = 86_400_000
 _EXTEND_ATTEMPTS = 10
 _BATCH = 500
-
-
-def is_owner_key(prefix: str, full_key: str) -> bool:
-    """Whether *full_key* is an owner record under *prefix*."""
-    return full_key.startswith(prefix + OWNER_HEAD)
-
-
-def is_anonymous(user: str | None) -> bool:
-    """Whether *user* is nobody's to erase: empty, or an ``anon:`` principal."""
-    return not user or user.startswith("anon:")
 
 
 def _hash_keys(codec: EntryCodec) -> tuple[bytes | None, ...]:

@@ -53,11 +53,12 @@ from ._crypto import (
     parse_envelope,
     seal,
 )
-from ._erasure import is_anonymous, user_hashes
+from ._erasure import user_hashes
 from ._fork import after_fork_in_child
 from ._keys import glob_escape
 from .errors import RememberConfigurationError, RememberDecryptionError, RememberStoreError
 from .identity import STATELESS_USER_PREFIX as _STATELESS
+from .identity import is_anonymous
 from .stores.base import Store
 from .types import Namespace
 

@@ -43,12 +43,20 @@ _WORKER = textwrap.dedent(
 )
 
 
-def _plugin(path: Path) -> RememberPlugin:
+def file_plugin(path: Path) -> RememberPlugin:
     """A plugin whose secret is the development file at *path*."""
     return RememberPlugin.init(encryption={"secret_file": str(path)}, skip_legacy_purge=True)
 
 
-def _opens_with(secret: str, envelope: str) -> bool:
+def sealed(plugin: RememberPlugin) -> str:
+    """A session entry *plugin* writes, as its store holds it: sealed with its secret."""
+    plugin.accessor(Identity(session_id="s")).set("k", "sealed")
+    envelope = plugin.store.get("remember:v2:session:s:k")
+    assert envelope is not None
+    return envelope
+
+
+def opens_with(secret: str, envelope: str) -> bool:
     """Whether a plugin holding only *secret* reads *envelope* (the worker's session entry)."""
     with RememberPlugin.init(store=MemoryStore(), encryption={"secrets": [secret]},
                              skip_legacy_purge=True) as plugin:  # fmt: skip
@@ -64,7 +72,7 @@ def _wait_for(predicate: object, what: str, timeout: float = 60.0) -> None:
         time.sleep(0.005)
 
 
-def _race(tmp: Path, workers: int, content: str | None) -> tuple[list[str], Path]:
+def race(tmp: Path, workers: int, content: str | None) -> tuple[list[str], Path]:
     """Start *workers* processes at a barrier, release them together, return the envelopes
     each sealed with the secret it ended on."""
     path = tmp / ".frontmcp" / "remember-secret.json"
@@ -110,9 +118,9 @@ SLOW_INVALID = '{"secret": "' + "x" * 5_000_000 + '", "createdAt": 1, "version":
 def test_processes_repairing_an_invalid_file_together_agree(tmp_path: Path, content: str) -> None:
     """N processes released together on an invalid file: one secret, one file moved aside."""
     for round_ in range(3):
-        envelopes, path = _race(tmp_path / f"round{round_}", 6, content)
+        envelopes, path = race(tmp_path / f"round{round_}", 6, content)
         secret = json.loads(path.read_text())["secret"]
-        opened = [_opens_with(secret, envelope) for envelope in envelopes]
+        opened = [opens_with(secret, envelope) for envelope in envelopes]
         assert all(opened), f"round {round_}: {opened.count(False)} processes used another secret"
         aside = sorted(path.parent.glob("remember-secret.json.invalid-*"))
         assert len(aside) == 1 and aside[0].read_text() == content
@@ -123,9 +131,9 @@ def test_processes_repairing_an_invalid_file_together_agree(tmp_path: Path, cont
 
 def test_processes_creating_the_file_together_agree(tmp_path: Path) -> None:
     """N processes released together in an empty directory: one 0600 file, one secret."""
-    envelopes, path = _race(tmp_path, 6, None)
+    envelopes, path = race(tmp_path, 6, None)
     secret = json.loads(path.read_text())["secret"]
-    assert len(envelopes) == 6 and all(_opens_with(secret, envelope) for envelope in envelopes)
+    assert len(envelopes) == 6 and all(opens_with(secret, envelope) for envelope in envelopes)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert list(path.parent.iterdir()) == [path]
 
@@ -137,7 +145,7 @@ def test_file_others_can_read_is_refused(tmp_path: Path, mode: int) -> None:
     path.write_text(VALID)
     path.chmod(mode)
     with pytest.raises(RememberConfigurationError) as caught:
-        _plugin(path)
+        file_plugin(path)
     assert f"chmod 600 {path}" in caught.value.message
     assert f"{mode:04o}" in caught.value.message
     assert path.read_text() == VALID and stat.S_IMODE(path.stat().st_mode) == mode
@@ -154,7 +162,7 @@ def test_symlinked_file_is_refused(tmp_path: Path) -> None:
     link = directory / "remember-secret.json"
     link.symlink_to(target)
     with pytest.raises(RememberConfigurationError, match="symlink") as caught:
-        _plugin(link)
+        file_plugin(link)
     assert str(link) in caught.value.message
     assert link.is_symlink() and target.read_text() == VALID
 
@@ -167,7 +175,7 @@ def test_dangling_symlink_is_not_created_through(tmp_path: Path) -> None:
     link = directory / "remember-secret.json"
     link.symlink_to(target)
     with pytest.raises(RememberConfigurationError, match="symlink"):
-        _plugin(link)
+        file_plugin(link)
     assert not target.exists()
 
 
@@ -178,7 +186,7 @@ def test_symlinked_directory_is_refused(tmp_path: Path) -> None:
     (tmp_path / ".frontmcp").symlink_to(real)
     path = tmp_path / ".frontmcp" / "remember-secret.json"
     with pytest.raises(RememberConfigurationError, match="symlink") as caught:
-        _plugin(path)
+        file_plugin(path)
     assert str(tmp_path / ".frontmcp") in caught.value.message
     assert list(real.iterdir()) == []
 
@@ -189,7 +197,7 @@ def test_directory_others_can_write_is_refused(tmp_path: Path) -> None:
     directory.mkdir()
     directory.chmod(0o777)
     with pytest.raises(RememberConfigurationError, match="chmod 700"):
-        _plugin(directory / "remember-secret.json")
+        file_plugin(directory / "remember-secret.json")
     assert list(directory.iterdir()) == []
 
 
@@ -209,7 +217,7 @@ def test_file_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     path.chmod(0o600)
     os.chown(path, 65534, 65534)
     with pytest.raises(RememberConfigurationError, match="belongs to another user") as caught:
-        _plugin(path)
+        file_plugin(path)
     assert "chown" in caught.value.message and str(path) in caught.value.message
     assert path.read_text() == VALID and list(directory.iterdir()) == [path]
 
@@ -221,7 +229,7 @@ def test_directory_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     directory.mkdir(mode=0o700)
     os.chown(directory, 65534, 65534)
     with pytest.raises(RememberConfigurationError, match="belongs to another user"):
-        _plugin(directory / "remember-secret.json")
+        file_plugin(directory / "remember-secret.json")
     assert list(directory.iterdir()) == []
 
 
@@ -235,8 +243,7 @@ def test_file_created_in_the_future_keeps_its_secret(
     secret = "f" * 43
     path.write_text(json.dumps({"secret": secret, "createdAt": future, "version": 1}))
     path.chmod(0o600)
-    with _plugin(path) as plugin:
-        plugin.accessor(Identity(session_id="s")).set("k", "sealed")
-        assert _opens_with(secret, plugin.store.get("remember:v2:session:s:k"))
+    with file_plugin(path) as plugin:
+        assert opens_with(secret, sealed(plugin))
     assert list(tmp_path.iterdir()) == [path]
     assert any("in the future" in r.getMessage() for r in caplog.records)

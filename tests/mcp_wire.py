@@ -31,6 +31,15 @@ def initialize(protocol: str = LATEST, *, id: int = 1, client: str = "t") -> dic
 #: ``initialize`` at :data:`LATEST`.
 INIT = initialize()
 
+#: The largest value a memory may hold by default (docs/mcp.rst: 1 MiB).
+DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+
+
+def body_limit(max_value_bytes: int) -> int:
+    """The default HTTP body limit docs/mcp.rst states: ``3 * max_value_bytes + 64 KiB``."""
+    return 3 * max_value_bytes + 64 * 1024
+
+
 #: The stateless protocol revision (no handshake; every request says its revision).
 MODERN = "2026-07-28"
 

@@ -29,7 +29,6 @@ from typing import Any
 import jsonschema
 import pytest
 
-from remember_sync._core import DEFAULT_MAX_VALUE_BYTES
 from tests.client_drivers import (
     INSPECTOR,
     NODE_MODULES,
@@ -43,6 +42,7 @@ from tests.client_drivers import (
     run_python,
 )
 from tests.conftest import TEST_SECRET, require_component
+from tests.mcp_wire import DEFAULT_MAX_VALUE_BYTES
 from tests.served import Served, serve
 from tests.test_cli import child_env
 

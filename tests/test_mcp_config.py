@@ -17,6 +17,7 @@ from remember_sync import (
 )
 from remember_sync.mcp import McpServer, StaticTokenVerifier, create_app, load_token_file
 from tests.conftest import TEST_SECRET
+from tests.mcp_wire import body_limit
 
 TOKEN_A, TOKEN_B = "a" * 20, "b" * 20
 
@@ -261,14 +262,12 @@ def test_a_failing_principal_resolver_refuses(make_plugin: Any) -> None:
 
 def test_max_value_bytes_from_the_environment_sets_the_body_limit(tmp_path: Path) -> None:
     """REMEMBER_MAX_VALUE_BYTES bounds values; the HTTP body limit follows it."""
-    from remember_sync.mcp._wsgi import default_max_body_bytes
-
     app = create_app(environ={"REMEMBER_SECRET": TEST_SECRET, "REMEMBER_MAX_VALUE_BYTES": "100"})
     try:
         memory = app.plugin.accessor(Identity(user_id="carol"))
         with pytest.raises(RememberInputError, match="max_value_bytes is 100"):
             memory.set("too-big", "x" * 101, scope="user")
-        assert app.max_body_bytes == default_max_body_bytes(100)
+        assert app.max_body_bytes == body_limit(100)
     finally:
         app.close()
     with pytest.raises(RememberConfigurationError, match="REMEMBER_MAX_VALUE_BYTES"):

@@ -21,14 +21,13 @@ import pytest
 
 from remember_sync import RememberPlugin
 from remember_sync.mcp import McpServer
-from remember_sync.mcp._wsgi import default_max_body_bytes
 from remember_sync.mcp.httpd import make_server
 from tests.conftest import TEST_SECRET
 from tests.local_http import serve_in_thread, stop_apps
-from tests.mcp_wire import Reply, call, initialize, rpc
+from tests.mcp_wire import Reply, body_limit, call, initialize, rpc
 
 MAX_VALUE = 4096
-MAX_BODY = default_max_body_bytes(MAX_VALUE)
+MAX_BODY = body_limit(MAX_VALUE)
 CORS_ORIGIN = "https://app.example"
 EVERY_REVISION = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
 TOKEN = "conformance-token-0123456789"
@@ -396,5 +395,5 @@ def test_cors_origins_must_be_origins() -> None:
         McpServer(plugin, cors_origins=CORS_ORIGIN)
     server = McpServer(plugin, cors_origins=["HTTPS://App.Example/"])
     assert server.cors_origins == {CORS_ORIGIN} and CORS_ORIGIN in server.allowed_origins
-    assert McpServer(plugin).max_body_bytes == default_max_body_bytes(1024 * 1024)
+    assert McpServer(plugin).max_body_bytes == body_limit(1024 * 1024)
     plugin.close()

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from remember_sync import RememberPlugin
-from remember_sync._core import DEFAULT_MAX_VALUE_BYTES
 from remember_sync.mcp import McpServer
-from remember_sync.mcp._wsgi import default_max_body_bytes
 from remember_sync.mcp.httpd import KeepAliveWSGIServer, make_server
+from tests.mcp_wire import DEFAULT_MAX_VALUE_BYTES, body_limit
 
 PING = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
 
@@ -98,7 +97,7 @@ def test_head_closes_after_answering(httpd: KeepAliveWSGIServer) -> None:
 
 def test_oversized_body_is_drained_and_the_connection_kept(httpd: KeepAliveWSGIServer) -> None:
     """A 413 body up to the drain limit is read away so the next request parses cleanly."""
-    big = b"x" * (default_max_body_bytes(DEFAULT_MAX_VALUE_BYTES) + 1000)
+    big = b"x" * (body_limit(DEFAULT_MAX_VALUE_BYTES) + 1000)
     received, closed = exchange(httpd, post(big) + post(PING, in_session(httpd)))
     assert [a[:3] for a in responses(received)] == [b"413", b"200"] and not closed
 

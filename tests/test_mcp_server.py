@@ -23,10 +23,9 @@ import pytest
 import requests
 from mcp import Client
 
-from remember_sync._core import DEFAULT_MAX_VALUE_BYTES
-from remember_sync.mcp._wsgi import default_max_body_bytes
 from tests.conftest import TEST_SECRET, require_component
 from tests.mcp_client import connect, error_code, run, structured
+from tests.mcp_wire import DEFAULT_MAX_VALUE_BYTES, body_limit
 from tests.served import Served, ServeFactory, serving, write_tokens
 
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789ab"
@@ -354,7 +353,7 @@ def test_connections_are_kept_alive(server: Served) -> None:
     host, port = re.findall(r"http://([\d.]+):(\d+)", server.url)[0]
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    limit = default_max_body_bytes(DEFAULT_MAX_VALUE_BYTES)
+    limit = body_limit(DEFAULT_MAX_VALUE_BYTES)
     try:
         conn.request("POST", "/mcp", json.dumps({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",

@@ -6,6 +6,7 @@ Every server here is real: ``create_app`` behind the threaded stdlib server on
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,13 +17,7 @@ import pytest
 import requests
 
 from remember_sync import RememberPlugin
-from remember_sync._clock import FakeClock
-from remember_sync._keys import ended_session_key, parse_storage_key
-from remember_sync._ops.walk import classify
-from remember_sync._purge import sweep_legacy
-from remember_sync._sessions import session_digest
 from remember_sync.mcp import McpServer, create_app
-from remember_sync.mcp import server as server_module
 from remember_sync.mcp.httpd import make_server
 from remember_sync.mcp.revocations import CLOCK_MARGIN_MS, FULL_CODE, EndedSessions
 from remember_sync.stores.redis import RedisStore
@@ -30,7 +25,10 @@ from remember_sync.testing.redis_server import RedisServer
 from remember_sync.types import Identity
 from tests.conftest import TEST_SECRET
 from tests.served import serve
+from tests.test_cli import child_env, run_cli
 
+#: Where an ended session's record lives (docs/mcp.rst): the key prefix, then ``__revoked__:``.
+REVOKED = "remember:__revoked__:"
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
@@ -89,9 +87,6 @@ def test_ending_many_own_sessions_never_revives_another_callers_ended_session(
 ) -> None:
     """The issue's attack: B ends its session, A ends more sessions than any cap; B's stays 404."""
     monkeypatch.setenv("REMEMBER_SECRET", TEST_SECRET)
-    # Yesterday's table evicted its oldest id past _REVOKED_MAX (100,000); shrunk here so
-    # the attack runs in seconds.  Today there is no such table to shrink.
-    monkeypatch.setattr(server_module, "_REVOKED_MAX", 50, raising=False)
     with threaded(create_app()) as bob:
         victim = bob.initialize()
         assert bob.tools_list(victim) == 200
@@ -108,11 +103,10 @@ def test_ending_many_own_sessions_never_revives_another_callers_ended_session(
 
 
 def test_sessions_and_their_ends_follow_the_servers_clock(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, clock: Any
 ) -> None:
     """McpServer(clock=...) dates sessions and ended-session records: no wall clock is read."""
     monkeypatch.setenv("REMEMBER_SECRET", TEST_SECRET)
-    clock = FakeClock()
     with threaded(create_app(clock=clock)) as http:
         ended, live = http.initialize(), http.initialize()
         assert http.end(ended).status_code == 204
@@ -160,9 +154,7 @@ def test_the_in_process_table_never_uses_the_plugins_evicting_memory_store(
             )
             assert reply.status_code == 200 and '"isError":false' in reply.text, reply.text
         assert client.tools_list(ended) == 404
-        assert ended_session_key("remember:", session_digest(ended)) not in {
-            k for k in plugin.store.scan("*")
-        }
+        assert not [k for k in plugin.store.scan("*") if k.startswith(REVOKED)]
 
 
 def test_ending_on_one_server_ends_on_another_sharing_redis(
@@ -187,30 +179,37 @@ def test_ending_on_one_server_ends_on_another_sharing_redis(
         assert one.tools_list(other) == 200  # only the ended session is refused
         # The record: a digest under the prefix (never the id), TTL = the rest of the
         # signed lifetime (7 days) plus the clock margin.
-        key = ended_session_key("remember:", session_digest(sid))
-        assert redis_client.exists(key) == 1
-        names = [k.decode() for k in redis_client.keys("remember:__revoked__:*")]
-        assert names == [key] and sid.split(".")[1] not in key
+        names = [k.decode() for k in redis_client.keys(REVOKED + "*")]
+        assert len(names) == 1 and sid.split(".")[1] not in names[0]
+        key = names[0]
         pttl = redis_client.pttl(key)
         week = 7 * 86_400_000
         assert week - 120_000 < pttl <= week + CLOCK_MARGIN_MS
+        # That record is what keeps the session ended: without it both servers serve it.
+        redis_client.delete(key)
+        assert one.tools_list(sid) == 200 and two.tools_list(sid) == 200
     finally:
         for served in servers:
             assert served.stop() == 0, served.output
 
 
-def test_ended_session_records_are_no_entries(redis_store: RedisStore) -> None:
+def test_ended_session_records_are_no_entries(redis_store: RedisStore, redis_url: str) -> None:
     """The purge, list/forget_many in every scope and the operator walk leave the record alone."""
     plugin = RememberPlugin.init(store=redis_store, tools={"enabled": True},
                                  encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True)
     ended = EndedSessions(plugin.store, plugin.key_prefix)
     sid = McpServer(plugin).session_signer.issue(None)
     ended.end(sid, None, 0)
-    key = ended_session_key(plugin.key_prefix, session_digest(sid))
-    assert classify(plugin.key_prefix, key) == ("other", None)
-    assert parse_storage_key(plugin.key_prefix, key) is None
-    result = sweep_legacy(redis_store, plugin.key_prefix)
-    assert result.found == 0
+    [key] = [k for k in redis_store.scan("*") if k.startswith(REVOKED)]
+    env = child_env(REMEMBER_SECRET=TEST_SECRET)
+    stats = run_cli("stats", "--redis-url", redis_url, "--json", env=env)
+    assert stats.returncode == 0, stats.stderr
+    counts = json.loads(stats.stdout)
+    assert (counts["entries"], counts["legacy"]) == (0, 0)
+    assert counts["other"] == counts["keys"] >= 1  # the operator walk: no entry, an "other" key
+    purge = run_cli("purge-legacy", "--redis-url", redis_url, "--yes", "--json", env=env)
+    assert purge.returncode == 0, purge.stderr
+    assert json.loads(purge.stdout)["found"] == 0
     who = plugin.accessor(Identity(session_id=sid, user_id="u"))
     for scope in ("session", "user", "global"):
         assert who.list(scope=scope) == []  # type: ignore[arg-type]

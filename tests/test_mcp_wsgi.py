@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from remember_sync import Identity, RememberPlugin, current_identity
-from remember_sync._sessions import SessionSigner
 from remember_sync.mcp import McpServer, ToolContext, ToolError
 from tests.mcp_wire import MODERN, Reply, call, initialize, modern, rpc, tool_code
 
@@ -374,15 +373,20 @@ def test_requests_without_a_session_get_400(app: McpServer) -> None:
 
 
 @pytest.mark.parametrize("kind", ["random", "tampered", "other-secret", "garbage"])
-def test_unissued_session_id_gets_404(client: Wsgi, app: McpServer, kind: str) -> None:
+def test_unissued_session_id_gets_404(
+    client: Wsgi, app: McpServer, kind: str, make_plugin: Callable[..., RememberPlugin]
+) -> None:
     """A session id the server did not issue gets 404 and never binds."""
     sid = client.initialize()
-    forged = {
-        "random": "rs1." + "A" * 24 + "." + format(int(time.time() * 1000), "x") + "." + "A" * 43,
-        "tampered": sid[:-2] + ("AA" if not sid.endswith("AA") else "BB"),
-        "other-secret": SessionSigner(_keyring("another-secret-0123456789abcdef")).issue(None),
-        "garbage": "my-own-session",
-    }[kind]
+    if kind == "other-secret":  # a real id, issued by a server holding another secret
+        other = make_plugin(encryption={"secrets": ["another-secret-0123456789abcdef"]})
+        forged = Wsgi(McpServer(other)).initialize()
+    else:
+        forged = {
+            "random": f"rs1.{'A' * 24}.{int(time.time() * 1000):x}.{'A' * 43}",
+            "tampered": sid[:-2] + ("AA" if not sid.endswith("AA") else "BB"),
+            "garbage": "my-own-session",
+        }[kind]
     for body in (call("recall", {"key": "k"}), rpc("initialize", {"protocolVersion": "x"})):
         reply = client.request(body, headers={"Mcp-Session-Id": forged})
         assert reply.status == 404 and reply.error["message"] == "Session not found"
@@ -698,8 +702,3 @@ def test_server_without_memory_tools_lists_only_user_tools(
     assert [t["name"] for t in client.request(rpc("tools/list")).result["tools"]] == ["hello"]
     assert client.request(call("recall", {"key": "k"})).error["code"] == -32602
 
-
-def _keyring(secret: str) -> Any:
-    from remember_sync._crypto import Keyring
-
-    return Keyring([secret], source="test")

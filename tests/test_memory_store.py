@@ -8,7 +8,6 @@ import threading
 import pytest
 
 from remember_sync import Identity, RememberConfigurationError, RememberInputError, RememberPlugin
-from remember_sync._keys import storage_namespace
 from remember_sync.stores.memory import ENTRY_OVERHEAD_BYTES, MemoryStore
 from remember_sync.tools import error_parts
 from tests.conftest import TEST_SECRET, FakeClock, run_threads
@@ -231,25 +230,6 @@ def test_plugin_refuses_bounds_for_other_stores() -> None:
             RememberPlugin.init(
                 type="redis", config={"url": "redis://127.0.0.1:1/0"}, **{option: 1_000}
             )
-
-
-def test_storage_namespace_is_the_scope_prefix() -> None:
-    """Every scope's key maps to its scope prefix, also when identity and key contain ':'."""
-    from remember_sync._keys import scope_prefix, storage_key
-    from remember_sync.types import Namespace
-
-    for prefix in ("remember:", "", "a:b:"):
-        for ns in (
-            Namespace("session", session="s:1"),
-            Namespace("user", user="u:*:2"),
-            Namespace("tool", tool="t:x", session="s:y"),
-            Namespace("global"),
-        ):
-            key = storage_key(prefix, ns, "k:with:colons")
-            assert storage_namespace(prefix, key) == scope_prefix(prefix, ns)
-        assert storage_namespace(prefix, prefix + "__layout__") == prefix
-        assert storage_namespace(prefix, prefix + "v2:tool:only-one-part") == prefix
-    assert storage_namespace("p:", "foreign") == "p:"
 
 
 def test_plugin_evicts_fairly_between_identities() -> None:

@@ -147,21 +147,34 @@ def test_the_library_reports_exact_counts_to_an_otel_in_memory_reader(tmp_path: 
 
 
 def test_without_metrics_nothing_is_recorded(tmp_path: Path) -> None:
-    """Metrics are opt-in: a plugin without ``metrics=True`` leaves every instrument empty."""
-    points = _python(
+    """Metrics are opt-in: a plugin without ``metrics=True`` reports nothing to OpenTelemetry,
+    and a ``/metrics`` view started afterwards lists every family with no sample in it."""
+    names, helps, samples = _python(
         """
         import json
-        from remember_sync import Identity, RememberPlugin, _metrics
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from remember_sync import Identity, RememberPlugin
+        from remember_sync.mcp import McpServer
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
         plugin = RememberPlugin.init(skip_legacy_purge=True)
         mem = plugin.accessor(Identity(session_id="s"))
         mem.set("k", 1); mem.get("k"); mem.list()
-        print(json.dumps([_metrics.active(), _metrics.prometheus_text().count("\\n# HELP"),
-                          [l for l in _metrics.prometheus_text().splitlines()
-                           if not l.startswith("#")]]))
+        data = reader.get_metrics_data()
+        names = [m.name for rm in (data.resource_metrics if data else [])
+                 for sm in rm.scope_metrics for m in sm.metrics]
+        app = McpServer(plugin, metrics_path="/metrics")  # records from now on
+        body = b"".join(app({"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics",
+                             "REMOTE_ADDR": "127.0.0.1"}, lambda status, headers: None))
+        text = body.decode()
+        print(json.dumps([names, text.count("\\n# HELP"),
+                          [l for l in text.splitlines() if not l.startswith("#")]]))
         """,
         tmp_path,
     )
-    assert points[0] is False and points[1] >= 9 and points[2] == []
+    assert names == [] and helps >= 9 and samples == []
 
 
 def test_without_opentelemetry_the_library_runs_and_metrics_true_names_the_extra(
@@ -335,21 +348,40 @@ def test_serve_help_names_the_new_flags(flag: str, tmp_path: Path) -> None:
 
 
 def test_unexpected_attribute_values_cannot_grow_memory(tmp_path: Path) -> None:
-    """A stream of distinct error codes (a host raising its own RememberErrors, say): at most
-    MAX_SERIES attribute sets are kept, the rest counted under OTHER, none lost."""
-    kept, other, total = _python(
+    """A stream of distinct error codes (a host raising its own RememberErrors from ``modify``
+    functions): at most 1,000 attribute sets are kept, the rest counted under OTHER, none lost."""
+    text = _python(
         """
         import json
-        from remember_sync import _metrics
-        _metrics.start(require_otel=False)
-        for n in range(_metrics.MAX_SERIES + 500):
-            _metrics.OPERATIONS.record(0.001, "memory", "set", "error", f"HOST_CODE_{n}")
-        counts = _metrics.OPERATIONS.counts()
-        print(json.dumps([len(counts), counts.get(("OTHER",) * 4, 0), sum(counts.values())]))
+        from remember_sync import Identity, RememberError, RememberPlugin
+        from remember_sync.mcp import McpServer
+        plugin = RememberPlugin.init(skip_legacy_purge=True)
+        app = McpServer(plugin, metrics_path="/metrics")  # records from now on
+        mem = plugin.accessor(Identity(session_id="s"))
+        for n in range(1500):
+            def refuse(value, n=n):
+                raise RememberError("the host says no", code=f"HOST_CODE_{n}")
+            try:
+                mem.modify("k", refuse)
+            except RememberError:
+                pass
+        body = b"".join(app({"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics",
+                             "REMOTE_ADDR": "127.0.0.1"}, lambda status, headers: None))
+        print(json.dumps(body.decode()))
         """,
         tmp_path,
     )
-    assert kept == 1000 + 1 and other == 500 and total == 1500
+    counts = {
+        tuple(sample.labels.values()): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "remember_sync_operations"
+        for sample in family.samples
+        if sample.name == "remember_sync_operations_total"
+    }
+    hosts = [labels for labels in counts if labels[3].startswith("HOST_CODE_")]
+    assert len(hosts) == 1000 and all(counts[labels] == 1 for labels in hosts)
+    assert len(counts) == 1000 + 1 and counts[("OTHER",) * 4] == 500
+    assert sum(counts.values()) == 1500
 
 
 def test_the_cost_benchmark_runs_and_reports_both_stores(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from remember_sync._keys import (
     scope_glob,
     scope_prefix,
     storage_key,
+    storage_namespace,
 )
 from remember_sync.errors import (
     RememberDecryptionError,
@@ -157,6 +158,22 @@ def test_storage_key_has_a_left_inverse(prefix: str, ns: Namespace, key: str) ->
     parsed = parse_storage_key(prefix, full)
     assert parsed is not None, full
     assert (parsed.namespace, parsed.key) == (ns, key)
+
+
+def test_storage_namespace_is_the_scope_prefix() -> None:
+    """Every scope's key maps to its scope prefix, also when identity and key contain ':'."""
+    for prefix in ("remember:", "", "a:b:"):
+        for ns in (
+            Namespace("session", session="s:1"),
+            Namespace("user", user="u:*:2"),
+            Namespace("tool", tool="t:x", session="s:y"),
+            Namespace("global"),
+        ):
+            key = storage_key(prefix, ns, "k:with:colons")
+            assert storage_namespace(prefix, key) == scope_prefix(prefix, ns)
+        assert storage_namespace(prefix, prefix + "__layout__") == prefix
+        assert storage_namespace(prefix, prefix + "v2:tool:only-one-part") == prefix
+    assert storage_namespace("p:", "foreign") == "p:"
 
 
 @settings(max_examples=400, deadline=None)

@@ -15,7 +15,6 @@ import pytest
 
 from remember_sync import Identity, RememberPlugin, RememberQuotaError
 from remember_sync.errors import RememberConfigurationError
-from remember_sync.stores._quota_lua import LEDGER_SLACK_MS, sizes_key
 from remember_sync.stores.base import OwnedWrites, Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
@@ -340,15 +339,17 @@ def test_a_ledger_expires_with_its_owners_entries(redis_store: Any) -> None:
     """Redis: the ledger's two keys live until the latest deadline plus a minute, and
     persist while an entry without a deadline is charged."""
     client = redis_store.client
+    sizes = OWNER + "#sizes"  # the ledger's second key (docs/many-users.rst)
+    slack = 60_000  # a ledger outlives its latest deadline by a minute
     redis_store.write_owned("test:a", "v", owner=OWNER, ttl_ms=5_000)
-    for name in (OWNER, sizes_key(OWNER)):
-        assert 5_000 < client.pttl(name) <= 5_000 + LEDGER_SLACK_MS
+    for name in (OWNER, sizes):
+        assert 5_000 < client.pttl(name) <= 5_000 + slack
     redis_store.write_owned("test:b", "v", owner=OWNER)
-    assert client.pttl(OWNER) == -1 and client.pttl(sizes_key(OWNER)) == -1
+    assert client.pttl(OWNER) == -1 and client.pttl(sizes) == -1
     redis_store.delete_owned(OWNER, "test:b")
-    assert 0 < client.pttl(OWNER) <= 5_000 + LEDGER_SLACK_MS
+    assert 0 < client.pttl(OWNER) <= 5_000 + slack
     redis_store.delete_owned(OWNER, "test:a")
-    assert client.exists(OWNER, sizes_key(OWNER)) == 0
+    assert client.exists(OWNER, sizes) == 0
 
 
 def test_quota_through_sentinel_with_wait(sentinel_set_factory: Any) -> None:

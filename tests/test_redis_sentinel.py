@@ -293,15 +293,3 @@ def test_bad_sentinel_urls_are_configuration_errors(url: str) -> None:
     with pytest.raises(RememberConfigurationError, match="invalid Redis url") as info:
         RedisStore.from_url(url)
     assert ":pw@" not in str(info.value)
-
-
-def test_sentinel_url_parts() -> None:
-    """Users, passwords (percent-decoded), IPv6, default port, db and TLS from the URL."""
-    from remember_sync.stores._redis_connect import parse_sentinel_url
-
-    parsed = parse_sentinel_url("rediss+sentinel://app:p%40ss@[::1]:5000,s2/svc/3")
-    assert parsed.sentinels == [("::1", 5000), ("s2", 26379)]
-    assert (parsed.service_name, parsed.db, parsed.ssl) == ("svc", 3, True)
-    assert (parsed.username, parsed.password) == ("app", "p@ss")
-    plain = parse_sentinel_url("redis+sentinel://s1:1/svc")
-    assert (plain.db, plain.username, plain.password, plain.ssl) == (None, None, None, False)

@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from remember_sync import RememberPlugin
-from remember_sync._config import StoreSettings
-from remember_sync._ops.context import CLI_SOCKET_TIMEOUT, open_store
 from remember_sync.errors import RememberStoreError
 from remember_sync.stores.redis import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -32,6 +30,7 @@ from remember_sync.testing.redis_server import RedisServer
 from remember_sync.types import Identity
 from tests.conftest import TEST_SECRET
 from tests.fixtures_redis import redis_binary
+from tests.test_cli import child_env, run_cli
 
 IDENT = Identity(session_id="s-1", user_id="alice@example.com", tool_name="search:web")
 BOUND = 2.5  # the acceptance bound, seconds
@@ -186,11 +185,18 @@ def test_timeouts_are_configurable_and_the_cli_waits_longer(server: RedisServer)
         assert elapsed < 1.0
     finally:
         plugin.close()
-    cli_store = open_store(StoreSettings("redis", server.url))
+    # A command-line run is not a request: against the same server frozen, the CLI's
+    # ``get`` gives up only after its 5 s reply timeout (the library's default is 1 s).
+    get = ("get", "k", "--scope", "user", "--user", "alice", "--redis-url", server.url)
+    env = child_env(REMEMBER_SECRET=TEST_SECRET)
+    os.kill(server.process.pid, signal.SIGSTOP)
     try:
-        assert isinstance(cli_store, RedisStore)
-        kwargs = cli_store.client.connection_pool.connection_kwargs
-        assert kwargs["socket_timeout"] == CLI_SOCKET_TIMEOUT == 5.0
-        assert cli_store.get("missing") is None
+        started = time.monotonic()
+        done = run_cli(*get, env=env)
+        elapsed = time.monotonic() - started
     finally:
-        cli_store.close()
+        os.kill(server.process.pid, signal.SIGCONT)
+    assert done.returncode != 0 and "Redis GET failed: Timeout" in done.stderr, done.stderr
+    assert 5.0 <= elapsed < 30.0, f"took {elapsed:.2f} s"
+    thawed = run_cli(*get, env=env)  # answered: the key is missing, the server is fine
+    assert "no entry 'k'" in thawed.stderr, thawed.stderr

@@ -1,4 +1,5 @@
-"""How the Redis store reads a TLS failure from redis-py's exception chain (no server needed).
+"""How the Redis store reads a TLS failure from redis-py's exception chain, and how it parses
+a ``redis+sentinel://`` URL (no server needed).
 
 The real failures -- wrong CA, expired certificate, missing client certificate
 -- are produced against TLS servers in tests/test_redis_tls_acl.py; these pin
@@ -14,7 +15,7 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from remember_sync.errors import RememberConfigurationError, RememberStoreError
-from remember_sync.stores._redis_connect import connection_retry
+from remember_sync.stores._redis_connect import connection_retry, parse_sentinel_url
 from remember_sync.stores._redis_tls import CLIENT_CERT_HINT, sends_no_client_cert, tls_cause
 from remember_sync.stores.redis import _mapped
 
@@ -87,3 +88,19 @@ def test_sends_no_client_cert_reads_every_kind_of_client() -> None:
     assert sends_no_client_cert(redis.Redis(ssl=True))
     assert not sends_no_client_cert(redis.Redis(ssl=True, ssl_certfile="c.pem", ssl_keyfile="k"))
     assert sends_no_client_cert(redis.Redis.from_url("rediss://h:1/0"))
+
+
+def test_encoded_sentinel_passwords_decode() -> None:
+    """``%2F`` etc. in a redis+sentinel:// password decode to the characters they stand for."""
+    parsed = parse_sentinel_url("redis+sentinel://app:ab%2Fcd%3F%23%40SECRET@h:1/svc")
+    assert parsed.password == "ab/cd?#@SECRET"
+
+
+def test_sentinel_url_parts() -> None:
+    """Users, passwords (percent-decoded), IPv6, default port, db and TLS from the URL."""
+    parsed = parse_sentinel_url("rediss+sentinel://app:p%40ss@[::1]:5000,s2/svc/3")
+    assert parsed.sentinels == [("::1", 5000), ("s2", 26379)]
+    assert (parsed.service_name, parsed.db, parsed.ssl) == ("svc", 3, True)
+    assert (parsed.username, parsed.password) == ("app", "p@ss")
+    plain = parse_sentinel_url("redis+sentinel://s1:1/svc")
+    assert (plain.db, plain.username, plain.password, plain.ssl) == (None, None, None, False)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from remember_sync import RememberConfigurationError
-from remember_sync._secrets import load_or_create_secret_file
+from remember_sync import Identity, RememberConfigurationError, RememberPlugin
+from remember_sync.stores.memory import MemoryStore
 
 VALID = json.dumps({"secret": "v" * 43, "createdAt": 1_700_000_000_000, "version": 1})
 
@@ -29,16 +29,39 @@ _WORKER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from remember_sync._secrets import load_or_create_secret_file
+    from remember_sync import Identity, RememberPlugin
     path, ready, go = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     ready.touch()
     deadline = time.monotonic() + 60
     while not go.exists():  # spin: all workers leave the barrier within microseconds
         if time.monotonic() > deadline:
             sys.exit("never released")
-    print(load_or_create_secret_file(path))
+    plugin = RememberPlugin.init(encryption={"secret_file": str(path)}, skip_legacy_purge=True)
+    plugin.accessor(Identity(session_id="s")).set("k", "sealed")
+    print(plugin.store.get("remember:v2:session:s:k"))  # the envelope as stored
     """
 )
+
+
+def file_plugin(path: Path) -> RememberPlugin:
+    """A plugin whose secret is the development file at *path*."""
+    return RememberPlugin.init(encryption={"secret_file": str(path)}, skip_legacy_purge=True)
+
+
+def sealed(plugin: RememberPlugin) -> str:
+    """A session entry *plugin* writes, as its store holds it: sealed with its secret."""
+    plugin.accessor(Identity(session_id="s")).set("k", "sealed")
+    envelope = plugin.store.get("remember:v2:session:s:k")
+    assert envelope is not None
+    return envelope
+
+
+def opens_with(secret: str, envelope: str) -> bool:
+    """Whether a plugin holding only *secret* reads *envelope* (the worker's session entry)."""
+    with RememberPlugin.init(store=MemoryStore(), encryption={"secrets": [secret]},
+                             skip_legacy_purge=True) as plugin:  # fmt: skip
+        plugin.store.set("remember:v2:session:s:k", envelope)
+        return plugin.accessor(Identity(session_id="s")).get("k") == "sealed"
 
 
 def _wait_for(predicate: object, what: str, timeout: float = 60.0) -> None:
@@ -49,8 +72,9 @@ def _wait_for(predicate: object, what: str, timeout: float = 60.0) -> None:
         time.sleep(0.005)
 
 
-def _race(tmp: Path, workers: int, content: str | None) -> tuple[set[str], Path]:
-    """Start *workers* processes at a barrier, release them together, return their secrets."""
+def race(tmp: Path, workers: int, content: str | None) -> tuple[list[str], Path]:
+    """Start *workers* processes at a barrier, release them together, return the envelopes
+    each sealed with the secret it ended on."""
     path = tmp / ".frontmcp" / "remember-secret.json"
     if content is not None:
         path.parent.mkdir(mode=0o700, parents=True)
@@ -81,7 +105,7 @@ def _race(tmp: Path, workers: int, content: str | None) -> tuple[set[str], Path]
                 p.wait()
     for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err
-    return {out.strip() for out, _ in outputs}, path
+    return [out.strip() for out, _ in outputs], path
 
 
 #: Invalid only at its end (version 2) and large, so checking it takes each process tens
@@ -94,9 +118,10 @@ SLOW_INVALID = '{"secret": "' + "x" * 5_000_000 + '", "createdAt": 1, "version":
 def test_processes_repairing_an_invalid_file_together_agree(tmp_path: Path, content: str) -> None:
     """N processes released together on an invalid file: one secret, one file moved aside."""
     for round_ in range(3):
-        secrets, path = _race(tmp_path / f"round{round_}", 6, content)
-        assert len(secrets) == 1, f"round {round_}: processes ended on {len(secrets)} secrets"
-        assert json.loads(path.read_text())["secret"] == secrets.pop()
+        envelopes, path = race(tmp_path / f"round{round_}", 6, content)
+        secret = json.loads(path.read_text())["secret"]
+        opened = [opens_with(secret, envelope) for envelope in envelopes]
+        assert all(opened), f"round {round_}: {opened.count(False)} processes used another secret"
         aside = sorted(path.parent.glob("remember-secret.json.invalid-*"))
         assert len(aside) == 1 and aside[0].read_text() == content
         assert sorted(p.name for p in path.parent.iterdir()) == sorted(
@@ -106,9 +131,9 @@ def test_processes_repairing_an_invalid_file_together_agree(tmp_path: Path, cont
 
 def test_processes_creating_the_file_together_agree(tmp_path: Path) -> None:
     """N processes released together in an empty directory: one 0600 file, one secret."""
-    secrets, path = _race(tmp_path, 6, None)
-    assert len(secrets) == 1
-    assert json.loads(path.read_text())["secret"] == secrets.pop()
+    envelopes, path = race(tmp_path, 6, None)
+    secret = json.loads(path.read_text())["secret"]
+    assert len(envelopes) == 6 and all(opens_with(secret, envelope) for envelope in envelopes)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert list(path.parent.iterdir()) == [path]
 
@@ -120,7 +145,7 @@ def test_file_others_can_read_is_refused(tmp_path: Path, mode: int) -> None:
     path.write_text(VALID)
     path.chmod(mode)
     with pytest.raises(RememberConfigurationError) as caught:
-        load_or_create_secret_file(path)
+        file_plugin(path)
     assert f"chmod 600 {path}" in caught.value.message
     assert f"{mode:04o}" in caught.value.message
     assert path.read_text() == VALID and stat.S_IMODE(path.stat().st_mode) == mode
@@ -137,7 +162,7 @@ def test_symlinked_file_is_refused(tmp_path: Path) -> None:
     link = directory / "remember-secret.json"
     link.symlink_to(target)
     with pytest.raises(RememberConfigurationError, match="symlink") as caught:
-        load_or_create_secret_file(link)
+        file_plugin(link)
     assert str(link) in caught.value.message
     assert link.is_symlink() and target.read_text() == VALID
 
@@ -150,7 +175,7 @@ def test_dangling_symlink_is_not_created_through(tmp_path: Path) -> None:
     link = directory / "remember-secret.json"
     link.symlink_to(target)
     with pytest.raises(RememberConfigurationError, match="symlink"):
-        load_or_create_secret_file(link)
+        file_plugin(link)
     assert not target.exists()
 
 
@@ -161,7 +186,7 @@ def test_symlinked_directory_is_refused(tmp_path: Path) -> None:
     (tmp_path / ".frontmcp").symlink_to(real)
     path = tmp_path / ".frontmcp" / "remember-secret.json"
     with pytest.raises(RememberConfigurationError, match="symlink") as caught:
-        load_or_create_secret_file(path)
+        file_plugin(path)
     assert str(tmp_path / ".frontmcp") in caught.value.message
     assert list(real.iterdir()) == []
 
@@ -172,7 +197,7 @@ def test_directory_others_can_write_is_refused(tmp_path: Path) -> None:
     directory.mkdir()
     directory.chmod(0o777)
     with pytest.raises(RememberConfigurationError, match="chmod 700"):
-        load_or_create_secret_file(directory / "remember-secret.json")
+        file_plugin(directory / "remember-secret.json")
     assert list(directory.iterdir()) == []
 
 
@@ -192,7 +217,7 @@ def test_file_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     path.chmod(0o600)
     os.chown(path, 65534, 65534)
     with pytest.raises(RememberConfigurationError, match="belongs to another user") as caught:
-        load_or_create_secret_file(path)
+        file_plugin(path)
     assert "chown" in caught.value.message and str(path) in caught.value.message
     assert path.read_text() == VALID and list(directory.iterdir()) == [path]
 
@@ -204,7 +229,7 @@ def test_directory_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     directory.mkdir(mode=0o700)
     os.chown(directory, 65534, 65534)
     with pytest.raises(RememberConfigurationError, match="belongs to another user"):
-        load_or_create_secret_file(directory / "remember-secret.json")
+        file_plugin(directory / "remember-secret.json")
     assert list(directory.iterdir()) == []
 
 
@@ -218,6 +243,7 @@ def test_file_created_in_the_future_keeps_its_secret(
     secret = "f" * 43
     path.write_text(json.dumps({"secret": secret, "createdAt": future, "version": 1}))
     path.chmod(0o600)
-    assert load_or_create_secret_file(path) == secret
+    with file_plugin(path) as plugin:
+        assert opens_with(secret, sealed(plugin))
     assert list(tmp_path.iterdir()) == [path]
     assert any("in the future" in r.getMessage() for r in caplog.records)

@@ -13,12 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from remember_sync import RememberConfigurationError, RememberPlugin
-from remember_sync._secrets import (
-    generate_secret,
-    load_or_create_secret_file,
-    resolve_keyring,
-)
+from remember_sync import RememberConfigurationError, RememberPlugin, generate_secret
+from tests.test_secret_file_attacks import file_plugin, opens_with, race, sealed
 
 
 @pytest.mark.parametrize(
@@ -37,23 +33,24 @@ from remember_sync._secrets import (
 )
 def test_environment_precedence(env: dict[str, str], source: str, tmp_path: Path) -> None:
     """REMEMBER_SECRET > MCP_MEMORY_SECRET > MCP_SESSION_SECRET; empty counts as unset."""
-    keyring = resolve_keyring(environ=env, secret_file=tmp_path / "never.json")
-    assert keyring.source == source
+    with RememberPlugin.init(environ=env, encryption={"secret_file": str(tmp_path / "never.json")},
+                             skip_legacy_purge=True) as plugin:  # fmt: skip
+        assert plugin.keyring is not None and plugin.keyring.source == source
     assert not (tmp_path / "never.json").exists()
 
 
 def test_explicit_secrets_beat_environment(tmp_path: Path) -> None:
     """encryption.secrets wins over the environment."""
-    keyring = resolve_keyring(secrets=["x" * 32], environ={"REMEMBER_SECRET": "env"})
-    assert keyring.source == "explicit:secrets"
+    with RememberPlugin.init(encryption={"secrets": ["x" * 32]}, environ={"REMEMBER_SECRET": "env"},
+                             skip_legacy_purge=True) as plugin:  # fmt: skip
+        assert plugin.keyring is not None and plugin.keyring.source == "explicit:secrets"
 
 
 def test_secret_never_in_repr() -> None:
     """Keyring and plugin reprs never show the secret."""
     secret = "super-secret-value-0123456789abcd"
-    keyring = resolve_keyring(secrets=[secret])
     plugin = RememberPlugin.init(encryption={"secrets": [secret]}, skip_legacy_purge=True)
-    assert secret not in repr(keyring)
+    assert secret not in repr(plugin.keyring)
     assert secret not in repr(plugin)
     assert secret not in repr(plugin.remember)
     plugin.close()
@@ -78,13 +75,18 @@ def test_bad_secret_options(encryption: dict[str, object]) -> None:
 def test_dev_file_created_with_modes_and_format(tmp_path: Path) -> None:
     """The development file: dir 0700, file 0600, reference JSON format, reused next time."""
     path = tmp_path / ".frontmcp" / "remember-secret.json"
-    secret = load_or_create_secret_file(path)
+    with file_plugin(path) as plugin:
+        envelope = sealed(plugin)
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    data = json.loads(path.read_text())
-    assert data["secret"] == secret and len(secret) == 43 and data["version"] == 1
+    written = path.read_text()
+    data = json.loads(written)
+    secret = data["secret"]
+    assert opens_with(secret, envelope) and len(secret) == 43 and data["version"] == 1
     assert isinstance(data["createdAt"], int)
-    assert load_or_create_secret_file(path) == secret
+    with file_plugin(path) as again:
+        assert opens_with(secret, sealed(again))
+    assert path.read_text() == written
     assert list(path.parent.iterdir()) == [path]  # no temporary files left behind
 
 
@@ -115,7 +117,7 @@ def test_relative_secret_file_is_named_absolute(
     """A relative encryption.secret_file is created, and named in the warning, by absolute path."""
     monkeypatch.chdir(tmp_path)
     with caplog.at_level(logging.WARNING, logger="remember_sync"):
-        load_or_create_secret_file(Path("sub/secret.json"))
+        file_plugin(Path("sub/secret.json")).close()
     assert str(tmp_path / "sub" / "secret.json") in caplog.records[0].getMessage()
 
 
@@ -135,8 +137,8 @@ def test_require_secret_refuses_without_a_secret(tmp_path: Path) -> None:
     assert "require_secret" in caught.value.message
     assert not (tmp_path / ".frontmcp").exists()
     # An existing, valid development file is not read either.
-    secret = load_or_create_secret_file(tmp_path / ".frontmcp" / "remember-secret.json")
-    assert secret
+    file_plugin(tmp_path / ".frontmcp" / "remember-secret.json").close()
+    assert (tmp_path / ".frontmcp" / "remember-secret.json").is_file()
     with pytest.raises(RememberConfigurationError):
         _no_secret_init(tmp_path, require_secret=True)
 
@@ -222,7 +224,9 @@ def test_reads_reference_dev_file(tmp_path: Path) -> None:
     path = tmp_path / "remember-secret.json"
     path.write_text(vector["secretFileContents"])
     path.chmod(0o600)
-    assert load_or_create_secret_file(path) == vector["secret"]
+    with file_plugin(path) as plugin:
+        assert opens_with(vector["secret"], sealed(plugin))
+    assert path.read_text() == vector["secretFileContents"]
 
 
 @pytest.mark.parametrize(
@@ -243,11 +247,11 @@ def test_invalid_file_renamed_aside_with_warning(
     path = tmp_path / "remember-secret.json"
     path.write_text(content)
     path.chmod(0o600)
-    with caplog.at_level(logging.WARNING, logger="remember_sync"):
-        secret = load_or_create_secret_file(path)
+    with caplog.at_level(logging.WARNING, logger="remember_sync"), file_plugin(path) as plugin:
+        envelope = sealed(plugin)
     aside = list(tmp_path.glob("remember-secret.json.invalid-*"))
     assert len(aside) == 1 and aside[0].read_text() == content
-    assert json.loads(path.read_text())["secret"] == secret
+    assert opens_with(json.loads(path.read_text())["secret"], envelope)
     assert any("invalid" in r.getMessage() for r in caplog.records)
 
 
@@ -256,41 +260,16 @@ def test_unreadable_file_is_an_error_not_a_new_secret(tmp_path: Path) -> None:
     path = tmp_path / "remember-secret.json"
     path.mkdir()  # reading a directory fails with an OSError other than "missing"
     with pytest.raises(RememberConfigurationError, match="could not read"):
-        load_or_create_secret_file(path)
-
-
-_RACE = textwrap.dedent(
-    """
-    import sys, time
-    from pathlib import Path
-    from remember_sync._secrets import load_or_create_secret_file
-    start = float(sys.argv[2])
-    while time.time() < start:
-        pass
-    print(load_or_create_secret_file(Path(sys.argv[1])))
-    """
-)
+        file_plugin(path)
+    assert path.is_dir() and list(path.iterdir()) == []
 
 
 def test_two_processes_race_to_one_secret(tmp_path: Path) -> None:
-    """Two processes starting together in an empty directory end with one identical 0600 file."""
-    import time
-
+    """Processes starting together in an empty directory end with one identical 0600 file."""
     for attempt in range(3):
-        path = tmp_path / f"run{attempt}" / ".frontmcp" / "remember-secret.json"
-        start = str(time.time() + 1.0)
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", _RACE, str(path), start],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(4)
-        ]
-        outputs = {p.communicate(timeout=60)[0].strip() for p in procs}
-        assert all(p.returncode == 0 for p in procs)
-        assert len(outputs) == 1
-        assert json.loads(path.read_text())["secret"] == outputs.pop()
+        envelopes, path = race(tmp_path / f"run{attempt}", 4, None)
+        secret = json.loads(path.read_text())["secret"]
+        assert len(envelopes) == 4 and all(opens_with(secret, e) for e in envelopes)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert list(path.parent.iterdir()) == [path]
 

@@ -41,7 +41,6 @@ from typing import Any
 import pytest
 
 from remember_sync import Identity, RememberPlugin, identity
-from remember_sync._sessions import SessionSigner
 from remember_sync.errors import (
     RememberConfigurationError,
     RememberDecryptionError,
@@ -269,7 +268,7 @@ def test_no_secret_appears_anywhere_in_a_full_run(
         ("core", plugin._core),
         ("codec", plugin._core.codec),
         ("stats", plugin.stats()),
-        ("signer", SessionSigner(plugin.keyring)),  # type: ignore[arg-type]
+        ("signer", McpServer(plugin).session_signer),
         ("identity", ident),
         ("redis client", store.client),
     ]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import signal
 import stat
@@ -25,7 +26,6 @@ import requests
 
 from remember_sync import RememberConfigurationError
 from remember_sync.cli import main as cli_main
-from remember_sync.mcp._banner import INSPECTOR, MCP_REMOTE, Access, access_lines, client_lines
 from remember_sync.mcp.auth import (
     check_local_user,
     default_token_file,
@@ -34,7 +34,8 @@ from remember_sync.mcp.auth import (
 from tests.conftest import TEST_SECRET
 from tests.mcp_client import connect, error_code, run, structured
 from tests.mcp_wire import INIT
-from tests.served import REPO, START_TIMEOUT, serving
+from tests.served import REPO, START_TIMEOUT, serving, write_tokens
+from tests.served import serve as start_serve
 from tests.test_mcp_server import MODERN
 
 ACCEPT = {"Accept": "application/json, text/event-stream"}
@@ -237,55 +238,60 @@ def test_serve_refuses_a_bad_token_file(tmp_path: Path, case: str) -> None:
 
 # -- the banner -----------------------------------------------------------------------------------
 
-TOKEN = "T" * 43
+#: The client packages the banner's commands pin: the versions the client tests install.
+PINNED = json.loads((REPO / "tests" / "package.json").read_text())["dependencies"]
+MCP_REMOTE = f"mcp-remote@{PINNED['mcp-remote']}"
+INSPECTOR = f"@modelcontextprotocol/inspector@{PINNED['@modelcontextprotocol/inspector']}"
+
+
+def banner(tmp_path: Path, *args: str) -> str:
+    """Everything ``serve --port 0 ARGS`` prints until it is ready (its output a pipe), after
+    which it is stopped (exit 0)."""
+    served = start_serve(tmp_path, *args, env=home_env(tmp_path))
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while "Press Ctrl-C to stop." not in served.output and served.proc.poll() is None:
+            assert time.monotonic() < deadline, served.output
+            time.sleep(0.05)
+        assert "Press Ctrl-C to stop." in served.output, served.output
+    finally:
+        code = served.stop()
+    assert code == 0, served.output
+    return served.output
 
 
 def test_banner_shows_the_token_only_on_a_terminal(tmp_path: Path) -> None:
-    """Client configs carry the token on a TTY; otherwise placeholders naming its file."""
-    file = tmp_path / "serve-token"
-    access = Access("token", user="alice", token_file=file, token=TOKEN)
-    url = "http://127.0.0.1:9/mcp"
-    shown = "\n".join(client_lines(access, url, show_token=True))
-    hidden = "\n".join(client_lines(access, url, show_token=False))
-    assert TOKEN in shown and TOKEN not in hidden
-    assert f"$(cat {file})" in hidden and f"<the token in {file}>" in hidden
-    assert TOKEN not in repr(access)
-    desktop = json.loads(client_lines(access, url, show_token=True)[1])
-    assert desktop == {
-        "mcpServers": {
-            "remember": {
-                "command": "npx",
-                "args": ["-y", MCP_REMOTE, url, "--header", "Authorization:${REMEMBER_TOKEN}"],
-                "env": {"REMEMBER_TOKEN": f"Bearer {TOKEN}"},
-            }
-        }
-    }
-    assert (
-        f"npx -y {INSPECTOR} --cli {url} --transport http "
-        f'--header "Authorization: Bearer {TOKEN}" --method tools/list'
-    ) in shown
+    """Its output a pipe, serve's client configs carry placeholders naming the token's file,
+    never the token (on a terminal: the next test)."""
+    text = banner(tmp_path, "--user", "alice")
+    path = token_path(tmp_path)
+    token = path.read_text().strip()
+    assert token not in text
+    assert f"$(cat {path})" in text and f"<the token in {path}>" in text
 
 
-def test_banner_per_mode() -> None:
+def test_banner_per_mode(tmp_path: Path) -> None:
     """Each mode says who callers are and what the allowed scopes mean; no header when none."""
-    scopes = ["session", "user", "tool"]
-    no_token = Access("no-token", user="alice")
-    text = "\n".join(access_lines(no_token, scopes))
+    text = banner(tmp_path, "--no-token", "--user", "alice")
     assert "--no-token" in text and "every process" in text
     assert "scope user: the local user 'alice', across all sessions" in text
     assert "for stateless (2026-07-28) clients, the local user 'alice'" in text
     assert "global" not in text
-    clients = "\n".join(client_lines(no_token, "http://[::1]:9/mcp", show_token=True))
-    # No header; and mcp-remote needs --allow-http for plain http beyond 127.0.0.1/localhost.
-    assert "Authorization" not in clients and "--allow-http" in clients
-    anonymous = "\n".join(access_lines(Access("anonymous"), [*scopes, "global"]))
+    assert "Authorization" not in text
+    # mcp-remote needs --allow-http for plain http beyond 127.0.0.1/localhost.
+    assert "--allow-http" not in text
+    beyond = banner(tmp_path, "--no-token", "--user", "alice", "--host", "::1")
+    assert "http://[::1]:" in beyond and "--allow-http" in beyond
+    assert "Authorization" not in beyond
+    anonymous = banner(tmp_path, "--allow-anonymous",
+                       "--allowed-scopes", "session,user,tool,global")  # fmt: skip
     assert "scope user: refused (REMEMBER_IDENTITY_REQUIRED)" in anonymous
     assert "scope global: shared by every caller" in anonymous
-    tokens = Access("auth-tokens", auth_tokens_file="/etc/tokens", principals=2)
-    assert "each caller is its token's principal" in "\n".join(access_lines(tokens, scopes))
-    assert "<your token from /etc/tokens>" in "\n".join(
-        client_lines(tokens, "https://mcp.example/mcp", show_token=True)
-    )
+    tokens = write_tokens(tmp_path / "tokens", {"a" * 43: "ann", "b" * 43: "bob"})
+    by_token = banner(tmp_path, "--auth-tokens", str(tokens))
+    assert "each caller is its token's principal" in by_token
+    assert f"<your token from {tokens}>" in by_token
+    assert "a" * 43 not in by_token and "b" * 43 not in by_token
 
 
 def test_banner_on_a_real_terminal_shows_the_token(tmp_path: Path) -> None:
@@ -320,6 +326,21 @@ def test_banner_on_a_real_terminal_shows_the_token(tmp_path: Path) -> None:
     assert "Press Ctrl-C to stop." in text, text + err
     assert f'"REMEMBER_TOKEN": "Bearer {token}"' in text
     assert token not in err
+    url = re.findall(r"listening on (http://127\.0\.0\.1:\d+/mcp)", text)[0]
+    desktop = [line.strip() for line in text.splitlines() if '{"mcpServers"' in line]
+    assert [json.loads(line) for line in desktop] == [{
+        "mcpServers": {
+            "remember": {
+                "command": "npx",
+                "args": ["-y", MCP_REMOTE, url, "--header", "Authorization:${REMEMBER_TOKEN}"],
+                "env": {"REMEMBER_TOKEN": f"Bearer {token}"},
+            }
+        }
+    }]
+    assert (
+        f"npx -y {INSPECTOR} --cli {url} --transport http "
+        f'--header "Authorization: Bearer {token}" --method tools/list'
+    ) in text
 
 
 # -- real servers and the official client ---------------------------------------------------------

@@ -36,7 +36,6 @@ from remember_sync.errors import (
     RememberInputError,
     RememberStoreError,
 )
-from remember_sync.stores._redis_connect import NoPrimaryFound
 from remember_sync.stores.base import Store
 from remember_sync.stores.redis import EXCEPTION_MAP, RedisStore
 from remember_sync.testing.redis_server import RedisCluster, RedisServer, find_redis_server
@@ -969,8 +968,8 @@ class _Raising(redis.Redis):
 def _example(cls: type[BaseException]) -> BaseException:
     if issubclass(cls, redis.exceptions.AskError):
         return cls("3999 127.0.0.1:6381")  # the reply redis-py parses
-    if cls is NoPrimaryFound:
-        return NoPrimaryFound("No master found for 'mymaster': sentinel x failed")
+    if issubclass(cls, redis.sentinel.MasterNotFoundError):  # the store's "no primary" error
+        return cls("No master found for 'mymaster': sentinel x failed")
     return cls("boom")
 
 

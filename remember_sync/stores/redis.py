@@ -45,7 +45,7 @@ from ..errors import (
 )
 from . import _index_lua as index_lua
 from . import _quota_lua as quota_lua
-from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST
+from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, ManifestCommit
 from ._owned_redis import OwnedRedisWrites
 from ._redis_cas import key_slot, new_token, slot_tag
 from ._redis_connect import (
@@ -203,10 +203,6 @@ def _translate(operation: str, no_client_cert: bool = False) -> Iterator[None]:
 # The one rule for bytes (base.to_bytes, base.to_text) round-trips keys that are not
 # valid UTF-8 (written by someone else) exactly, so scan -> delete can address them.
 _b = to_bytes
-
-
-def _px(ttl_ms: int | None) -> bytes:
-    return b"" if ttl_ms is None else str(ttl_ms).encode()
 
 
 def _s(raw: bytes | str) -> str:
@@ -741,30 +737,18 @@ class RedisStore(OwnedRedisWrites):
 
     # -- verified mode's atomic commit (see remember_sync._integrity) -------------------
 
-    def commit_manifest(
-        self,
-        manifest_key: str,
-        expected: str | None,
-        manifest: str,
-        manifest_ttl_ms: int | None,
-        writes: Sequence[tuple[str, str | None, int | None]],
-    ) -> str | None:
-        """Write *writes* and *manifest* in one script if the manifest is still *expected*.
+    def commit_manifest(self, commit: ManifestCommit) -> str | None:
+        """Write *commit*'s entries and manifest in one script if the stored manifest is
+        still the one it expects.
 
-        *expected* is the token of the stored manifest the caller computed
-        from (``None`` when there was none).  *writes* are ``(key, value or None
-        to delete, PX ms or None)``.  Returns ``None`` when written, else the
-        manifest the store holds (``""`` for
-        none), having written nothing.  Standalone and Sentinel only: on a
+        Returns ``None`` when written, else the manifest the store holds (``""``
+        for none), having written nothing.  Standalone and Sentinel only: on a
         cluster the keys lie in different hash slots.
         """
         if self._cluster:
             raise RememberConfigurationError("commit_manifest needs one server, not a cluster")
-        keys = [_b(manifest_key)]
-        args = [_b(expected or ""), _b(manifest), _px(manifest_ttl_ms)]
-        for key, value, ttl_ms in writes:
-            keys.append(_b(key))
-            args += [_b(value or ""), _px(ttl_ms)]
+        names, values = commit.script_input()
+        keys, args = [_b(k) for k in names], [_b(v) for v in values]
         script = self._scripts["COMMIT_MANIFEST"]
         command = ["EVALSHA", script.sha, len(keys), *keys, *args]
         run: Any = (

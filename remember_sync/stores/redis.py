@@ -209,15 +209,20 @@ def _s(raw: bytes | str) -> str:
     return raw if isinstance(raw, str) else to_text(raw)
 
 
-def _decoded(pairs: list[tuple[bytes | str, bytes | str]]) -> list[tuple[str, str]]:
-    """A page of ``(key, value)`` replies as text (bytes, or str from a decoding client)."""
+def _decoded(pairs: Sequence[tuple[bytes | str, bytes | str | None]]) -> list[tuple[str, str]]:
+    """A page of ``(key, value)`` replies as text, without the keys that have no value.
+
+    Replies are bytes, or str from a decoding client; a listed key whose entry is
+    gone by the time its value is read has none.
+    """
+    live = [(k, v) for k, v in pairs if v is not None]
     try:
         return [
             (k.decode("utf-8", TEXT_ERRORS), v.decode("utf-8", TEXT_ERRORS))  # type: ignore[union-attr]
-            for k, v in pairs
+            for k, v in live
         ]
     except AttributeError:  # a client built with decode_responses=True
-        return [(_s(k), _s(v)) for k, v in pairs]
+        return [(_s(k), _s(v)) for k, v in live]
 
 
 def _matching(members: list[Any], pattern: bytes) -> list[tuple[Any, str]]:
@@ -1086,9 +1091,9 @@ class RedisStore(OwnedRedisWrites):
                 gone = [m for m in fresh if known[m] is None]
                 if gone:
                     self._scripts["PRUNE_MISSING"](keys=[index], args=gone, client=self._client)
-            pairs = [(m, known[m]) for m in fresh if known[m] is not None]
-            if pairs:
-                yield _decoded(pairs)
+            page = _decoded([(m, known[m]) for m in fresh])
+            if page:
+                yield page
             cursor = int(after)
             if cursor == 0:
                 return
@@ -1115,9 +1120,9 @@ class RedisStore(OwnedRedisWrites):
                     self._scripts["INDEX_PRUNE"](
                         keys=[index], args=[grace, *gone], client=self._client
                     )
-            pairs = [(m, v) for (m, _), v in zip(fresh, values, strict=True) if v is not None]
-            if pairs:
-                yield _decoded(pairs)
+            page = _decoded([(m, v) for (m, _), v in zip(fresh, values, strict=True)])
+            if page:
+                yield page
             if int(cursor) == 0:
                 return
 
@@ -1309,9 +1314,9 @@ class RedisStore(OwnedRedisWrites):
                     seen |= keys
                 else:
                     pairs = self._page_values(node, page, seen, guess, values)
-                found = [(k, v) for k, v in pairs if v is not None]
-                if found:
-                    yield _decoded(found)
+                page = _decoded(pairs)
+                if page:
+                    yield page
                 cursor = int(after)
                 if cursor == 0:
                     break

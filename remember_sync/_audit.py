@@ -397,25 +397,12 @@ class AuditTrail:
     # -- recording ----------------------------------------------------------------------
 
     def record(
-        self,
-        op: str,
-        ident: Identity | None,
-        scope: object,
-        key: object = None,
-        *,
-        brand: object = None,
-        ttl: object = None,
-        outcome: str = "ok",
+        self, op: str, ident: Identity | None, scope: object, *, outcome: str,
         count: int | None = None,
-        ref: str | None = None,
     ) -> None:
-        """Buffer one event (the way :class:`Recorder` does, for operations outside an accessor)."""
-        if ident is None:
-            try:
-                ident = current_identity()
-            except RememberError:
-                ident = Identity()
-        self.push((self.clock(), op, scope, key, ident, brand, ttl, outcome, count, ref))
+        """Record one event now, for an operation outside an accessor (as a :class:`Recorder`)."""
+        with Recorder(self, op, ident, scope, None, None, None) as recorder:
+            recorder.outcome, recorder.count = outcome, count
 
     def push(self, event: _Pending) -> None:
         """Buffer *event*; append the buffer when it holds ``batch`` events.

@@ -57,6 +57,7 @@ from .errors import (
     RememberDecryptionError,
     RememberIntegrityError,
 )
+from .stores._manifest_lua import ManifestCommit
 from .stores.base import Store
 from .types import Namespace
 
@@ -649,7 +650,8 @@ class Verifier:
                       in wanted.items()]
             if self._atomic:
                 current = self.store.commit_manifest(  # type: ignore[attr-defined]
-                    mkey, token(raw), final_raw, self._ttl(final.deadline, now), writes
+                    ManifestCommit(mkey, token(raw), final_raw, self._ttl(final.deadline, now),
+                                   writes)
                 )
                 if current is None:
                     self._committed(mkey, final_raw, final)

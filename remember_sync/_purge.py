@@ -160,11 +160,15 @@ class PurgeResult:
         return not (self.failed_batches or self.failed_listings or self.stopped)
 
 
+def _entries(count: int) -> str:
+    """*count* and the noun in its number: ``"1 entry"``, ``"2 entries"``."""
+    return f"{count} entry" if count == 1 else f"{count} entries"
+
+
 def purged_message(count: int) -> str:
     """The exact warning logged after a sweep that deleted *count* > 0 entries (SPEC section 7)."""
-    noun = "entry" if count == 1 else "entries"
     return (
-        f"remember: purged {count} {noun} left unreadable by the session/tool key-derivation "
+        f"remember: purged {_entries(count)} left unreadable by the session/tool key-derivation "
         "change and the namespace encoding. This is a one-time upgrade step; set "
         "skip_legacy_purge to handle the migration yourself."
     )
@@ -559,6 +563,12 @@ def nested_prefix_message(prefix: str, segment: str) -> str:
 # -- the sweep -----------------------------------------------------------------------------
 
 
+def _check_whole(name: str, value: object, minimum: int) -> None:
+    """Refuse *value* unless it is an int of at least *minimum* (``bool`` is not)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise RememberConfigurationError(f"{name} must be an int >= {minimum}; got {value!r}")
+
+
 def _never() -> bool:
     return False
 
@@ -603,8 +613,7 @@ def sweep_legacy(
         deployment's layout (:func:`nested_prefix`).
     """
     _refuse_prefix(prefix)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise RememberConfigurationError(f"batch must be a positive int; got {batch!r}")
+    _check_whole("batch", batch, 1)
     stop = should_stop or _never
     found = deleted = kept = failed_batches = failed_listings = 0
     stopped = False
@@ -788,12 +797,8 @@ class LegacyPurge:
         kids: Sequence[str] | None = None,
         on_swept: Callable[[PurgeResult], None] | None = None,
     ) -> None:
-        if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
-            raise RememberConfigurationError(
-                f"legacy_purge_delay_ms must be an int >= 0; got {delay_ms!r}"
-            )
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise RememberConfigurationError(f"batch must be a positive int; got {batch!r}")
+        _check_whole("legacy_purge_delay_ms", delay_ms, 0)
+        _check_whole("batch", batch, 1)
         #: Called with the result of each sweep (the plugin records it in its audit trail).
         self.on_swept = on_swept
         self.store = store
@@ -1158,8 +1163,7 @@ def reindex_store(
         raise RememberConfigurationError(
             f"{type(store).__name__} keeps no listing index: nothing to reindex"
         )
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise RememberConfigurationError(f"batch must be a positive int; got {batch!r}")
+    _check_whole("batch", batch, 1)
     began = time.perf_counter()
     store.use_index(functools.partial(index_key_of, prefix))
     found = store.scan(glob_escape(prefix) + "*")
@@ -1237,9 +1241,8 @@ def count_doubled_keys(
 
 def doubled_prefix_message(count: int) -> str:
     """The WARNING for *count* doubled-prefix keys a plugin does not read."""
-    entries = "entry" if count == 1 else "entries"
     return (
-        f"remember: the store holds {count} {entries} in 1.8.0's doubled-prefix layout "
+        f"remember: the store holds {_entries(count)} in 1.8.0's doubled-prefix layout "
         "(P+P+'v2:...') that this plugin does not read: they are invisible to every read, "
         "list and reindex. If they are this application's, set read_doubled_prefix=True "
         "(the CLI: --read-doubled-prefix), and run `remember-sync rotate "

@@ -146,11 +146,7 @@ def check_private_mode(
 
 
 def check_owner(
-    info: os.stat_result,
-    path: str | os.PathLike[str],
-    what: str,
-    *,
-    instead: str | None = _SECRET_INSTEAD,
+    info: os.stat_result, path: str | os.PathLike[str], what: str, *, instead: str | None
 ) -> None:
     """Refuse a credentials file or directory owned by another user (root excepted).
 

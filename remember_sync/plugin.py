@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal, NoReturn
 
-from . import _metrics
+from . import _metrics, _options
 from ._audit import AuditTrail, audit_settings
 from ._clock import Clock, system_clock
 from ._codec import EntryCodec
@@ -32,15 +32,6 @@ from ._crypto import Keyring
 from ._erasure import check_receipt, erase
 from ._integrity import INTEGRITY_MODES, Verifier, in_process, witness_from
 from ._keys import storage_namespace
-from ._options import (
-    AuditOptions,
-    EncryptionOptions,
-    QuotaOptions,
-    RedisConfig,
-    SearchOptions,
-    StoreType,
-    ToolsOptions,
-)
 from ._purge import DoubledPrefixCheck, IndexBackfill, KeyIdCheck, LegacyPurge
 from ._quota import Owners, check_quota
 from ._search import build_settings
@@ -60,9 +51,9 @@ log = logging.getLogger("remember_sync")
 
 STORE_TYPES = ("memory", "redis", "redis-client", "vercel-kv", "global-store")
 
-_ENCRYPTION_OPTIONS = EncryptionOptions.__optional_keys__
-_TOOLS_OPTIONS = ToolsOptions.__optional_keys__
-_REDIS_CONFIG = RedisConfig.__optional_keys__
+_ENCRYPTION_OPTIONS = _options.EncryptionOptions.__optional_keys__
+_TOOLS_OPTIONS = _options.ToolsOptions.__optional_keys__
+_REDIS_CONFIG = _options.RedisConfig.__optional_keys__
 #: Redis config keys a ``url`` replaces (the URL says where and whether TLS).
 _REDIS_URL_CLASH = frozenset({"host", "port", "ssl", "sentinels", "service_name"})
 
@@ -139,16 +130,16 @@ class RememberPlugin:
     def init(  # noqa: PLR0913 - the configuration is keyword arguments (STYLE.md rule 15)
         cls,
         *,
-        type: StoreType | None = None,  # noqa: A002 - the reference's option name
-        config: RedisConfig | None = None,
+        type: _options.StoreType | None = None,  # noqa: A002 - the reference's option name
+        config: _options.RedisConfig | None = None,
         client: Any = None,
         url: str | None = None,
         token: str | None = None,
         store: Store | None = None,
         key_prefix: str = "remember:",
         default_ttl: int = 0,
-        encryption: EncryptionOptions | None = None,
-        tools: ToolsOptions | None = None,
+        encryption: _options.EncryptionOptions | None = None,
+        tools: _options.ToolsOptions | None = None,
         legacy_purge_delay_ms: int = 86_400_000,
         skip_legacy_purge: bool = False,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
@@ -160,12 +151,12 @@ class RememberPlugin:
         background_reindex: bool = True,
         integrity: Literal["default", "verified"] | None = None,
         witness: object = None,
-        search: SearchOptions | None = None,
+        search: _options.SearchOptions | None = None,
         metrics: bool | None = None,
-        quota: QuotaOptions | None = None,
+        quota: _options.QuotaOptions | None = None,
         clock: Clock | None = None,
         environ: Mapping[str, str] | None = None,
-        audit: bool | AuditOptions | None = None,
+        audit: bool | _options.AuditOptions | None = None,
         keystore: str | os.PathLike[str] | Store | None = None,
         **unknown: NoReturn,
     ) -> RememberPlugin:

@@ -23,7 +23,7 @@ from .._search import (
     stored_vector,
 )
 from ..errors import RememberConfigurationError, RememberDecryptionError
-from .walk import Item, walk_entries
+from .walk import Item, Report, walk_entries
 
 __all__ = ["EmbedResult", "embed_entries", "embedder_settings"]
 
@@ -32,7 +32,7 @@ _FIELDS = frozenset({"value", "brand", "createdAt", "updatedAt", "expiresAt", "m
 
 
 @dataclass
-class EmbedResult:
+class EmbedResult(Report):
     """What ``reindex --embeddings`` did (counts, and up to 1000 keys of each problem)."""
 
     examined: int = 0
@@ -43,9 +43,6 @@ class EmbedResult:
     contended: int = 0
     unreadable_keys: list[str] = field(default_factory=list)
     contended_keys: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def embedder_settings(spec: str, model: str | None = None) -> SearchSettings:
@@ -76,11 +73,10 @@ def embed_entries(
             continue
         result.examined += 1
         outcome = _embed_one(core, settings, item, dry_run)
-        setattr(result, outcome, getattr(result, outcome) + 1)
         if outcome in ("unreadable", "contended"):
-            listed = getattr(result, f"{outcome}_keys")
-            if len(listed) < 1000:
-                listed.append(item.key)
+            result.note(outcome, item.key)
+        else:
+            setattr(result, outcome, getattr(result, outcome) + 1)
     return result
 
 

@@ -10,18 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import RememberConfigurationError, RememberError
-from ._common import (
-    EXIT_FAIL,
-    EXIT_OK,
-    PROG,
-    _listed,
-    _opened,
-    _print_json,
-    _progress_stream,
-    _redact,
-    _report_keys,
-    _stderr,
-)
+from . import _common
 from ._parser import Commands, _non_negative_int
 
 if TYPE_CHECKING:
@@ -109,7 +98,7 @@ def _cmd_secret_generate(args: argparse.Namespace) -> int:
     from .._secrets import generate_secret
 
     sys.stdout.write(generate_secret() + "\n")
-    return EXIT_OK
+    return _common.EXIT_OK
 
 
 def _counts(mapping: dict[str, int]) -> str:
@@ -119,18 +108,19 @@ def _counts(mapping: dict[str, int]) -> str:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from .._ops.inspect import collect_stats
 
-    with _opened(args) as opened:
+    with _common._opened(args) as opened:
         core = opened.core
         stats = collect_stats(
             core.store, core.prefix, core.codec, now=core.clock(),
-            progress_stream=_progress_stream(), read_doubled_prefix=core.read_doubled_prefix,
+            progress_stream=_common._progress_stream(),
+            read_doubled_prefix=core.read_doubled_prefix,
         )
     # Work left undone: entries that could not be read, or a layout not read at all.
-    code = EXIT_FAIL if stats.unreadable or stats.doubled_unread else EXIT_OK
+    code = _common.EXIT_FAIL if stats.unreadable or stats.doubled_unread else _common.EXIT_OK
     if args.json:
         data = stats.to_dict()
         data.pop("undecoded")
-        _print_json({"store": args.store_choice.describe(), **data})
+        _common._print_json({"store": args.store_choice.describe(), **data})
         return code
     out = sys.stdout.write
     out(f"store:   {args.store_choice.describe()}   prefix: {stats.prefix!r}\n")
@@ -144,7 +134,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     out(f"stored bytes:                values {stats.value_bytes:,}  keys {stats.key_bytes:,}\n")
     line = f"unreadable entries:          {stats.unreadable}"
     if stats.unreadable:
-        line += f"  ({_listed(stats.unreadable_keys, stats.unreadable)})"
+        line += f"  ({_common._listed(stats.unreadable_keys, stats.unreadable)})"
     out(line + "\n")
     out(f"legacy (pre-v2) keys:        {stats.legacy}\n")
     out(f"layout marker:               {'present' if stats.marker else 'absent'}\n")
@@ -177,7 +167,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             )
         except RememberError as exc:
             # Still check the store: "no secret" and "no store" are worth knowing together.
-            secret = Check("secret", "attention", _redact(exc.message, args.secrets))
+            secret = Check("secret", "attention", _common._redact(exc.message, args.secrets))
             codec, now = None, system_clock()
         else:
             secret = secret_check(opened.secret_summary())
@@ -191,14 +181,14 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             now=now,
             delay_ms=args.legacy_purge_delay_ms,
             memory=choice.kind == "memory",
-            progress_stream=_progress_stream(),
+            progress_stream=_common._progress_stream(),
             read_doubled_prefix=args.read_doubled_prefix,
         )
     finally:
         store.close()
     attention = [c.name for c in checks if c.status == "attention"]
     if args.json:
-        _print_json(
+        _common._print_json(
             {
                 "store": choice.describe(),
                 "prefix": args.prefix,
@@ -217,18 +207,18 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             sys.stdout.write(f"needs attention: {', '.join(attention)}\n")
         else:
             sys.stdout.write("all good\n")
-    return EXIT_FAIL if attention else EXIT_OK
+    return _common.EXIT_FAIL if attention else _common.EXIT_OK
 
 
 def _cmd_rotate(args: argparse.Namespace) -> int:
     from .._ops.rotate import rotate
     from .integrity import manifests_kept
 
-    with _opened(args, writes=True) as opened, manifests_kept(opened, args.prefix):
+    with _common._opened(args, writes=True) as opened, manifests_kept(opened, args.prefix):
         result = rotate(opened.core, dry_run=args.dry_run,
-                        progress_stream=_progress_stream())
+                        progress_stream=_common._progress_stream())
     if args.json:
-        _print_json(result.to_dict())
+        _common._print_json(result.to_dict())
     else:
         verb = "would re-encrypt" if args.dry_run else "re-encrypted"
         sys.stdout.write(
@@ -254,7 +244,7 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
                 "if the application reads them (read_doubled_prefix=True), run again with "
                 "--read-doubled-prefix before dropping the old secret\n"
             )
-    return EXIT_OK if result.complete else EXIT_FAIL
+    return _common.EXIT_OK if result.complete else _common.EXIT_FAIL
 
 
 def _confirm(question: str) -> bool:
@@ -273,11 +263,11 @@ def _cmd_reindex(args: argparse.Namespace) -> int:
 
     store = open_store(args.store_choice)
     try:
-        result = reindex(store, args.prefix, progress_stream=_progress_stream())
+        result = reindex(store, args.prefix, progress_stream=_common._progress_stream())
     finally:
         store.close()
     if args.json:
-        _print_json(
+        _common._print_json(
             {
                 "keys": result.keys,
                 "entries": result.entries,
@@ -291,7 +281,7 @@ def _cmd_reindex(args: argparse.Namespace) -> int:
             f"indexed {result.indexed} of {result.entries} entries ({result.keys} keys under "
             f"prefix {args.prefix!r}) in {result.seconds:.1f} s, {result.rate:,.0f} entries/s\n"
         )
-    return EXIT_OK
+    return _common.EXIT_OK
 
 
 def _cmd_embed(args: argparse.Namespace) -> int:
@@ -300,25 +290,25 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     if not (args.embeddings and args.embedder):
         raise RememberConfigurationError("--embeddings and --embedder go together")
     settings = embedder_settings(args.embedder, args.model)
-    with _opened(args, writes=True) as opened:
-        result = embed_entries(opened.core, settings, progress_stream=_progress_stream())
+    with _common._opened(args, writes=True) as opened:
+        result = embed_entries(opened.core, settings, progress_stream=_common._progress_stream())
     if args.json:
-        _print_json(result.to_dict())
+        _common._print_json(result.to_dict())
     else:
         sys.stdout.write(
             f"embedded {result.embedded} of {result.examined} entries; {result.current} "
             f"already embedded, {result.expired} expired\n"
         )
         _report_left(result, "run again")
-    return EXIT_OK if not (result.unreadable or result.contended) else EXIT_FAIL
+    return _common.EXIT_OK if not (result.unreadable or result.contended) else _common.EXIT_FAIL
 
 
 def _report_left(result: RotateResult | EmbedResult, again: str) -> None:
     """The entries a pass over the store left alone: unreadable, or changing under it."""
-    _report_keys(result.unreadable, result.unreadable_keys,
-                 f"could not read {result.unreadable} entries (left untouched): ")
-    _report_keys(result.contended, result.contended_keys,
-                 f"{result.contended} entries kept changing; {again}: ")
+    _common._report_keys(result.unreadable, result.unreadable_keys,
+                         f"could not read {result.unreadable} entries (left untouched): ")
+    _common._report_keys(result.contended, result.contended_keys,
+                         f"{result.contended} entries kept changing; {again}: ")
 
 
 def _cmd_purge_legacy(args: argparse.Namespace) -> int:
@@ -335,13 +325,13 @@ def _cmd_purge_legacy(args: argparse.Namespace) -> int:
                 f"Delete {counted.found} legacy (pre-v2) entries under prefix {args.prefix!r} "
                 f"from {args.store_choice.describe()}?"
             ):
-                _stderr("aborted: nothing deleted")
-                return EXIT_FAIL
+                _common._stderr("aborted: nothing deleted")
+                return _common.EXIT_FAIL
             result = sweep_legacy(store, args.prefix)
     finally:
         store.close()
     if args.json:
-        _print_json(
+        _common._print_json(
             {
                 "found": result.found,
                 "deleted": result.deleted,
@@ -362,9 +352,9 @@ def _cmd_purge_legacy(args: argparse.Namespace) -> int:
             f"{result.kept} other keys under the legacy patterns are kept\n"
         )
     if not result.ok:
-        _stderr(
-            f"{PROG}: the store refused {result.failed_batches} delete batches and "
+        _common._stderr(
+            f"{_common.PROG}: the store refused {result.failed_batches} delete batches and "
             f"{result.failed_listings} listings; run again"
         )
-        return EXIT_FAIL
-    return EXIT_OK
+        return _common.EXIT_FAIL
+    return _common.EXIT_OK

@@ -45,7 +45,7 @@ from ..errors import (
 )
 from . import _index_lua as index_lua
 from . import _quota_lua as quota_lua
-from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST
+from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, ManifestCommit
 from ._owned_redis import OwnedRedisWrites
 from ._redis_cas import key_slot, new_token, slot_tag
 from ._redis_connect import (
@@ -205,23 +205,24 @@ def _translate(operation: str, no_client_cert: bool = False) -> Iterator[None]:
 _b = to_bytes
 
 
-def _px(ttl_ms: int | None) -> bytes:
-    return b"" if ttl_ms is None else str(ttl_ms).encode()
-
-
 def _s(raw: bytes | str) -> str:
     return raw if isinstance(raw, str) else to_text(raw)
 
 
-def _decoded(pairs: list[tuple[bytes | str, bytes | str]]) -> list[tuple[str, str]]:
-    """A page of ``(key, value)`` replies as text (bytes, or str from a decoding client)."""
+def _decoded(pairs: Sequence[tuple[bytes | str, bytes | str | None]]) -> list[tuple[str, str]]:
+    """A page of ``(key, value)`` replies as text, without the keys that have no value.
+
+    Replies are bytes, or str from a decoding client; a listed key whose entry is
+    gone by the time its value is read has none.
+    """
+    live = [(k, v) for k, v in pairs if v is not None]
     try:
         return [
             (k.decode("utf-8", TEXT_ERRORS), v.decode("utf-8", TEXT_ERRORS))  # type: ignore[union-attr]
-            for k, v in pairs
+            for k, v in live
         ]
     except AttributeError:  # a client built with decode_responses=True
-        return [(_s(k), _s(v)) for k, v in pairs]
+        return [(_s(k), _s(v)) for k, v in live]
 
 
 def _matching(members: list[Any], pattern: bytes) -> list[tuple[Any, str]]:
@@ -741,30 +742,18 @@ class RedisStore(OwnedRedisWrites):
 
     # -- verified mode's atomic commit (see remember_sync._integrity) -------------------
 
-    def commit_manifest(
-        self,
-        manifest_key: str,
-        expected: str | None,
-        manifest: str,
-        manifest_ttl_ms: int | None,
-        writes: Sequence[tuple[str, str | None, int | None]],
-    ) -> str | None:
-        """Write *writes* and *manifest* in one script if the manifest is still *expected*.
+    def commit_manifest(self, commit: ManifestCommit) -> str | None:
+        """Write *commit*'s entries and manifest in one script if the stored manifest is
+        still the one it expects.
 
-        *expected* is the token of the stored manifest the caller computed
-        from (``None`` when there was none).  *writes* are ``(key, value or None
-        to delete, PX ms or None)``.  Returns ``None`` when written, else the
-        manifest the store holds (``""`` for
-        none), having written nothing.  Standalone and Sentinel only: on a
+        Returns ``None`` when written, else the manifest the store holds (``""``
+        for none), having written nothing.  Standalone and Sentinel only: on a
         cluster the keys lie in different hash slots.
         """
         if self._cluster:
             raise RememberConfigurationError("commit_manifest needs one server, not a cluster")
-        keys = [_b(manifest_key)]
-        args = [_b(expected or ""), _b(manifest), _px(manifest_ttl_ms)]
-        for key, value, ttl_ms in writes:
-            keys.append(_b(key))
-            args += [_b(value or ""), _px(ttl_ms)]
+        names, values = commit.script_input()
+        keys, args = [_b(k) for k in names], [_b(v) for v in values]
         script = self._scripts["COMMIT_MANIFEST"]
         command = ["EVALSHA", script.sha, len(keys), *keys, *args]
         run: Any = (
@@ -1102,9 +1091,9 @@ class RedisStore(OwnedRedisWrites):
                 gone = [m for m in fresh if known[m] is None]
                 if gone:
                     self._scripts["PRUNE_MISSING"](keys=[index], args=gone, client=self._client)
-            pairs = [(m, known[m]) for m in fresh if known[m] is not None]
-            if pairs:
-                yield _decoded(pairs)
+            page = _decoded([(m, known[m]) for m in fresh])
+            if page:
+                yield page
             cursor = int(after)
             if cursor == 0:
                 return
@@ -1131,9 +1120,9 @@ class RedisStore(OwnedRedisWrites):
                     self._scripts["INDEX_PRUNE"](
                         keys=[index], args=[grace, *gone], client=self._client
                     )
-            pairs = [(m, v) for (m, _), v in zip(fresh, values, strict=True) if v is not None]
-            if pairs:
-                yield _decoded(pairs)
+            page = _decoded([(m, v) for (m, _), v in zip(fresh, values, strict=True)])
+            if page:
+                yield page
             if int(cursor) == 0:
                 return
 
@@ -1325,9 +1314,9 @@ class RedisStore(OwnedRedisWrites):
                     seen |= keys
                 else:
                     pairs = self._page_values(node, page, seen, guess, values)
-                found = [(k, v) for k, v in pairs if v is not None]
-                if found:
-                    yield _decoded(found)
+                page = _decoded(pairs)
+                if page:
+                    yield page
                 cursor = int(after)
                 if cursor == 0:
                     break

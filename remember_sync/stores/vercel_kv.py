@@ -57,7 +57,7 @@ from ..errors import (
 from . import _index_lua as index_lua
 from . import _quota_lua as quota_lua
 from . import base as contract  # the argument checks every store makes first
-from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST
+from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, ManifestCommit
 from ._owned_redis import quota_args, refused
 from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, merged_index_of, to_text
 
@@ -409,26 +409,14 @@ class VercelKVStore:
 
     # -- verified mode's atomic commit (see remember_sync._integrity) -------------------
 
-    def commit_manifest(
-        self,
-        manifest_key: str,
-        expected: str | None,
-        manifest: str,
-        manifest_ttl_ms: int | None,
-        writes: Sequence[tuple[str, str | None, int | None]],
-    ) -> str | None:
-        """Write *writes* and *manifest* in one ``EVAL`` if the manifest is still *expected*
-        (its token).
+    def commit_manifest(self, commit: ManifestCommit) -> str | None:
+        """Write *commit* in one ``EVAL`` if the stored manifest is still the one it expects.
 
         As :meth:`remember_sync.stores.redis.RedisStore.commit_manifest`.  Not
         retried after a lost reply (the caller reads the manifest again and
         finds whether its own landed).
         """
-        keys = [manifest_key]
-        args = [expected or "", manifest, "" if manifest_ttl_ms is None else str(manifest_ttl_ms)]
-        for key, value, ttl_ms in writes:
-            keys.append(key)
-            args += [value or "", "" if ttl_ms is None else str(ttl_ms)]
+        keys, args = commit.script_input()
         command = ["EVAL", COMMIT_MANIFEST, str(len(keys)), *keys, *args]
         result = self._command(command, idempotent=False)
         if not isinstance(result, list) or len(result) != 2:

@@ -16,16 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..errors import (
-    RememberDecryptionError,
-    RememberIdentityError,
-    RememberInputError,
-    RememberInputTypeError,
-    RememberIntegrityError,
-    RememberQuotaError,
-    RememberScopeNotAllowedError,
-    RememberStoreError,
-)
+from .. import errors
 from ._schema import json_text
 
 __all__ = [
@@ -55,8 +46,8 @@ _INTEGRITY_ADVICE = (
 
 #: Errors the caller can act on: their code and message go back as they are.
 _CALLER_ERRORS: Final = (
-    RememberInputError, RememberInputTypeError, RememberScopeNotAllowedError, RememberIdentityError,
-    RememberQuotaError,
+    errors.RememberInputError, errors.RememberInputTypeError, errors.RememberScopeNotAllowedError,
+    errors.RememberIdentityError, errors.RememberQuotaError,
 )
 
 
@@ -97,14 +88,14 @@ def result_for_exception(exc: BaseException, *, tool: str) -> dict[str, Any]:
     """
     if isinstance(exc, _CALLER_ERRORS):
         return error_result(exc.code, exc.message)
-    if isinstance(exc, RememberStoreError):
+    if isinstance(exc, errors.RememberStoreError):
         log.warning("remember: tool %r: the store failed: %s", tool, exc.message, exc_info=exc)
         return error_result(exc.code, _STORE_MESSAGE)
-    if isinstance(exc, RememberIntegrityError):
+    if isinstance(exc, errors.RememberIntegrityError):
         # Its message names the bare key and the scope, never an identity.
         log.warning("remember: tool %r: %s", tool, exc.message)
         return error_result(exc.code, f"{exc.message}. {_INTEGRITY_ADVICE}")
-    if isinstance(exc, RememberDecryptionError):
+    if isinstance(exc, errors.RememberDecryptionError):
         log.warning("remember: tool %r: %s", tool, exc.message)
         memory = getattr(exc, "memory", None)
         if memory is not None:

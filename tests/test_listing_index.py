@@ -622,3 +622,137 @@ def test_concurrent_writers_keep_index_and_entries_in_step(
     live = sorted(k for k in keys if mem.get(k) is not None)
     assert mem.list() == live
     assert {k[len(HEAD) :] for k in _index_members(store)} >= set(live)
+
+
+# -- the background reindex and the memory groups under attack ------------------------------
+
+
+def test_a_reindex_killed_midway_is_taken_over_by_a_running_instance(
+    redis_store: RedisStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instance running the fleet's pass is OOM-killed; its restart (or any running
+    instance) meets the dead pass's lease: once the lease expires, one of them runs the
+    pass -- the fleet does not scan for ever, waiting for a restart after the lease."""
+    import remember_sync._purge as purge
+
+    monkeypatch.setattr(purge, "INDEXING_RETRY_S", 0.05)
+    redis_store.set("remember:__indexing__", "{}", ttl_ms=300)  # the dead instance's lease
+    plugin = RememberPlugin.init(
+        store=redis_store, clock=clock, skip_legacy_purge=True,
+        encryption={"secrets": [TEST_SECRET]},
+    )
+    try:
+        backfill = plugin.index_backfill
+        assert backfill is not None and backfill.wait(30) and backfill.state == "elsewhere"
+        _wait_until(lambda: backfill.state == "indexed")
+        assert redis_store.get("remember:__indexed__") is not None
+    finally:
+        plugin.close()
+
+
+def test_a_pass_that_lost_its_lease_stops_and_leaves_the_new_holder_s_lease(
+    redis_store: RedisStore, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass slower than its lease (a paused process, a huge Vercel KV): another instance
+    took the lease over.  The first stops before its next batch, records nothing, and
+    does not delete the new holder's lease (a third instance would start a third pass)."""
+    head = HEAD
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(1500):  # two batches of the pass
+        pipe.set(f"{head}k{i}", "v")
+    pipe.execute()
+    backfill = IndexBackfill(redis_store, "remember:", clock=lambda: 0)
+    original = redis_store.add_to_index
+
+    def taken_over(keys: Any) -> int:
+        redis_client.set("remember:__indexing__", "theirs", px=600_000)
+        return original(keys)
+
+    monkeypatch.setattr(redis_store, "add_to_index", taken_over)
+    backfill.start()
+    try:
+        assert backfill.wait(30) and backfill.state == "stopped"
+        assert redis_client.get("remember:__indexing__") == b"theirs"
+        assert redis_client.exists("remember:__indexed__") == 0
+    finally:
+        backfill.stop()
+
+
+@pytest.mark.parametrize("bounds", [{}, {"max_entries": 50}, {"max_bytes": 20_000}])
+def test_memory_groups_never_outlive_their_entries(
+    clock: FakeClock, bounds: dict[str, int]
+) -> None:
+    """A long-running server: many short sessions, each a namespace of its own.  Expired
+    and evicted keys leave their groups; the groups never hold more keys than the store."""
+    store = MemoryStore(clock=clock, **bounds)  # type: ignore[arg-type]
+    store.use_index(lambda k: index_key_of("remember:", k))
+    for i in range(2000):
+        head = scope_prefix("remember:", Namespace("session", session=f"s-{i}"))
+        store.set(head + "note", "x" * 100, ttl_ms=1_000 if i % 2 else None)
+        if i % 200 == 199:
+            clock.advance(s=2)
+        grouped = sum(len(g) for g in store._groups.values())
+        assert grouped == len(store._group_of) <= len(store._data)
+    clock.advance(s=2)
+    store.set("remember:v2:session:last:note", "x")
+    assert len(store._group_of) == len(store) == sum(len(g) for g in store._groups.values())
+    if "max_bytes" in bounds:
+        assert store.stored_bytes <= bounds["max_bytes"]
+
+
+def test_a_reindex_racing_writers_neither_resurrects_nor_loses_entries(
+    make_plugin: Callable[..., RememberPlugin], store: Store, clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between the reindex's SCAN and its batch, a writer forgets one older entry,
+    re-writes another and adds a new one: afterwards list() is exactly what exists."""
+    legacy = make_plugin(listing="scan")
+    for i in range(4):
+        legacy.accessor(ME).set(f"old-{i}", i)
+    plugin = make_plugin(background_reindex=False)
+    mem = plugin.accessor(ME)
+    original = store.add_to_index  # type: ignore[attr-defined]
+
+    def racing(keys: Any) -> int:
+        mem.forget("old-0")
+        mem.set("old-1", "rewritten", ttl=600)
+        mem.set("brand-new", 1)
+        return int(original(keys))
+
+    monkeypatch.setattr(store, "add_to_index", racing)
+    reindex(store, "remember:", clock=clock)
+    monkeypatch.undo()
+    clock.advance(s=6)
+    assert plugin._core.index_usable()
+    assert mem.list() == ["brand-new", "old-1", "old-2", "old-3"]
+    assert mem.get("old-1") == "rewritten" and mem.get("old-0") is None
+    assert mem.forget_many(pattern="old-*") == 3
+    assert mem.list() == ["brand-new"]
+
+
+def test_a_pass_that_failed_at_boot_is_retried_until_it_succeeds(
+    redis_store: RedisStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole fleet boots while Redis is briefly failing: the pass is tried again
+    (backing off) instead of leaving every instance scanning until its next restart."""
+    import remember_sync._purge as purge
+
+    monkeypatch.setattr(purge, "INDEXING_RETRY_S", 0.02)
+    head = HEAD
+    redis_store.set(head + "old", "v")
+    failures = iter([True, True])
+    original = redis_store.add_to_index
+
+    def flaky(keys: Any) -> int:
+        if next(failures, False):
+            raise RememberStoreError("Redis reindex failed: Connection refused")
+        return original(keys)
+
+    monkeypatch.setattr(redis_store, "add_to_index", flaky)
+    backfill = purge.IndexBackfill(redis_store, "remember:", clock=clock).start()
+    try:
+        _wait_until(lambda: backfill.state == "indexed")
+        assert redis_store.get("remember:__indexed__") is not None
+        assert redis_store.get("remember:__indexing__") is None  # every lease released
+    finally:
+        backfill.stop()

@@ -90,6 +90,10 @@ def test_erase_deletes_every_entry_of_the_person_and_nothing_else(
     plugin.store.set(plugin.key_prefix + "v2:user:alice:garbled", '{"alg":"A256GCM","iv":"x"}')
     before = _entries(plugin)
     assert sum(_is_alice(plugin, k) for k in before) == 3 * 3 + 2 + 2 + 1  # and the garbled one
+    owners = _owner_records(plugin)
+    # Alice's four sessions (sa-1..3, shared-1) and Bob's three (sb-1, sb-2, shared-1).
+    assert sorted(len(keys) for keys in owners.values()) == [3, 4]
+    [bobs] = [keys for keys in owners.values() if len(keys) == 3]
     others = {k: v for k, v in before.items() if not _is_alice(plugin, k)}
 
     receipt = plugin.erase(user_id="alice")
@@ -109,14 +113,18 @@ def test_erase_deletes_every_entry_of_the_person_and_nothing_else(
     assert alice.list(scope="tool") == []
     assert plugin.accessor(Identity("sb-1", "bob")).get("theme") == "bob-sb-1"
     assert plugin.accessor(Identity(None, "bob")).list(scope="user") == ["name"]
-    # Nothing of her owner records is left either.
-    assert not [k for k in plugin.store.scan(plugin.key_prefix + "__owner__:*")
-                if k in _owner_keys_of(plugin, "alice")]
+    # Nothing of her owner records is left either; Bob's are all there.
+    assert list(_owner_records(plugin).values()) == [bobs]
 
 
-def _owner_keys_of(plugin: RememberPlugin, user: str) -> set[str]:
-    book = plugin._core.owners
-    return {book.record_key(user, s) for s in (*ALICE_SESSIONS, "shared-1")}
+def _owner_records(plugin: RememberPlugin) -> dict[str, set[str]]:
+    """The owner records by user: ``P + "__owner__:" + H(user) + ":" + H(session)``
+    (docs/audit.rst), grouped by ``H(user)``."""
+    head = plugin.key_prefix + "__owner__:"
+    out: dict[str, set[str]] = {}
+    for key in plugin.store.scan(head + "*"):
+        out.setdefault(key[len(head) :].split(":", 1)[0], set()).add(key)
+    return out
 
 
 def test_dry_run_counts_and_deletes_nothing(make_plugin: Callable[..., RememberPlugin]) -> None:

@@ -132,10 +132,11 @@ def test_tools_writes_are_recorded_with_the_tool_name(
     assert _trail(plugin).events(since=events[0].at, until=events[0].at) == []
 
 
-@pytest.mark.parametrize("store_kind", ["redis"])
+@pytest.mark.parametrize("store_kind", ["redis", "vercel_kv"])
 def test_cli_rotate_and_import_extend_the_trail(
     make_plugin: Callable[..., RememberPlugin],
-    redis_url: str,
+    store_kind: str,
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -146,10 +147,18 @@ def test_cli_rotate_and_import_extend_the_trail(
     plugin.accessor(Identity("s-9", "bob")).set("k", "v")
     _trail(plugin).flush()
     monkeypatch.setenv("REMEMBER_SECRET", TEST_SECRET)
+    if store_kind == "vercel_kv":
+        from tests.fixtures_kv import KV_TEST_TOKEN
+
+        monkeypatch.setenv("KV_REST_API_URL", request.getfixturevalue("kv_emulator").url)
+        monkeypatch.setenv("KV_REST_API_TOKEN", KV_TEST_TOKEN)
+        where = ["--vercel-kv"]
+    else:
+        where = ["--redis-url", request.getfixturevalue("redis_url")]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("", encoding="utf-8")
-    assert main(["rotate", "--redis-url", redis_url]) == 0, capsys.readouterr()
-    assert main(["import", str(empty), "--redis-url", redis_url]) == 0, capsys.readouterr()
+    assert main(["rotate", *where]) == 0, capsys.readouterr()
+    assert main(["import", str(empty), *where]) == 0, capsys.readouterr()
     events = _trail(plugin).events()
     assert [(e.op, e.outcome, e.tool) for e in events] == [
         ("set", "written", None),

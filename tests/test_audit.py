@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from remember_sync import (
     RememberError,
     RememberPlugin,
 )
+from remember_sync.cli import main
 from remember_sync.stores.base import Store
 from tests.conftest import TEST_SECRET
 
@@ -110,31 +112,60 @@ def test_every_operation_emits_exactly_one_event(
     assert _trail(plugin).verify().ok
 
 
-def test_tools_cli_style_and_bulk_operations_are_recorded(
+def test_tools_writes_are_recorded_with_the_tool_name(
     make_plugin: Callable[..., RememberPlugin],
 ) -> None:
-    """The memory tools record their writes with the tool's name; rotate and import too."""
+    """The memory tools record their writes with the tool's name."""
     plugin = make_plugin(audit=True, tools={"enabled": True})
     who = Identity("s-9", "bob")
     plugin.call_tool("remember_this", {"key": "k", "value": "v"}, identity=who)
     plugin.call_tool("recall", {"key": "k"}, identity=who)
     plugin.call_tool("forget", {"key": "k"}, identity=who)
-    from remember_sync._ops.rotate import rotate
-    from remember_sync._ops.transfer import import_entries
-
-    rotate(plugin._core)
-    import_entries(plugin._core, [])
     events = _trail(plugin).events()
     assert [(e.op, e.outcome, e.tool) for e in events] == [
         ("set", "written", "remember_this"),
         ("forget", "deleted", "forget"),
+    ]
+    assert events[0].principal == "bob" and events[0].session == "s-9"
+    assert _trail(plugin).events(key="k", principal="bob", scope="session") == events
+    assert _trail(plugin).events(limit=1) == events[-1:]
+    assert _trail(plugin).events(since=events[0].at, until=events[0].at) == []
+
+
+@pytest.mark.parametrize("store_kind", ["redis", "vercel_kv"])
+def test_cli_rotate_and_import_extend_the_trail(
+    make_plugin: Callable[..., RememberPlugin],
+    store_kind: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``remember-sync rotate`` and ``import`` on a store holding a trail record one event
+    each, with no tool, after the application's own events; the chain verifies."""
+    plugin = make_plugin(audit=True)
+    plugin.accessor(Identity("s-9", "bob")).set("k", "v")
+    _trail(plugin).flush()
+    monkeypatch.setenv("REMEMBER_SECRET", TEST_SECRET)
+    if store_kind == "vercel_kv":
+        from tests.fixtures_kv import KV_TEST_TOKEN
+
+        monkeypatch.setenv("KV_REST_API_URL", request.getfixturevalue("kv_emulator").url)
+        monkeypatch.setenv("KV_REST_API_TOKEN", KV_TEST_TOKEN)
+        where = ["--vercel-kv"]
+    else:
+        where = ["--redis-url", request.getfixturevalue("redis_url")]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    assert main(["rotate", *where]) == 0, capsys.readouterr()
+    assert main(["import", str(empty), *where]) == 0, capsys.readouterr()
+    events = _trail(plugin).events()
+    assert [(e.op, e.outcome, e.tool) for e in events] == [
+        ("set", "written", None),
         ("rotate", "rotated", None),
         ("import", "imported", None),
     ]
-    assert events[0].principal == "bob" and events[0].session == "s-9"
-    assert _trail(plugin).events(key="k", principal="bob", scope="session") == events[:2]
-    assert _trail(plugin).events(limit=1) == events[-1:]
-    assert _trail(plugin).events(since=events[0].at, until=events[0].at) == []
+    assert _trail(plugin).verify().ok
 
 
 # -- never the value ------------------------------------------------------------------------

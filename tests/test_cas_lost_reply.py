@@ -11,7 +11,6 @@ changes the entry between the lost reply and the resend.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,7 +21,6 @@ import redis.cluster
 
 from remember_sync import Identity, RememberPlugin
 from remember_sync.accessor import RememberAccessor
-from remember_sync.stores._index_lua import INDEX_ADD
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisCluster
 from tests.conftest import TEST_SECRET, stored_key
@@ -60,10 +58,14 @@ def _arm_create(
     assert mem.increment("warm") == 1  # the create's script is cached on the server
     key = stored_key(other, "warm")[: -len("warm")] + "n"
     # The create is the one request naming the key that is neither its read (GET)
-    # nor, on a cluster, the index step (which names it as a member).
-    index_step = hashlib.sha1(INDEX_ADD.encode()).hexdigest().encode()
+    # nor, on a cluster, the index step: a request of its own naming the namespace's
+    # listing index (P + "__index__:" + head), where the key is a member.  (Standalone,
+    # the create itself updates the index.)
+    unless = [b"\r\nGET\r\n"]
+    if isinstance(other.store, RedisStore) and other.store.is_cluster:
+        unless.append(f"{other.key_prefix}__index__:".encode())
     for proxy in proxies:
-        proxy.arm(key.encode(), in_gap, unless=(b"\r\nGET\r\n", index_step))
+        proxy.arm(key.encode(), in_gap, unless=tuple(unless))
     return 1 if in_gap is None else 2  # ours (+ the other writer's)
 
 

@@ -25,8 +25,6 @@ import pytest
 import redis
 
 from remember_sync import Identity, RememberEntry, RememberPlugin
-from remember_sync._keys import storage_key
-from remember_sync.identity import resolve_namespace
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import free_port
 from tests.conftest import require_component
@@ -528,14 +526,24 @@ def test_doctor_flags_legacy_keys_after_the_window(
 # -- export / import ---------------------------------------------------------------------
 
 
+#: The storage key of each of SEEDED after the prefix (SPEC section 3), in SEEDED's order.
+SEEDED_KEYS = [
+    "v2:user:alice:theme",
+    "v2:session:s-alice:draft",
+    "v2:session:s-alice:otp",
+    "v2:tool:planner:stateless-user%3Abob:step",
+    "v2:user:bob:naïve ☃",
+    "global:motd",
+]
+
+
 def _snapshot(plugin: RememberPlugin) -> dict[str, RememberEntry]:
     """Every seeded entry as the library reads it, by storage key."""
     out = {}
-    for ident, scope, key in SEEDED:
+    for (ident, scope, key), tail in zip(SEEDED, SEEDED_KEYS, strict=True):
         entry = plugin.accessor(ident).get_entry(key, scope=scope)  # type: ignore[arg-type]
         assert entry is not None, (scope, key)
-        ns = resolve_namespace(ident, scope)  # type: ignore[arg-type]
-        out[storage_key(plugin.key_prefix, ns, key)] = entry
+        out[plugin.key_prefix + tail] = entry
     return out
 
 

@@ -8,13 +8,13 @@ import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
 from remember_sync import ErasureReceipt, Identity, RememberInputError, RememberPlugin
-from remember_sync._keys import parse_storage_key
 from remember_sync.stores.base import Store
-from tests.conftest import TEST_SECRET
+from tests.conftest import TEST_SECRET, stored_key
 
 ALICE_SESSIONS = ("sa-1", "sa-2", "sa-3")
 
@@ -47,53 +47,58 @@ def _populate(plugin: RememberPlugin) -> None:
     plugin.accessor(Identity()).set("motd", "hello", scope="global")
 
 
-def _readable(plugin: RememberPlugin) -> dict[str, Any]:
-    """Every entry the live secrets open, by full storage key (a raw scan of the store)."""
-    core = plugin._core
-    out: dict[str, Any] = {}
-    for key in plugin.store.scan(plugin.key_prefix + "*"):
-        skey = key
-        if core.read_doubled_prefix and key.startswith(plugin.key_prefix * 2):
-            skey = key[len(plugin.key_prefix) :]
-        parsed = parse_storage_key(plugin.key_prefix, skey)
-        if parsed is None:
-            continue  # bookkeeping: layout marker, listing indexes, owner records
-        raw = plugin.store.get(key)
-        if raw is None:
-            continue
-        try:
-            out[key] = core.codec.decode(raw, parsed.namespace, skey).value
-        except Exception:  # noqa: BLE001, S112 - unreadable: not counted as readable
-            continue
+def _entries(plugin: RememberPlugin) -> dict[str, str | None]:
+    """Every entry's raw stored value by full storage key (a raw scan of the store).
+
+    Entries are the keys of SPEC section 3 (``P + "v2:"...`` and ``P + "global:"...``,
+    also behind 1.8.0's doubled prefix); bookkeeping (layout marker, listing indexes,
+    owner records) is not.
+    """
+    prefix = plugin.key_prefix
+    out: dict[str, str | None] = {}
+    for key in plugin.store.scan(prefix + "*"):
+        rest = key[len(prefix) :]
+        if rest.startswith(prefix):
+            rest = rest[len(prefix) :]
+        if rest.startswith(("v2:", "global:")):
+            out[key] = plugin.store.get(key)
     return out
 
 
 def _is_alice(plugin: RememberPlugin, key: str) -> bool:
-    skey = key[len(plugin.key_prefix) :] if key.startswith(plugin.key_prefix * 2) else key
-    parsed = parse_storage_key(plugin.key_prefix, skey)
-    assert parsed is not None
-    ns = parsed.namespace
-    if ns.scope == "user":
-        return ns.user == "alice"
-    return ns.session in (*ALICE_SESSIONS, "stateless-user:alice")
+    """Whether the storage key *key* (SPEC section 3) is in one of Alice's namespaces."""
+    rest = key[len(plugin.key_prefix) :]
+    if rest.startswith(plugin.key_prefix):
+        rest = rest[len(plugin.key_prefix) :]
+    if rest.startswith("global:"):
+        return False
+    _, scope, *ids = rest.split(":", 4 if rest.startswith("v2:tool:") else 3)
+    if scope == "user":
+        return unquote(ids[0]) == "alice"
+    session = unquote(ids[1] if scope == "tool" else ids[0])
+    return session in (*ALICE_SESSIONS, "stateless-user:alice")
 
 
 @pytest.mark.parametrize("listing", ["index", "scan"])
 def test_erase_deletes_every_entry_of_the_person_and_nothing_else(
     make_plugin: Callable[..., RememberPlugin], listing: str
 ) -> None:
-    """After erase a raw scan finds no entry of Alice the live secrets open; all else reads."""
+    """After erase a raw scan finds no entry of Alice; every other entry is byte-identical."""
     plugin = make_plugin(listing=listing)
     _populate(plugin)
     # An entry in Alice's user namespace no secret opens: hers by namespace, deleted, counted.
     plugin.store.set(plugin.key_prefix + "v2:user:alice:garbled", '{"alg":"A256GCM","iv":"x"}')
-    before = _readable(plugin)
-    assert sum(_is_alice(plugin, k) for k in before) == 3 * 3 + 2 + 2
+    before = _entries(plugin)
+    assert sum(_is_alice(plugin, k) for k in before) == 3 * 3 + 2 + 2 + 1  # and the garbled one
+    owners = _owner_records(plugin)
+    # Alice's four sessions (sa-1..3, shared-1) and Bob's three (sb-1, sb-2, shared-1).
+    assert sorted(len(keys) for keys in owners.values()) == [3, 4]
+    [bobs] = [keys for keys in owners.values() if len(keys) == 3]
     others = {k: v for k, v in before.items() if not _is_alice(plugin, k)}
 
     receipt = plugin.erase(user_id="alice")
 
-    after = _readable(plugin)
+    after = _entries(plugin)
     assert after == others
     assert not [k for k in plugin.store.scan(plugin.key_prefix + "*") if "garbled" in k]
     assert (receipt.user_entries, receipt.session_entries, receipt.tool_entries) == (3, 7, 4)
@@ -108,23 +113,27 @@ def test_erase_deletes_every_entry_of_the_person_and_nothing_else(
     assert alice.list(scope="tool") == []
     assert plugin.accessor(Identity("sb-1", "bob")).get("theme") == "bob-sb-1"
     assert plugin.accessor(Identity(None, "bob")).list(scope="user") == ["name"]
-    # Nothing of her owner records is left either.
-    assert not [k for k in plugin.store.scan(plugin.key_prefix + "__owner__:*")
-                if k in _owner_keys_of(plugin, "alice")]
+    # Nothing of her owner records is left either; Bob's are all there.
+    assert list(_owner_records(plugin).values()) == [bobs]
 
 
-def _owner_keys_of(plugin: RememberPlugin, user: str) -> set[str]:
-    book = plugin._core.owners
-    return {book.record_key(user, s) for s in (*ALICE_SESSIONS, "shared-1")}
+def _owner_records(plugin: RememberPlugin) -> dict[str, set[str]]:
+    """The owner records by user: ``P + "__owner__:" + H(user) + ":" + H(session)``
+    (docs/audit.rst), grouped by ``H(user)``."""
+    head = plugin.key_prefix + "__owner__:"
+    out: dict[str, set[str]] = {}
+    for key in plugin.store.scan(head + "*"):
+        out.setdefault(key[len(head) :].split(":", 1)[0], set()).add(key)
+    return out
 
 
 def test_dry_run_counts_and_deletes_nothing(make_plugin: Callable[..., RememberPlugin]) -> None:
     """--dry-run: the same counts as the real erasure, the store untouched."""
     plugin = make_plugin()
     _populate(plugin)
-    keys, entries = sorted(plugin.store.scan("*")), _readable(plugin)
+    keys, entries = sorted(plugin.store.scan("*")), _entries(plugin)
     dry = plugin.erase(user_id="alice", dry_run=True)
-    assert sorted(plugin.store.scan("*")) == keys and _readable(plugin) == entries
+    assert sorted(plugin.store.scan("*")) == keys and _entries(plugin) == entries
     real = plugin.erase(user_id="alice")
     assert dry.dry_run and not real.dry_run
     assert dry.total == real.total == 13
@@ -165,13 +174,14 @@ def test_doubled_prefix_layout_is_erased_too(
 ) -> None:
     """With read_doubled_prefix, 1.8.0's ``P + P + ...`` keys of the person go too."""
     plugin = make_plugin(read_doubled_prefix=True, listing="scan")
-    core = plugin._core
-    for ident, scope in ((Identity(None, "alice"), "user"), (Identity(None, "bob"), "user")):
-        ns, skey = core.key(ident, "legacy", scope)
-        from remember_sync._codec import entry_json
-
-        sealed = core.codec.seal_text(entry_json("old", None, 1, 1, None, None).encode(), ns, skey)
+    for user in ("alice", "bob"):
+        # Written as today's layout, then moved where 1.8.0 kept it: P + P + storage key.
+        plugin.accessor(Identity(None, user)).set("legacy", "old", scope="user")
+        skey = stored_key(plugin, "legacy", "user")
+        sealed = store.get(skey)
+        assert sealed is not None
         store.set(plugin.key_prefix + skey, sealed)
+        store.delete(skey)
     assert plugin.accessor(Identity(None, "alice")).get("legacy", scope="user") == "old"
     receipt = plugin.erase(user_id="alice")
     assert receipt.user_entries == 1

@@ -24,7 +24,6 @@ import pytest
 import redis
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync._codec import entry_to_json
 from remember_sync.errors import (
     RememberError,
     RememberInputError,
@@ -35,7 +34,6 @@ from remember_sync.stores.redis import RedisStore
 from remember_sync.stores.vercel_kv import VercelKVStore
 from remember_sync.testing.kv_emulator import KVEmulator
 from remember_sync.testing.redis_server import RedisServer
-from remember_sync.types import RememberEntry
 from tests.conftest import TEST_SECRET, FakeClock
 from tests.fixtures_kv import KV_TEST_TOKEN
 from tests.fixtures_redis import redis_binary
@@ -466,7 +464,8 @@ def test_value_over_max_value_bytes_is_refused_and_writes_nothing(
     limit = 1000
     plugin = make_plugin(max_value_bytes=limit)
     mem = plugin.accessor(Identity(user_id="big"))
-    empty = len(entry_to_json(RememberEntry("", None, clock.now, clock.now)).encode())
+    # The plaintext entry of an empty string value (SPEC section 4).
+    empty = len(f'{{"value":"","createdAt":{clock.now},"updatedAt":{clock.now}}}')
     at_limit = "x" * (limit - empty)
     mem.set("k", at_limit, scope="user")  # exactly max_value_bytes: accepted
     assert mem.get("k", scope="user") == at_limit

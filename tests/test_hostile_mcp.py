@@ -30,8 +30,6 @@ from typing import Any
 import pytest
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync._crypto import Keyring
-from remember_sync._sessions import SessionSigner
 from remember_sync.mcp import McpServer, StaticTokenVerifier
 from remember_sync.mcp.httpd import make_server
 from remember_sync.stores.redis import RedisStore
@@ -542,6 +540,15 @@ def _flip_last(text: str) -> str:
     return text[:-1] + ("A" if text[-1] != "A" else "B")
 
 
+
+def _issued_by_another_server(user: str) -> str:
+    """A session id another MCP server, with another master secret, issued to *user*."""
+    other = RememberPlugin.init(encryption={"secrets": ["another-secret-0123456789abcdef0123"]})
+    try:
+        return McpServer(other).session_signer.issue(user)
+    finally:
+        other.close()
+
 _FORGED: list[tuple[str, Callable[[Harness], str]]] = [
     (
         "forged",
@@ -571,9 +578,7 @@ _FORGED: list[tuple[str, Callable[[Harness], str]]] = [
     ("latin1", lambda h: h.sessions["alice"][:-2] + "é"),
     (
         "other-secret",
-        lambda h: SessionSigner(
-            Keyring(["another-secret-0123456789abcdef0123"], source="explicit")
-        ).issue("alice"),
+        lambda h: _issued_by_another_server("alice"),
     ),
     ("expired", lambda h: h.server.session_signer.issue("alice", now_ms=1_000)),
     (

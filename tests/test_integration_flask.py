@@ -19,7 +19,6 @@ import redis
 from flask import Flask, Response, request, stream_with_context
 
 from remember_sync import RememberPlugin, current_identity
-from remember_sync._sessions import SessionSigner
 from remember_sync.errors import RememberConfigurationError
 from remember_sync.integrations.flask import (
     RememberSync,
@@ -29,6 +28,7 @@ from remember_sync.integrations.flask import (
     remember,
     request_identity,
 )
+from remember_sync.mcp import McpServer
 from remember_sync.stores.redis import RedisStore
 from remember_sync.types import Identity
 from tests.conftest import TEST_SECRET
@@ -219,7 +219,7 @@ def test_session_of_another_principal_or_secret_is_not_bound(
     }
     other = RememberPlugin.init(encryption={"secrets": ["another-secret-0123456789abcdef"]})
     try:
-        foreign = SessionSigner(other.keyring).issue(None)  # type: ignore[arg-type]
+        foreign = McpServer(other).session_signer.issue(None)
     finally:
         other.close()
     assert client.get("/whoami", headers={"Mcp-Session-Id": foreign}).json == {

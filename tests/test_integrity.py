@@ -10,6 +10,7 @@ Vercel KV (its emulator over a real redis-server); Sentinel in its own test.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from remember_sync import (
     identity,
 )
 from remember_sync._clock import FakeClock
+from remember_sync._integrity import FileWitness
+from remember_sync._ops.verify import verify_store
 from remember_sync.stores.base import Store
 from remember_sync.tools.results import error_parts
 from tests.conftest import TEST_SECRET, run_threads
@@ -487,3 +490,78 @@ def test_a_quota_with_verified_mode_is_refused_at_init(
     would silently not hold, so init refuses the pair, naming the option."""
     with pytest.raises(RememberConfigurationError, match="'quota'.*verified"):
         make_plugin(store=redis_store, integrity="verified", quota={"entries": 5})
+
+
+@ONE_STORE
+def test_cluster_leftovers_are_reported_and_settled(
+    redis_cluster_store: Store, make_plugin: Factory
+) -> None:
+    """A cluster writer SIGKILLed between steps leaves a pending record; a repairing walk
+    settles it (``verify --repair`` reaches no cluster: the walk is called directly)."""
+    plugin = make_plugin(store=redis_cluster_store, integrity="verified")
+    with identity(user_id="alice"):
+        plugin.remember.set("a", "old", scope="user")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child = make_plugin(store=redis_cluster_store, integrity="verified")
+            redis_cluster_store.set = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[method-assign, assignment, return-value]
+            with identity(user_id="alice"):
+                child.remember.set("a", "new", scope="user")
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status)
+    core = plugin._core
+    found = verify_store(redis_cluster_store, "remember:", core.codec, clock=core.clock)
+    assert found.violation_count == 0 and found.pending == 1
+    fixed = verify_store(redis_cluster_store, "remember:", core.codec, clock=core.clock,
+                         repair=True)
+    assert fixed.repaired == 1
+    again = verify_store(redis_cluster_store, "remember:", core.codec, clock=core.clock)
+    assert again.pending == 0 and again.violation_count == 0
+    with identity(user_id="alice"):
+        assert make_plugin(store=redis_cluster_store, integrity="verified").remember.get(
+            "a", scope="user") == "old"
+
+
+# -- the file witness, opened by several processes at once (workers starting together)
+
+WITNESS_ROUNDS = 25
+WITNESS_WORKERS = 4
+
+
+def _open_and_advance(path: str, barrier: multiprocessing.synchronize.Barrier,
+                      results: multiprocessing.Queue[str]) -> None:
+    barrier.wait()
+    try:
+        witness = FileWitness(path)
+        witness.advance(f"n-{os.getpid()}", 1, None)
+        witness.close()
+        results.put("ok")
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the test
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_workers_opening_a_new_witness_file_at_once_all_succeed(tmp_path: Path) -> None:
+    """Real forked processes released together open one new witness file: none is refused
+    ("database is locked" while another switches it to WAL), and every advance is kept."""
+    ctx = multiprocessing.get_context("fork")
+    for n in range(WITNESS_ROUNDS):
+        path = str(tmp_path / f"witness-{n}.db")
+        barrier = ctx.Barrier(WITNESS_WORKERS)
+        results: multiprocessing.Queue[str] = ctx.Queue()
+        workers = [ctx.Process(target=_open_and_advance, args=(path, barrier, results))
+                   for _ in range(WITNESS_WORKERS)]
+        for worker in workers:
+            worker.start()
+        outcomes = [results.get(timeout=60) for _ in workers]
+        for worker in workers:
+            worker.join(60)
+            assert worker.exitcode == 0
+        assert [o for o in outcomes if o != "ok"] == []
+        reader = FileWitness(path)
+        try:
+            assert all(reader.floor(f"n-{w.pid}") == (1, None) for w in workers)
+        finally:
+            reader.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,6 @@ import pytest
 import redis
 
 from remember_sync import RememberIntegrityError, RememberPlugin, identity
-from remember_sync._ops.verify import verify_store
 from remember_sync.cli import main
 from remember_sync.stores.base import Store
 from tests.conftest import TEST_SECRET
@@ -127,37 +125,6 @@ def test_verify_warns_about_eviction(
     finally:
         redis_client.config_set("maxmemory-policy", before)
     assert code == 0 and "allkeys-lru" in report["warnings"][0]
-
-
-def test_cluster_leftovers_are_reported_and_settled(
-    redis_cluster_store: Store, make_plugin: Factory
-) -> None:
-    """A cluster writer SIGKILLed between steps leaves a pending record; --repair settles it."""
-    plugin = make_plugin(store=redis_cluster_store, integrity="verified")
-    with identity(user_id="alice"):
-        plugin.remember.set("a", "old", scope="user")
-    pid = os.fork()
-    if pid == 0:
-        try:
-            child = make_plugin(store=redis_cluster_store, integrity="verified")
-            redis_cluster_store.set = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[method-assign, assignment, return-value]
-            with identity(user_id="alice"):
-                child.remember.set("a", "new", scope="user")
-        finally:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status)
-    core = plugin._core
-    found = verify_store(redis_cluster_store, "remember:", core.codec, clock=core.clock)
-    assert found.violation_count == 0 and found.pending == 1
-    fixed = verify_store(redis_cluster_store, "remember:", core.codec, clock=core.clock,
-                         repair=True)
-    assert fixed.repaired == 1
-    again = verify_store(redis_cluster_store, "remember:", core.codec, clock=core.clock)
-    assert again.pending == 0 and again.violation_count == 0
-    with identity(user_id="alice"):
-        assert make_plugin(store=redis_cluster_store, integrity="verified").remember.get(
-            "a", scope="user") == "old"
 
 
 def test_serve_takes_integrity_and_witness(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remember_sync._keys import (
     check_key,
@@ -20,6 +22,13 @@ from remember_sync.errors import RememberInputError
 from remember_sync.identity import resolve_namespace
 from remember_sync.stores import glob_matcher
 from remember_sync.types import Identity, Namespace
+from tests.test_glob_linear import (
+    HOSTILE_KEYS,
+    HOSTILE_PATTERNS,
+    MATCH_BUDGET_S,
+    _cpu_seconds,
+    reference_user_match,
+)
 from tests.vectors import VECTORS, vector_identity, vector_tool_name
 
 
@@ -190,3 +199,62 @@ def test_parse_storage_key_round_trips(ns: Namespace) -> None:
 def test_parse_storage_key_refuses_foreign_keys(full: str) -> None:
     """Legacy keys, the marker, other prefixes and truncated keys are not ours."""
     assert parse_storage_key("remember:", full) is None
+
+
+# -- the pattern matchers in linear time (the hostile inputs of test_glob_linear) ---------------
+
+
+def test_the_hostile_patterns_are_legal() -> None:
+    """A hostile pattern the library would refuse proves nothing: each passes check_pattern."""
+    for pattern in HOSTILE_PATTERNS.values():
+        assert check_pattern(pattern) == pattern
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pattern", HOSTILE_PATTERNS.values(), ids=HOSTILE_PATTERNS.keys())
+def test_worst_user_patterns_match_1024_byte_keys_in_linear_time(pattern: str) -> None:
+    """match_user_pattern spends well under 50 ms on any legal pattern and 1,024-byte key."""
+    for key in HOSTILE_KEYS:
+        spent, matched = _cpu_seconds(lambda: match_user_pattern(pattern, key))  # noqa: B023
+        assert spent < MATCH_BUDGET_S, (pattern, key[:8], spent)
+        assert matched == reference_user_match(pattern, key), (pattern, key[:8])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    pattern=st.text(alphabet="ab*?[]\\\u00e9", max_size=12),
+    text=st.text(alphabet="ab[]\\*?\u00e9", max_size=12),
+)
+def test_user_patterns_agree_with_the_textbook_match(pattern: str, text: str) -> None:
+    """In user patterns only `*` and `?` are wildcards; `[`, `]`, `\\` are literal."""
+    assert match_user_pattern(pattern, text) is reference_user_match(pattern, text)
+
+
+def _server_wildcards(glob: str) -> int:
+    """Unescaped ``*``, ``?`` and ``[`` in a Redis glob: what a server's matcher branches on."""
+    count, escaped = 0, False
+    for c in glob:
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c in "*?[":
+            count += 1
+    return count
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    pattern=st.text(alphabet="ab*?[]\\:", max_size=20),
+    key=st.text(alphabet="ab*?[]\\:", min_size=1, max_size=12),
+    session=st.text(alphabet="s*?[]\\", min_size=1, max_size=4),
+)
+def test_servers_get_one_star_and_a_superset_of_the_pattern(
+    pattern: str, key: str, session: str
+) -> None:
+    """scope_glob sends a server at most one `*` (no Redis can backtrack on it) and loses no key."""
+    ns = Namespace("session", session=session)
+    glob = scope_glob("remember[*]:", ns, pattern)
+    assert _server_wildcards(glob) <= 1, glob
+    if match_user_pattern(pattern, key):
+        assert glob_matcher(glob)(storage_key("remember[*]:", ns, key)), glob

@@ -17,17 +17,19 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
+import redis.cluster
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from remember_sync import Identity, RememberPlugin
+from remember_sync import Identity, RememberPlugin, _purge
 from remember_sync._keys import (
     glob_escape,
     index_key_of,
@@ -41,6 +43,7 @@ from remember_sync._ops.reindex import reindex
 from remember_sync._ops.walk import classify
 from remember_sync._purge import IndexBackfill, sweep_legacy
 from remember_sync.errors import RememberConfigurationError, RememberStoreError
+from remember_sync.stores import _index_lua
 from remember_sync.stores._index_lua import INDEX_ADD
 from remember_sync.stores.base import NamespaceIndex, Store
 from remember_sync.stores.memory import MemoryStore
@@ -622,3 +625,333 @@ def test_concurrent_writers_keep_index_and_entries_in_step(
     live = sorted(k for k in keys if mem.get(k) is not None)
     assert mem.list() == live
     assert {k[len(HEAD) :] for k in _index_members(store)} >= set(live)
+
+
+# -- the background reindex and the memory groups under attack ------------------------------
+
+
+def test_a_reindex_killed_midway_is_taken_over_by_a_running_instance(
+    redis_store: RedisStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instance running the fleet's pass is OOM-killed; its restart (or any running
+    instance) meets the dead pass's lease: once the lease expires, one of them runs the
+    pass -- the fleet does not scan for ever, waiting for a restart after the lease."""
+    monkeypatch.setattr(_purge, "INDEXING_RETRY_S", 0.05)
+    redis_store.set("remember:__indexing__", "{}", ttl_ms=300)  # the dead instance's lease
+    plugin = RememberPlugin.init(
+        store=redis_store, clock=clock, skip_legacy_purge=True,
+        encryption={"secrets": [TEST_SECRET]},
+    )
+    try:
+        backfill = plugin.index_backfill
+        assert backfill is not None and backfill.wait(30) and backfill.state == "elsewhere"
+        _wait_until(lambda: backfill.state == "indexed")
+        assert redis_store.get("remember:__indexed__") is not None
+    finally:
+        plugin.close()
+
+
+def test_a_pass_that_lost_its_lease_stops_and_leaves_the_new_holder_s_lease(
+    redis_store: RedisStore, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass slower than its lease (a paused process, a huge Vercel KV): another instance
+    took the lease over.  The first stops before its next batch, records nothing, and
+    does not delete the new holder's lease (a third instance would start a third pass)."""
+    head = HEAD
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(1500):  # two batches of the pass
+        pipe.set(f"{head}k{i}", "v")
+    pipe.execute()
+    backfill = IndexBackfill(redis_store, "remember:", clock=lambda: 0)
+    original = redis_store.add_to_index
+
+    def taken_over(keys: Any) -> int:
+        redis_client.set("remember:__indexing__", "theirs", px=600_000)
+        return original(keys)
+
+    monkeypatch.setattr(redis_store, "add_to_index", taken_over)
+    backfill.start()
+    try:
+        assert backfill.wait(30) and backfill.state == "stopped"
+        assert redis_client.get("remember:__indexing__") == b"theirs"
+        assert redis_client.exists("remember:__indexed__") == 0
+    finally:
+        backfill.stop()
+
+
+@pytest.mark.parametrize("bounds", [{}, {"max_entries": 50}, {"max_bytes": 20_000}])
+def test_memory_groups_never_outlive_their_entries(
+    clock: FakeClock, bounds: dict[str, int]
+) -> None:
+    """A long-running server: many short sessions, each a namespace of its own.  Expired
+    and evicted keys leave their groups; the groups never hold more keys than the store."""
+    store = MemoryStore(clock=clock, **bounds)  # type: ignore[arg-type]
+    store.use_index(lambda k: index_key_of("remember:", k))
+    for i in range(2000):
+        head = scope_prefix("remember:", Namespace("session", session=f"s-{i}"))
+        store.set(head + "note", "x" * 100, ttl_ms=1_000 if i % 2 else None)
+        if i % 200 == 199:
+            clock.advance(s=2)
+        grouped = sum(len(g) for g in store._groups.values())
+        assert grouped == len(store._group_of) <= len(store._data)
+    clock.advance(s=2)
+    store.set("remember:v2:session:last:note", "x")
+    assert len(store._group_of) == len(store) == sum(len(g) for g in store._groups.values())
+    if "max_bytes" in bounds:
+        assert store.stored_bytes <= bounds["max_bytes"]
+
+
+def test_a_reindex_racing_writers_neither_resurrects_nor_loses_entries(
+    make_plugin: Callable[..., RememberPlugin], store: Store, clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between the reindex's SCAN and its batch, a writer forgets one older entry,
+    re-writes another and adds a new one: afterwards list() is exactly what exists."""
+    legacy = make_plugin(listing="scan")
+    for i in range(4):
+        legacy.accessor(ME).set(f"old-{i}", i)
+    plugin = make_plugin(background_reindex=False)
+    mem = plugin.accessor(ME)
+    original = store.add_to_index  # type: ignore[attr-defined]
+
+    def racing(keys: Any) -> int:
+        mem.forget("old-0")
+        mem.set("old-1", "rewritten", ttl=600)
+        mem.set("brand-new", 1)
+        return int(original(keys))
+
+    monkeypatch.setattr(store, "add_to_index", racing)
+    reindex(store, "remember:", clock=clock)
+    monkeypatch.undo()
+    clock.advance(s=6)
+    assert plugin._core.index_usable()
+    assert mem.list() == ["brand-new", "old-1", "old-2", "old-3"]
+    assert mem.get("old-1") == "rewritten" and mem.get("old-0") is None
+    assert mem.forget_many(pattern="old-*") == 3
+    assert mem.list() == ["brand-new"]
+
+
+def test_a_pass_that_failed_at_boot_is_retried_until_it_succeeds(
+    redis_store: RedisStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole fleet boots while Redis is briefly failing: the pass is tried again
+    (backing off) instead of leaving every instance scanning until its next restart."""
+    monkeypatch.setattr(_purge, "INDEXING_RETRY_S", 0.02)
+    head = HEAD
+    redis_store.set(head + "old", "v")
+    failures = iter([True, True])
+    original = redis_store.add_to_index
+
+    def flaky(keys: Any) -> int:
+        if next(failures, False):
+            raise RememberStoreError("Redis reindex failed: Connection refused")
+        return original(keys)
+
+    monkeypatch.setattr(redis_store, "add_to_index", flaky)
+    backfill = IndexBackfill(redis_store, "remember:", clock=clock).start()
+    try:
+        _wait_until(lambda: backfill.state == "indexed")
+        assert redis_store.get("remember:__indexed__") is not None
+        assert redis_store.get("remember:__indexing__") is None  # every lease released
+    finally:
+        backfill.stop()
+
+
+# -- Redis Cluster: a namespace's listing index disappears after its last entry, no reads --
+#
+# On a cluster an index member is only dropped once its entry is missing *and*
+# nobody added it for longer than the grace, and an index that once held an
+# entry without a deadline has no expiry; so a forget inside the grace, or an
+# entry without TTL deleted, left the index key behind for good unless someone
+# read the namespace.  The plugin's background worker runs a prune pass every
+# period (here shortened, with a 1 s grace) that settles every index: these
+# tests write and forget on the real 3-node Cluster, never read the namespace,
+# and wait for the index key to go -- or check that a writer racing the pass
+# keeps its entry listed.
+
+PRUNE_ME = Identity(session_id="s-prune", user_id="u-prune")
+PRUNE_HEAD = scope_prefix(P, Namespace("session", session="s-prune"))
+PRUNE_INDEX = namespace_index_key(P, PRUNE_HEAD)
+GRACE_S = 1.0
+PERIOD_S = 0.3
+#: The documented bound (grace + one period) plus room for a loaded machine.
+BOUND_S = GRACE_S + PERIOD_S + 5.0
+
+
+#: conftest's ``make_plugin`` over the flushed cluster (index mode, reindex finished).
+ON_THE_CLUSTER = pytest.mark.parametrize("store_kind", ["redis_cluster"])
+
+
+@pytest.fixture
+def short_periods(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_index_lua, "CLUSTER_SLACK_MS", int(GRACE_S * 1000))
+    monkeypatch.setattr(_purge, "INDEX_PRUNE_PERIOD_S", PERIOD_S, raising=False)
+
+
+@pytest.fixture
+def no_reads(
+    redis_cluster_store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[Any]]:
+    """Record every read of an entry value or an index page the store is asked for."""
+    reads: list[Any] = []
+    for name in ("get", "get_many", "index_pages", "scan_pages"):
+        original = getattr(redis_cluster_store, name)
+
+        def record(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            reads.append(args)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(redis_cluster_store, name, record)
+    yield reads
+
+
+def _gone_within(client: redis.cluster.RedisCluster, key: str, seconds: float) -> float:
+    """Seconds until *key* no longer exists; fails after *seconds*."""
+    began = time.monotonic()
+    while client.exists(key):
+        if time.monotonic() - began > seconds:
+            pytest.fail(f"{key} still exists after {seconds} s")
+        time.sleep(0.05)
+    return time.monotonic() - began
+
+
+def _namespace_reads(reads: list[Any]) -> list[Any]:
+    return [r for r in reads if PRUNE_HEAD in repr(r) or PRUNE_INDEX in repr(r)]
+
+
+@ON_THE_CLUSTER
+@pytest.mark.usefixtures("short_periods")
+def test_index_of_a_forget_inside_the_grace_disappears_without_reads(
+    make_plugin: Callable[..., RememberPlugin],
+    redis_cluster_client: redis.cluster.RedisCluster,
+    no_reads: list[Any],
+) -> None:
+    plugin = make_plugin()
+    mem = plugin.accessor(PRUNE_ME)
+    mem.set("a", 1)  # no TTL: the index has no expiry
+    assert mem.forget("a")  # inside the grace: the member stays
+    assert redis_cluster_client.exists(PRUNE_INDEX) and redis_cluster_client.pttl(PRUNE_INDEX) == -1
+    _gone_within(redis_cluster_client, PRUNE_INDEX, BOUND_S)
+    assert _namespace_reads(no_reads) == []
+    assert plugin.index_backfill.prune_passes >= 1
+
+
+@ON_THE_CLUSTER
+@pytest.mark.usefixtures("short_periods")
+def test_index_whose_entry_without_ttl_was_deleted_behind_its_back_disappears(
+    make_plugin: Callable[..., RememberPlugin],
+    redis_cluster_client: redis.cluster.RedisCluster,
+    no_reads: list[Any],
+) -> None:
+    plugin = make_plugin()
+    plugin.accessor(PRUNE_ME).set("b", 2)
+    redis_cluster_client.delete(PRUNE_HEAD + "b")  # not through the store: the index is not told
+    assert redis_cluster_client.pttl(PRUNE_INDEX) == -1
+    _gone_within(redis_cluster_client, PRUNE_INDEX, BOUND_S)
+    assert _namespace_reads(no_reads) == []
+
+
+@ON_THE_CLUSTER
+@pytest.mark.usefixtures("short_periods")
+def test_prune_sets_the_expiry_from_the_live_entries(
+    make_plugin: Callable[..., RememberPlugin],
+    redis_cluster_client: redis.cluster.RedisCluster,
+) -> None:
+    """A no-TTL entry forgotten, a 60 s one left: the index then expires after that one."""
+    plugin = make_plugin()
+    mem = plugin.accessor(PRUNE_ME)
+    mem.set("live", 1, ttl=60)
+    mem.set("forever", 2)
+    assert mem.forget("forever")
+    assert redis_cluster_client.pttl(PRUNE_INDEX) == -1
+    began = time.monotonic()
+    while redis_cluster_client.pttl(PRUNE_INDEX) == -1:
+        assert time.monotonic() - began < BOUND_S, "the index kept no expiry"
+        time.sleep(0.05)
+    assert 0 < redis_cluster_client.pttl(PRUNE_INDEX) <= 60_000 + GRACE_S * 1000
+    assert redis_cluster_client.zrange(PRUNE_INDEX, 0, -1) == [(PRUNE_HEAD + "live").encode()]
+    assert mem.list() == ["live"]
+
+
+@ON_THE_CLUSTER
+def test_a_writer_racing_the_pass_keeps_its_entry_listed(
+    make_plugin: Callable[..., RememberPlugin],
+    redis_cluster_store: RedisStore,
+    redis_cluster_client: redis.cluster.RedisCluster,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between the pass's look at the entries and its changes, a writer re-writes a gone
+    entry and adds a long-lived one: both stay listed and the index outlives them."""
+    monkeypatch.setattr(_index_lua, "CLUSTER_SLACK_MS", int(GRACE_S * 1000))
+    plugin = make_plugin(background_reindex=False)
+    mem = plugin.accessor(PRUNE_ME)
+    mem.set("short", 1, ttl=5)
+    mem.set("back", 2)
+    assert mem.forget("back")
+    time.sleep(GRACE_S + 0.1)  # "back" is now a gone member older than the grace
+    pttls = redis_cluster_store._pttls
+    raced: list[str] = []
+
+    def writer_in_the_gap(scored: Any) -> list[int]:
+        found = pttls(scored)
+        if not raced:
+            raced.append("yes")
+            mem.set("back", 3)
+            mem.set("late", 4, ttl=3600)
+        return found
+
+    monkeypatch.setattr(redis_cluster_store, "_pttls", writer_in_the_gap)
+    _purge.prune_indexes(redis_cluster_store, P)
+    assert raced
+    assert sorted(mem.list()) == ["back", "late", "short"]
+    assert redis_cluster_client.pttl(PRUNE_INDEX) == -1  # "back" has no TTL: no expiry
+    # Without the race, the same pass drops nothing that lives and keeps the index.
+    monkeypatch.undo()
+    monkeypatch.setattr(_index_lua, "CLUSTER_SLACK_MS", int(GRACE_S * 1000))
+    time.sleep(GRACE_S + 0.1)
+    assert _purge.prune_indexes(redis_cluster_store, P) == 0
+    assert redis_cluster_client.pttl(PRUNE_INDEX) == -1
+    assert sorted(mem.list()) == ["back", "late", "short"]
+
+
+@ON_THE_CLUSTER
+@pytest.mark.usefixtures("short_periods")
+def test_concurrent_writers_during_passes_are_never_lost(
+    make_plugin: Callable[..., RememberPlugin],
+    redis_cluster_store: RedisStore,
+    redis_cluster_client: redis.cluster.RedisCluster,
+) -> None:
+    """Writers set and forget for a few seconds while passes run: every live entry is listed."""
+    plugin = make_plugin()
+    mem = plugin.accessor(PRUNE_ME)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        i = 0
+        try:
+            while not stop.is_set():
+                key = f"w{n}-{i % 7}"
+                if i % 3 == 2:
+                    mem.forget(key)
+                else:
+                    mem.set(key, i, ttl=None if i % 2 else 30)
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    began = time.monotonic()
+    while plugin.index_backfill.prune_passes < 4 and time.monotonic() - began < 30:
+        time.sleep(0.05)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert plugin.index_backfill.prune_passes >= 4
+    live = {k for k in redis_cluster_store.scan(PRUNE_HEAD + "*")}
+    members = {m.decode() for m in redis_cluster_client.zrange(PRUNE_INDEX, 0, -1)}
+    assert live and live <= members
+    assert sorted(mem.list()) == sorted(k[len(PRUNE_HEAD) :] for k in live)

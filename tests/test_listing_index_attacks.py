@@ -16,12 +16,11 @@ import pytest
 import redis
 
 from remember_sync import Identity, RememberPlugin
-from remember_sync._keys import namespace_index_key, scope_prefix
+from remember_sync.cli import main
 from remember_sync.errors import RememberConfigurationError, RememberStoreError
 from remember_sync.stores.base import Store
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.redis_server import RedisServer, find_redis_server
-from remember_sync.types import Namespace
 from tests.conftest import TEST_SECRET, FakeClock
 
 ME = Identity(session_id="s-1", user_id="u-1")
@@ -34,7 +33,10 @@ def test_two_prefixes_sharing_one_store_each_list_their_own_writes(
     app started is still listed by the first, and neither sees the other's keys."""
     first = make_plugin(key_prefix="a:")
     second = make_plugin(key_prefix="b:")
-    assert first._core.index_usable() and second._core.index_usable()
+    for plugin in (first, second):  # each lists by its index: complete at once (memory),
+        assert plugin.listing == "index"  # or the fleet's reindex recorded (docs/redis.rst)
+        assert plugin.index_backfill is None or store.get(
+            plugin.key_prefix + "__indexed__") is not None
     a, b = first.accessor(ME), second.accessor(ME)
     a.set("mine", 1)
     b.set("theirs", 2)
@@ -88,7 +90,7 @@ def test_acl_user_without_sorted_set_commands_gets_a_configuration_error_naming_
                 call()
             text = str(info.value)
             assert "sorted-set" in text and "listing='scan'" in text, text
-        entry = scope_prefix("remember:", Namespace("session", session="s-1")) + "raw"
+        entry = "remember:v2:session:s-1:" + "raw"
         with pytest.raises(RememberConfigurationError, match="sorted-set"):
             plugin.store.set(entry, "v")
         admin = acl_server.client()
@@ -120,7 +122,8 @@ def test_acl_user_whose_key_pattern_leaves_out_the_index_keys_gets_a_configurati
 
 
 def index_key_of_me(prefix: str) -> str:
-    return namespace_index_key(prefix, scope_prefix(prefix, Namespace("session", session="s-1")))
+    """The listing index of session ``s-1`` (SPEC section 3's head after ``P + "__index__:"``)."""
+    return f"{prefix}__index__:v2:session:s-1:"
 
 
 # -- hostile patterns ------------------------------------------------------------------------
@@ -195,7 +198,7 @@ def test_forked_workers_writing_and_forgetting_one_namespace_keep_the_index_exac
         assert mem.list() == live
         raw: list[bytes] = redis_client.zrange(index_key_of_me("remember:"), 0, -1)  # type: ignore[assignment]
         members = {m.decode() for m in raw}
-        head = scope_prefix("remember:", Namespace("session", session="s-1"))
+        head = "remember:v2:session:s-1:"
         assert {m[len(head) :] for m in members} == set(live)  # standalone: exact
     finally:
         plugin.store.close()
@@ -214,7 +217,6 @@ def test_a_writer_keeping_no_index_is_hidden_from_index_readers_until_a_reindex(
     during a rolling upgrade -- are not listed by index-mode plugins, and such a
     writer re-writing an indexed entry without its TTL hides it once the index key
     expires; ``remember-sync reindex`` after those writers are gone repairs both."""
-    from remember_sync._ops.reindex import reindex
 
     common: dict[str, Any] = {
         "store": redis_store, "clock": clock, "skip_legacy_purge": True,
@@ -223,7 +225,7 @@ def test_a_writer_keeping_no_index_is_hidden_from_index_readers_until_a_reindex(
     new = RememberPlugin.init(**common)
     try:
         assert new.index_backfill is not None and new.index_backfill.wait(30)
-        assert new._core.index_usable()
+        assert new.listing == "index" and redis_store.get("remember:__indexed__") is not None
         mem = new.accessor(ME)
         mem.set("brief", 1, ttl=1)
         old_store = RedisStore.from_url(redis_url)  # another process: its own store
@@ -238,76 +240,13 @@ def test_a_writer_keeping_no_index_is_hidden_from_index_readers_until_a_reindex(
             assert redis_client.exists(index) == 0
             assert mem.list() == []  # both hidden: the limit the docs state
             assert old.accessor(ME).list() == ["brief", "late"]  # scanning sees them
-            reindex(redis_store, "remember:", clock=clock)
+            assert main(["reindex", "--redis-url", redis_url]) == 0
             assert mem.list() == ["brief", "late"]
         finally:
             old.close()
             old_store.close()
     finally:
         new.close()
-
-
-# -- the background reindex: a pass that died, a pass that takes long ------------------------
-
-
-def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, "condition not reached in time"
-        time.sleep(0.02)
-
-
-def test_a_reindex_killed_midway_is_taken_over_by_a_running_instance(
-    redis_store: RedisStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The instance running the fleet's pass is OOM-killed; its restart (or any running
-    instance) meets the dead pass's lease: once the lease expires, one of them runs the
-    pass -- the fleet does not scan for ever, waiting for a restart after the lease."""
-    import remember_sync._purge as purge
-
-    monkeypatch.setattr(purge, "INDEXING_RETRY_S", 0.05)
-    redis_store.set("remember:__indexing__", "{}", ttl_ms=300)  # the dead instance's lease
-    plugin = RememberPlugin.init(
-        store=redis_store, clock=clock, skip_legacy_purge=True,
-        encryption={"secrets": [TEST_SECRET]},
-    )
-    try:
-        backfill = plugin.index_backfill
-        assert backfill is not None and backfill.wait(30) and backfill.state == "elsewhere"
-        _until(lambda: backfill.state == "indexed")
-        assert redis_store.get("remember:__indexed__") is not None
-    finally:
-        plugin.close()
-
-
-def test_a_pass_that_lost_its_lease_stops_and_leaves_the_new_holder_s_lease(
-    redis_store: RedisStore, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A pass slower than its lease (a paused process, a huge Vercel KV): another instance
-    took the lease over.  The first stops before its next batch, records nothing, and
-    does not delete the new holder's lease (a third instance would start a third pass)."""
-    from remember_sync._purge import IndexBackfill
-
-    head = scope_prefix("remember:", Namespace("session", session="s-1"))
-    pipe = redis_client.pipeline(transaction=False)
-    for i in range(1500):  # two batches of the pass
-        pipe.set(f"{head}k{i}", "v")
-    pipe.execute()
-    backfill = IndexBackfill(redis_store, "remember:", clock=lambda: 0)
-    original = redis_store.add_to_index
-
-    def taken_over(keys: Any) -> int:
-        redis_client.set("remember:__indexing__", "theirs", px=600_000)
-        return original(keys)
-
-    monkeypatch.setattr(redis_store, "add_to_index", taken_over)
-    backfill.start()
-    try:
-        assert backfill.wait(30) and backfill.state == "stopped"
-        assert redis_client.get("remember:__indexing__") == b"theirs"
-        assert redis_client.exists("remember:__indexed__") == 0
-    finally:
-        backfill.stop()
 
 
 def test_a_foreign_value_at_an_index_key_fails_writes_before_they_happen(
@@ -327,7 +266,7 @@ def test_a_foreign_value_at_an_index_key_fails_writes_before_they_happen(
     index = index_key_of_me("remember:")
     client.delete(index)
     client.set(index, "foreign")
-    head = scope_prefix("remember:", Namespace("session", session="s-1"))
+    head = "remember:v2:session:s-1:"
     with pytest.raises(RememberStoreError, match="WRONGTYPE"):
         mem.set("new", 2)
     assert client.exists(head + "new") == 0
@@ -338,98 +277,6 @@ def test_a_foreign_value_at_an_index_key_fails_writes_before_they_happen(
         mem.list()
     assert client.get(index) == b"foreign"
     plugin.close()
-
-
-# -- memory: the groups and the bounds -------------------------------------------------------
-
-
-@pytest.mark.parametrize("bounds", [{}, {"max_entries": 50}, {"max_bytes": 20_000}])
-def test_memory_groups_never_outlive_their_entries(
-    clock: FakeClock, bounds: dict[str, int]
-) -> None:
-    """A long-running server: many short sessions, each a namespace of its own.  Expired
-    and evicted keys leave their groups; the groups never hold more keys than the store."""
-    from remember_sync._keys import index_key_of
-    from remember_sync.stores.memory import MemoryStore
-
-    store = MemoryStore(clock=clock, **bounds)  # type: ignore[arg-type]
-    store.use_index(lambda k: index_key_of("remember:", k))
-    for i in range(2000):
-        head = scope_prefix("remember:", Namespace("session", session=f"s-{i}"))
-        store.set(head + "note", "x" * 100, ttl_ms=1_000 if i % 2 else None)
-        if i % 200 == 199:
-            clock.advance(s=2)
-        grouped = sum(len(g) for g in store._groups.values())
-        assert grouped == len(store._group_of) <= len(store._data)
-    clock.advance(s=2)
-    store.set("remember:v2:session:last:note", "x")
-    assert len(store._group_of) == len(store) == sum(len(g) for g in store._groups.values())
-    if "max_bytes" in bounds:
-        assert store.stored_bytes <= bounds["max_bytes"]
-
-
-# -- a reindex racing writers ----------------------------------------------------------------
-
-
-def test_a_reindex_racing_writers_neither_resurrects_nor_loses_entries(
-    make_plugin: Callable[..., RememberPlugin], store: Store, clock: FakeClock,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Between the reindex's SCAN and its batch, a writer forgets one older entry,
-    re-writes another and adds a new one: afterwards list() is exactly what exists."""
-    from remember_sync._ops.reindex import reindex
-
-    legacy = make_plugin(listing="scan")
-    for i in range(4):
-        legacy.accessor(ME).set(f"old-{i}", i)
-    plugin = make_plugin(background_reindex=False)
-    mem = plugin.accessor(ME)
-    original = store.add_to_index  # type: ignore[attr-defined]
-
-    def racing(keys: Any) -> int:
-        mem.forget("old-0")
-        mem.set("old-1", "rewritten", ttl=600)
-        mem.set("brand-new", 1)
-        return int(original(keys))
-
-    monkeypatch.setattr(store, "add_to_index", racing)
-    reindex(store, "remember:", clock=clock)
-    monkeypatch.undo()
-    clock.advance(s=6)
-    assert plugin._core.index_usable()
-    assert mem.list() == ["brand-new", "old-1", "old-2", "old-3"]
-    assert mem.get("old-1") == "rewritten" and mem.get("old-0") is None
-    assert mem.forget_many(pattern="old-*") == 3
-    assert mem.list() == ["brand-new"]
-
-
-def test_a_pass_that_failed_at_boot_is_retried_until_it_succeeds(
-    redis_store: RedisStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The whole fleet boots while Redis is briefly failing: the pass is tried again
-    (backing off) instead of leaving every instance scanning until its next restart."""
-    import remember_sync._purge as purge
-    from remember_sync.errors import RememberStoreError as StoreError
-
-    monkeypatch.setattr(purge, "INDEXING_RETRY_S", 0.02)
-    head = scope_prefix("remember:", Namespace("session", session="s-1"))
-    redis_store.set(head + "old", "v")
-    failures = iter([True, True])
-    original = redis_store.add_to_index
-
-    def flaky(keys: Any) -> int:
-        if next(failures, False):
-            raise StoreError("Redis reindex failed: Connection refused")
-        return original(keys)
-
-    monkeypatch.setattr(redis_store, "add_to_index", flaky)
-    backfill = purge.IndexBackfill(redis_store, "remember:", clock=clock).start()
-    try:
-        _until(lambda: backfill.state == "indexed")
-        assert redis_store.get("remember:__indexed__") is not None
-        assert redis_store.get("remember:__indexing__") is None  # every lease released
-    finally:
-        backfill.stop()
 
 
 # -- other applications' keys ----------------------------------------------------------------

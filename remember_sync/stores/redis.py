@@ -1314,9 +1314,9 @@ class RedisStore(OwnedRedisWrites):
                     seen |= keys
                 else:
                     pairs = self._page_values(node, page, seen, guess, values)
-                page = _decoded(pairs)
-                if page:
-                    yield page
+                found = _decoded(pairs)
+                if found:
+                    yield found
                 cursor = int(after)
                 if cursor == 0:
                     break

@@ -43,6 +43,11 @@ class RememberAccessor:
         """The identity this accessor acts for (the context's, when not fixed)."""
         return self._identity if self._identity is not None else current_identity()
 
+    @property
+    def _store_kind(self) -> str:
+        """The ``store`` attribute of this accessor's measurements (:func:`._metrics.measured`)."""
+        return self._core.store_kind
+
     # -- the API ------------------------------------------------------------------------
 
     def set(

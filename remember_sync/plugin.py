@@ -425,6 +425,11 @@ class RememberPlugin:
         search = _check_bool(tools.get("search", True), "tools.search")
         return {"enabled": enabled, "prefix": prefix, "allowed_scopes": scopes, "search": search}
 
+    def _operator_core(self) -> AccessorCore:
+        """The core, for the package's operator commands (:mod:`remember_sync._ops`) only:
+        they read and rewrite entries below the accessor (raw envelopes, every namespace)."""
+        return self._core
+
     # -- the public surface -------------------------------------------------------------
 
     @property
@@ -452,7 +457,13 @@ class RememberPlugin:
 
     @property
     def key_prefix(self) -> str:
+        """The prefix of every storage key this plugin writes (the ``prefix`` option)."""
         return self._core.prefix
+
+    @property
+    def max_value_bytes(self) -> int:
+        """The largest serialised entry this plugin accepts (the ``max_value_bytes`` option)."""
+        return self._core.max_value_bytes
 
     @property
     def listing(self) -> str:

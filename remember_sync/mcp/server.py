@@ -167,7 +167,7 @@ class McpServer(ProtocolDispatch):
                 f"plugin must be a RememberPlugin; got {type(plugin).__name__}"
             )
         if max_body_bytes is None:
-            max_body_bytes = default_max_body_bytes(plugin._core.max_value_bytes)
+            max_body_bytes = default_max_body_bytes(plugin.max_value_bytes)
         if isinstance(cors_origins, str):
             raise RememberInputTypeError("cors_origins must be a list of origins, not one string")
         cors = frozenset(check_cors_origin(o) for o in cors_origins)

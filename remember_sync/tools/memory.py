@@ -583,6 +583,11 @@ class MemoryTools:
             out["expiresAt"] = expires
         return out
 
+    @property
+    def _store_kind(self) -> str:
+        """The ``store`` attribute of the tools' measurements (:func:`._metrics.measured`)."""
+        return self._core.store_kind
+
     # The reads the tools make on the core directly, measured as the accessor's would be.
     @_metrics.measured("get_entry")
     def _strict_fields(self, ident: Identity | None, key: str, scope: Scope) -> EntryFields | None:

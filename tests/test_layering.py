@@ -260,3 +260,16 @@ def test_the_internals_check_sees_a_reach() -> None:
     """The walker flags another object's ``_core``/``_tools`` and lets an object use its own."""
     source = "x = plugin._core.store\ny = self.plugin._tools\nz = self._core.prefix\n"
     assert _reached_internals(source) == [(1, "plugin._core"), (2, "self.plugin._tools")]
+
+
+def test_the_mcp_server_is_composed_not_inherited() -> None:
+    """``McpServer`` holds its HTTP endpoint, session gate and protocol dispatch as parts:
+    no base class, and no ``TYPE_CHECKING`` method stubs gluing classes of the mcp package."""
+    from remember_sync.mcp import McpServer
+
+    assert McpServer.__bases__ == (object,)
+    for path in sorted((PACKAGE / "mcp").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                stubs = [n.name for n in node.body if isinstance(n, ast.FunctionDef)]
+                assert not stubs, f"mcp/{path.name}:{node.lineno} declares stubs {stubs}"

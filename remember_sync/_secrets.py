@@ -497,6 +497,13 @@ def _production_fallback() -> str:
         return _production_secret
 
 
+def keyring_or_resolved(keyring: object) -> Keyring:
+    """The keyring a plugin holds (``plugin.keyring``), else :func:`resolve_keyring`'s:
+    with encryption disabled, session ids and rate-limit keys still need a secret,
+    resolved as for encryption (``REMEMBER_SECRET``, the development file...)."""
+    return keyring if isinstance(keyring, Keyring) else resolve_keyring()
+
+
 def resolve_keyring(
     *,
     secrets: Sequence[str] | None = None,

@@ -52,7 +52,14 @@ from .stores.base import Store
 from .stores.memory import MemoryStore
 from .tools import MemoryTools
 from .tools.results import tools_disabled_result
-from .types import ErasureReceipt, Identity
+from .types import (
+    BackgroundPurge,
+    BackgroundReindex,
+    ErasureReceipt,
+    Identity,
+    KeyCheck,
+    MasterSecrets,
+)
 
 __all__ = ["STORE_TYPES", "RememberPlugin"]
 
@@ -104,7 +111,10 @@ class RememberPlugin:
     one.  Close it (or use it as a context manager) to release what it created.
     """
 
-    def __init__(
+    def __init__(self) -> None:
+        raise TypeError("build a RememberPlugin with RememberPlugin.init(...)")
+
+    def _setup(
         self,
         *,
         core: AccessorCore,
@@ -113,6 +123,7 @@ class RememberPlugin:
         tools: Mapping[str, Any],
         purge_options: Mapping[str, Any],
     ) -> None:
+        """Make this the plugin over *core* that :meth:`init` built; start its background work."""
         self._core = core
         self._owns_store = owns_store
         self.store_type = store_type
@@ -120,14 +131,15 @@ class RememberPlugin:
         self._tools: MemoryTools | None = None
         if tools.get("enabled"):
             scopes = tools["allowed_scopes"]
-            self._tools = MemoryTools(
+            self._tools = MemoryTools.__new__(MemoryTools)
+            self._tools._setup(
                 core, prefix=tools["prefix"], allowed_scopes=scopes, search=tools["search"]
             )
         self.purge_options: dict[str, Any] = dict(purge_options)
         self._closed = False
         self._purge: LegacyPurge | None = None
         self._key_check: KeyIdCheck | None = None
-        self._backfill: Any = None
+        self._backfill: IndexBackfill | None = None
         self._doubled_check: DoubledPrefixCheck | None = None
         self._start_purge()
         self._start_backfill()
@@ -392,23 +404,26 @@ class RememberPlugin:
                 charges=Owners(keyring, prefix, quota) if quota is not None or bounds else None,
             )
             if audit is not None:
-                core.audit = AuditTrail(store, keyring, prefix, core.clock, audit)
+                core.audit = AuditTrail.__new__(AuditTrail)
+                core.audit._setup(store, keyring, prefix, core.clock, audit)
                 core.audit.head_of = core.audit_head
                 if verifier is not None and verifier.witness is not None:
-                    core.audit.anchor_in(verifier.witness)
+                    core.audit._anchor_in(verifier.witness)
         except BaseException:
             if keyring is not None and isinstance(keyring.subjects, SubjectKeys):
                 keyring.subjects.close()
             if owns:
                 store.close()
             raise
-        return cls(
+        plugin = cls.__new__(cls)
+        plugin._setup(
             core=core,
             owns_store=owns,
             store_type=store_type,
             tools=tools,
             purge_options={"delay_ms": delay, "skip": skip_purge, "reindex": backfill},
         )
+        return plugin
 
     @staticmethod
     def _check_tools(tools: dict[str, Any]) -> dict[str, Any]:
@@ -478,8 +493,9 @@ class RememberPlugin:
         return self._core.listing
 
     @property
-    def keyring(self) -> Keyring | None:
-        """The master secrets (``None`` with encryption disabled)."""
+    def keyring(self) -> MasterSecrets | None:
+        """The master secrets: their ``source`` and public key ids (``kids``,
+        ``primary_kid``); ``None`` with encryption disabled."""
         return self._core.codec.keyring
 
     def erase(self, *, user_id: str | int, dry_run: bool = False) -> ErasureReceipt:
@@ -507,7 +523,7 @@ class RememberPlugin:
         core = self._core
         if not isinstance(dry_run, bool):
             raise TypeError(f"dry_run must be a bool; got {type(dry_run).__name__}")
-        subjects = self.keyring.subjects if self.keyring is not None else None
+        subjects = None if (keyring := self._core.codec.keyring) is None else keyring.subjects
         with core.audited("erase", None, None) as event:
             receipt = erase(
                 core.owners,
@@ -545,7 +561,7 @@ class RememberPlugin:
         purge's first step also checks the secret against the key id the store
         records; with ``skip_legacy_purge`` a read-only one-shot check does that.
         """
-        core, keyring = self._core, self.keyring
+        core, keyring = self._core, self._core.codec.keyring
         kids = keyring.kids if keyring is not None else None
         if self.purge_options.get("skip") or not core.prefix:
             if kids is not None and core.prefix:
@@ -569,7 +585,7 @@ class RememberPlugin:
             log.warning("remember: the legacy purge could not be recorded", exc_info=True)
 
     @property
-    def legacy_purge(self) -> LegacyPurge | None:
+    def legacy_purge(self) -> BackgroundPurge | None:
         """The background legacy purge, or ``None`` (``skip_legacy_purge=True``, empty prefix).
 
         Its ``state`` (``pending``, ``armed``, ``swept``, ``stood-down``,
@@ -580,7 +596,7 @@ class RememberPlugin:
         return self._purge
 
     @property
-    def key_id_check(self) -> KeyIdCheck | None:
+    def key_id_check(self) -> KeyCheck | None:
         """The read-only, one-shot key id check a plugin runs when its purge does not, or ``None``.
 
         ``wait(timeout)`` and ``status`` (``matches``, ``recorded``); see
@@ -591,8 +607,8 @@ class RememberPlugin:
         return None if self._purge is None else self._purge.key_check
 
     @property
-    def index_backfill(self) -> Any:
-        """The background reindex (:class:`remember_sync._purge.IndexBackfill`), or ``None``.
+    def index_backfill(self) -> BackgroundReindex | None:
+        """The fleet's one-time background reindex, or ``None``.
 
         ``None`` when listing scans or the index was complete at once (memory).
         """
@@ -648,7 +664,7 @@ class RememberPlugin:
         if self._core.verifier is not None:
             self._core.verifier.close()
         self._core.search_cache.clear()
-        subjects = self.keyring.subjects if self.keyring is not None else None
+        subjects = None if (keyring := self._core.codec.keyring) is None else keyring.subjects
         if isinstance(subjects, SubjectKeys):
             subjects.close()
         if self._owns_store:

@@ -227,12 +227,14 @@ REPOSITORY = PACKAGE.parent
 
 
 def _reached_internals(source: str) -> list[tuple[int, str]]:
-    """``(line, expression)`` of every ``<not self>._core`` / ``<not self>._tools`` read."""
+    """``(line, expression)`` of every ``<not self>._core`` / ``<not self>._tools`` read
+    (the module that makes such an object may set them)."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if (
             isinstance(node, ast.Attribute)
             and node.attr in _INTERNALS
+            and isinstance(node.ctx, ast.Load)
             and not (isinstance(node.value, ast.Name) and node.value.id == "self")
         ):
             found.append((node.lineno, ast.unparse(node)))
@@ -258,7 +260,10 @@ def test_nothing_reaches_into_the_core_or_the_tools() -> None:
 
 def test_the_internals_check_sees_a_reach() -> None:
     """The walker flags another object's ``_core``/``_tools`` and lets an object use its own."""
-    source = "x = plugin._core.store\ny = self.plugin._tools\nz = self._core.prefix\n"
+    source = (
+        "x = plugin._core.store\ny = self.plugin._tools\nz = self._core.prefix\n"
+        "made._core = core\n"
+    )
     assert _reached_internals(source) == [(1, "plugin._core"), (2, "self.plugin._tools")]
 
 

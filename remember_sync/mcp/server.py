@@ -5,7 +5,7 @@ and your own tools (see :mod:`remember_sync.mcp.authoring`).  The protocol
 eras it serves on one endpoint and how it tells them apart, batches, CORS,
 authentication and every HTTP status are ``docs/mcp.rst`` and
 ``docs/authentication.rst``.  Session ids are signed with a key derived from
-the master secret (:class:`~remember_sync._sessions.SessionSigner`) so that
+the master secret (:class:`~remember_sync.mcp.SessionSigner`) so that
 any worker sharing the secret verifies them, and bound to the caller's
 principal; an ended session is recorded in the plugin's store
 (:mod:`remember_sync.mcp.revocations`) so that every worker sharing it knows.
@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar, overload
 from .. import _metrics
 from .._clock import Clock, system_clock
 from .._config import DEFAULT_PATH
-from .._secrets import resolve_keyring
+from .._secrets import keyring_or_resolved
 from .._sessions import SessionSigner
 from ..errors import JsonRpcError, RememberInputError, RememberInputTypeError
 from ..identity import identity as bind_identity
@@ -116,8 +116,8 @@ class McpServer:
         :func:`~remember_sync.mcp.auth.register_host_auth`), else ``None``;
         pass ``None`` to ignore the host's users.
     :param session_signer: signs and verifies ``Mcp-Session-Id`` values
-        (default: a :class:`~remember_sync._sessions.SessionSigner` over the
-        plugin's master secrets, or over :func:`~remember_sync._secrets.resolve_keyring`
+        (default: a :class:`~remember_sync.mcp.SessionSigner` over the
+        plugin's master secrets, or over the secret resolved as for encryption
         when encryption is disabled).
     :param max_body_bytes: larger request bodies get ``413`` (default:
         :func:`default_max_body_bytes` of the plugin's ``max_value_bytes``, so
@@ -226,7 +226,7 @@ class McpServer:
         self.instructions = instructions
         keyring = None
         if session_signer is None or rate_limit is not None:
-            keyring = plugin.keyring if plugin.keyring is not None else resolve_keyring()
+            keyring = keyring_or_resolved(plugin.keyring)
         if session_signer is None:
             assert keyring is not None
             session_signer = SessionSigner(keyring)

@@ -94,7 +94,7 @@ class ProtocolDispatch:
             # version is unknown (-32022, or a header/body mismatch).
             return self._modern(message, request)
         request_id = message.get("id") if isinstance(message, dict) else None
-        requested = version
+        requested = str(version)
         return _Response.error(
             400,
             f"Bad Request: unsupported MCP-Protocol-Version header {requested[:64]!r}; this "

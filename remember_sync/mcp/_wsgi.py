@@ -195,18 +195,17 @@ class McpRequest:
     @classmethod
     def read(cls, environ: Mapping[str, Any], principal: str | None) -> McpRequest:
         """The request *environ* carries, from *principal*."""
-        session_id = str(environ.get("HTTP_MCP_SESSION_ID") or "").strip()
-        version = environ.get("HTTP_MCP_PROTOCOL_VERSION")
-        mcp_method = environ.get("HTTP_MCP_METHOD")
+        get = environ.get
+        name = get("HTTP_MCP_NAME")
         return cls(
-            method=str(environ.get("REQUEST_METHOD", "GET")),
-            principal=principal,
-            session_id=session_id or None,
-            protocol_version=None if version is None else str(version),
-            mcp_method=None if mcp_method is None else str(mcp_method),
-            mcp_name=decode_header_value(environ.get("HTTP_MCP_NAME")),
-            remote_addr=str(environ.get("REMOTE_ADDR") or ""),
-            environ=environ,
+            get("REQUEST_METHOD", "GET"),
+            principal,
+            str(get("HTTP_MCP_SESSION_ID") or "").strip() or None,
+            get("HTTP_MCP_PROTOCOL_VERSION"),
+            get("HTTP_MCP_METHOD"),
+            None if name is None else decode_header_value(name),
+            str(get("REMOTE_ADDR") or ""),
+            environ,
         )
 
 

@@ -231,6 +231,21 @@ class HttpEndpoint:
     cors_origins: frozenset[str]
     max_body_bytes: int
     metrics_path: str | None
+    # (verifier, the same as a ProtectedResource or None), for the last verifier seen: a
+    # runtime protocol check is slow, and the verifier rarely changes.  One tuple, so a
+    # thread never pairs one verifier with another's answer.
+    _protection: tuple[object, ProtectedResource | None] = field(
+        default=(object(), None), init=False, repr=False, compare=False
+    )
+
+    def _protected(self) -> ProtectedResource | None:
+        """The token verifier when it publishes RFC 9728 metadata, else ``None``."""
+        verifier = self.token_verifier
+        seen, protected = self._protection
+        if seen is not verifier:
+            protected = verifier if isinstance(verifier, ProtectedResource) else None
+            self._protection = (verifier, protected)
+        return protected
 
     def serve(
         self, environ: Mapping[str, Any], start_response: StartResponse, handler: RequestHandler
@@ -252,10 +267,11 @@ class HttpEndpoint:
     def _handle(self, environ: Mapping[str, Any], handler: RequestHandler) -> _Response:
         if self.metrics_path is not None and environ.get("PATH_INFO") == self.metrics_path:
             return self._metrics(environ)
-        if isinstance(self.token_verifier, ProtectedResource) and well_known_resource(
+        protected = self._protected()
+        if protected is not None and well_known_resource(
             str(environ.get("PATH_INFO", "")), self.path
         ):
-            return self._resource_metadata(environ, self.token_verifier)
+            return self._resource_metadata(environ, protected)
         if self.path is not None and environ.get("PATH_INFO", "") not in (
             self.path,
             self.path + "/",
@@ -395,8 +411,9 @@ class HttpEndpoint:
         self, environ: Mapping[str, Any], message: str, *, invalid: bool = False
     ) -> _Response:
         challenge = 'Bearer realm="remember-sync"'
-        if isinstance(self.token_verifier, ProtectedResource):
-            url = metadata_url(self._resource_url(environ, self.token_verifier))
+        protected = self._protected()
+        if protected is not None:
+            url = metadata_url(self._resource_url(environ, protected))
             challenge += f', resource_metadata="{url}"'
         if invalid:
             challenge += ', error="invalid_token"'

@@ -26,7 +26,9 @@ import redis.cluster
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from remember_sync import Identity, RememberPlugin
+from remember_sync._keys import scope_prefix
 from remember_sync.accessor import RememberAccessor
+from remember_sync.identity import resolve_namespace
 from remember_sync.stores._index_lua import STANDALONE_SLACK_MS
 from remember_sync.stores.redis import RedisStore
 from remember_sync.testing.kv_emulator import KVEmulator
@@ -749,14 +751,15 @@ def _envelope_floor(plugin: RememberPlugin, ident: Identity, n: int) -> Op:
     offsets of the first envelope, AES-GCM with the key-bound associated data,
     and one JSON scan.  No checks, no expiry, no entry objects.
     """
-    core = plugin._core
-    ns, head = core.namespace(ident, "session")
+    prefix = plugin.key_prefix
+    ns = resolve_namespace(ident, "session", given=True)
+    head = scope_prefix(prefix, ns)
     keyring = plugin.keyring
     if keyring is None:
         raise RuntimeError("the benchmark plugin must encrypt")
     decrypt = keyring.key(ns, 0).decrypt
     full = [(head + k).encode() for k in _keys(n)]
-    cut = len(core.prefix)
+    cut = len(prefix)
     glob = head.encode() + b"*"
     store: Any = plugin.store
     client: redis.Redis = store.client

@@ -337,17 +337,12 @@ def _compact(obj: Mapping[str, Any]) -> str:
 
 
 class AuditTrail:
-    """The trail of one plugin (``plugin.audit``): record, flush, read, verify.
+    """The trail of one plugin (``plugin.audit``): record, flush, read, verify."""
 
-    :param store: where the trail lives (the plugin's store).
-    :param keyring: the master secrets (the first MACs and seals; all verify and open).
-    :param prefix: the key prefix ``P``.
-    :param clock: epoch-millisecond clock.
-    :param settings: :func:`audit_settings`.
-    :param witness: a :class:`TrailWitness`, or ``None``.
-    """
+    def __init__(self) -> None:
+        raise TypeError("the audit trail is plugin.audit (RememberPlugin.init(audit=True))")
 
-    def __init__(
+    def _setup(
         self,
         store: Store,
         keyring: Keyring | None,
@@ -356,6 +351,15 @@ class AuditTrail:
         settings: Mapping[str, int],
         witness: TrailWitness | None = None,
     ) -> None:
+        """Make this the trail of a plugin.
+
+        :param store: where the trail lives (the plugin's store).
+        :param keyring: the master secrets (the first MACs and seals; all verify and open).
+        :param prefix: the key prefix ``P``.
+        :param clock: epoch-millisecond clock.
+        :param settings: :func:`audit_settings`.
+        :param witness: a :class:`TrailWitness`, or ``None``.
+        """
         if keyring is None:
             raise RememberConfigurationError(
                 "RememberPlugin.init option 'audit': the trail is MAC'd and its identities "
@@ -707,7 +711,7 @@ class AuditTrail:
                  witnessed, None)
         return [found, *pending], witnessed
 
-    def anchor_in(self, witness: _Floors) -> None:
+    def _anchor_in(self, witness: _Floors) -> None:
         """Keep the trail's head in *witness* (verified mode's): see :class:`WitnessAnchor`."""
         self.witness = WitnessAnchor(witness, self._mac("witness-name", self._head_key)[:40])
 

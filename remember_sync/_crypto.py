@@ -541,7 +541,7 @@ class Keyring:
 
         :param legacy: check MACs made the pre-HKDF way, with the raw master
             secret as the HMAC key (session ids issued before the signing key
-            was derived; :class:`~remember_sync._sessions.SessionSigner` accepts
+            was derived; :class:`~remember_sync.mcp.SessionSigner` accepts
             them only within their signed lifetime).
         """
         keys = (

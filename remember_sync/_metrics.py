@@ -409,7 +409,7 @@ def error_code(exc: BaseException) -> str:
 
 
 def measured(operation: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
-    """Count and time a method of an object whose ``_core.store_kind`` names its store.
+    """Count and time a method of an object whose ``_store_kind`` names its store.
 
     Each call is one observation of ``remember_sync.operation.duration``, counted
     as ``remember_sync.operations`` (outcome ``ok``, or ``error`` with the
@@ -427,14 +427,14 @@ def measured(operation: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
             try:
                 result = method(*args, **kwargs)
             except BaseException as exc:
-                store: str = args[0]._core.store_kind  # type: ignore[attr-defined]
+                store: str = args[0]._store_kind  # type: ignore[attr-defined]
                 OPERATIONS.record(_clock() - began, store, operation, "error", error_code(exc))
                 raise
             elapsed = _clock() - began
             # Histogram.add, inlined: this runs on every operation.
-            series = done.get(args[0]._core.store_kind)  # type: ignore[attr-defined]
+            store = args[0]._store_kind  # type: ignore[attr-defined]
+            series = done.get(store)
             if series is None:
-                store = args[0]._core.store_kind  # type: ignore[attr-defined]
                 series = done[store] = OPERATIONS.series(store, operation, "ok", "")
             index = 0 if elapsed <= _FASTEST else _bucket(BUCKETS_S, elapsed)
             lock = OPERATIONS._lock
@@ -463,21 +463,18 @@ TOOL_CALLS = _timed(
     "memory tool calls by store, tool, outcome (ok, error) and error code",
     "store", "tool", "outcome",
 )  # fmt: skip
-UNREADABLE = _counter(
-    "remember_sync.unreadable_entries", "{entry}",
-    "entries that could not be decrypted or parsed (each distinct key once)", "store",
+# Per-store counters: (name below remember_sync., unit, description).
+UNREADABLE, CAS_RETRIES, CAS_CONFLICTS, EVICTIONS = (
+    _counter(f"remember_sync.{name}", unit, description, "store")
+    for name, unit, description in (
+        ("unreadable_entries", "{entry}",
+         "entries that could not be decrypted or parsed (each distinct key once)"),
+        ("cas.retries", "{retry}", "compare-and-set attempts lost to another writer"),
+        ("cas.conflicts", "{conflict}",
+         "updates given up after every compare-and-set attempt was lost (REMEMBER_CONFLICT)"),
+        ("evictions", "{entry}", "entries evicted by a bounded memory store"),
+    )
 )  # fmt: skip
-CAS_RETRIES = _counter(
-    "remember_sync.cas.retries", "{retry}", "compare-and-set attempts lost to another writer",
-    "store",
-)  # fmt: skip
-CAS_CONFLICTS = _counter(
-    "remember_sync.cas.conflicts", "{conflict}",
-    "updates given up after every compare-and-set attempt was lost (REMEMBER_CONFLICT)", "store",
-)  # fmt: skip
-EVICTIONS = _counter(
-    "remember_sync.evictions", "{entry}", "entries evicted by a bounded memory store", "store"
-)
 RATE_LIMITED = _counter(
     "remember_sync.rate_limit.refusals", "{request}", "MCP requests refused by the rate limit"
 )

@@ -415,6 +415,13 @@ def load_or_create_secret_file(path: Path, *, clock: Clock = system_clock) -> st
         os.close(dir_fd)
 
 
+def keyring_or_resolved(keyring: object) -> Keyring:
+    """The keyring a plugin holds (``plugin.keyring``), else :func:`resolve_keyring`'s:
+    with encryption disabled, session ids and rate-limit keys still need a secret,
+    resolved as for encryption (``REMEMBER_SECRET``, the development file...)."""
+    return keyring if isinstance(keyring, Keyring) else resolve_keyring()
+
+
 def read_secret_file(path: str | os.PathLike[str]) -> str | None:
     """The text of an existing secret file, read with the same checks; never creates one.
 

@@ -27,6 +27,8 @@ import secrets as _random
 
 from ._clock import Clock, system_clock
 from ._crypto import Keyring, b64url_decode, b64url_encode
+from .errors import RememberInputTypeError
+from .types import MasterSecrets
 
 _VERSION = "rs2"
 #: Ids MACed with the raw master secret (before the signing key was derived).
@@ -55,19 +57,24 @@ def session_digest(session_id: str) -> str:
 class SessionSigner:
     """Issues and verifies signed session ids.
 
-    :param keyring: the master secrets; the first signs, every one verifies
-        (so a rotation does not end live sessions).
+    :param keyring: the master secrets (``plugin.keyring``); the first signs,
+        every one verifies (so a rotation does not end live sessions).
     :param max_age_ms: how long an id stays valid (``None``: forever).
     :param clock: the time ids are issued and checked at, when a call gives no ``now_ms``.
     """
 
     def __init__(
         self,
-        keyring: Keyring,
+        keyring: MasterSecrets,
         *,
         max_age_ms: int | None = 7 * 86_400_000,
         clock: Clock = system_clock,
     ) -> None:
+        if not isinstance(keyring, Keyring):
+            raise RememberInputTypeError(
+                f"keyring must be a plugin's master secrets (plugin.keyring); "
+                f"got {type(keyring).__name__}"
+            )
         self._keyring = keyring
         self.max_age_ms = max_age_ms
         self._clock = clock

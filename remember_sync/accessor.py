@@ -32,9 +32,14 @@ class RememberAccessor:
     (``"session"`` by default, ``"user"``, ``"tool"`` or ``"global"``).
     """
 
-    def __init__(self, core: AccessorCore, identity: Identity | None = None) -> None:
-        self._core = core
-        self._identity = identity
+    _core: AccessorCore
+    _identity: Identity | None
+
+    def __init__(self) -> None:
+        raise TypeError(
+            "get an accessor from plugin.remember or plugin.accessor(identity), "
+            "not by constructing one"
+        )
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -42,6 +47,11 @@ class RememberAccessor:
     def identity(self) -> Identity:
         """The identity this accessor acts for (the context's, when not fixed)."""
         return self._identity if self._identity is not None else current_identity()
+
+    @property
+    def _store_kind(self) -> str:
+        """The ``store`` attribute of this accessor's measurements (:func:`._metrics.measured`)."""
+        return self._core.store_kind
 
     # -- the API ------------------------------------------------------------------------
 
@@ -361,5 +371,7 @@ for _name in _MEASURED:
 def accessor_for(core: AccessorCore, identity: Identity | None = None) -> RememberAccessor:
     """An accessor over *core* for *identity* (``None``: the context's), measured while
     metrics are recorded."""
-    cls = _MeasuredAccessor if _metrics.STATE.on else RememberAccessor
-    return cls(core, identity)
+    accessor = object.__new__(_MeasuredAccessor if _metrics.STATE.on else RememberAccessor)
+    accessor._core = core
+    accessor._identity = identity
+    return accessor

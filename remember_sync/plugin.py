@@ -43,7 +43,14 @@ from .stores.base import Store
 from .stores.memory import MemoryStore
 from .tools import MemoryTools
 from .tools.results import tools_disabled_result
-from .types import ErasureReceipt, Identity
+from .types import (
+    BackgroundPurge,
+    BackgroundReindex,
+    ErasureReceipt,
+    Identity,
+    KeyCheck,
+    MasterSecrets,
+)
 
 __all__ = ["STORE_TYPES", "RememberPlugin"]
 
@@ -95,7 +102,10 @@ class RememberPlugin:
     one.  Close it (or use it as a context manager) to release what it created.
     """
 
-    def __init__(
+    def __init__(self) -> None:
+        raise TypeError("build a RememberPlugin with RememberPlugin.init(...)")
+
+    def _setup(
         self,
         *,
         core: AccessorCore,
@@ -104,6 +114,7 @@ class RememberPlugin:
         tools: Mapping[str, Any],
         purge_options: Mapping[str, Any],
     ) -> None:
+        """Make this the plugin over *core* that :meth:`init` built; start its background work."""
         self._core = core
         self._owns_store = owns_store
         self.store_type = store_type
@@ -111,14 +122,15 @@ class RememberPlugin:
         self._tools: MemoryTools | None = None
         if tools.get("enabled"):
             scopes = tools["allowed_scopes"]
-            self._tools = MemoryTools(
+            self._tools = MemoryTools.__new__(MemoryTools)
+            self._tools._setup(
                 core, prefix=tools["prefix"], allowed_scopes=scopes, search=tools["search"]
             )
         self.purge_options: dict[str, Any] = dict(purge_options)
         self._closed = False
         self._purge: LegacyPurge | None = None
         self._key_check: KeyIdCheck | None = None
-        self._backfill: Any = None
+        self._backfill: IndexBackfill | None = None
         self._doubled_check: DoubledPrefixCheck | None = None
         self._start_purge()
         self._start_backfill()
@@ -383,23 +395,26 @@ class RememberPlugin:
                 charges=Owners(keyring, prefix, quota) if quota is not None or bounds else None,
             )
             if audit is not None:
-                core.audit = AuditTrail(store, keyring, prefix, core.clock, audit)
+                core.audit = AuditTrail.__new__(AuditTrail)
+                core.audit._setup(store, keyring, prefix, core.clock, audit)
                 core.audit.head_of = core.audit_head
                 if verifier is not None and verifier.witness is not None:
-                    core.audit.anchor_in(verifier.witness)
+                    core.audit._anchor_in(verifier.witness)
         except BaseException:
             if keyring is not None and isinstance(keyring.subjects, SubjectKeys):
                 keyring.subjects.close()
             if owns:
                 store.close()
             raise
-        return cls(
+        plugin = cls.__new__(cls)
+        plugin._setup(
             core=core,
             owns_store=owns,
             store_type=store_type,
             tools=tools,
             purge_options={"delay_ms": delay, "skip": skip_purge, "reindex": backfill},
         )
+        return plugin
 
     @staticmethod
     def _check_tools(tools: dict[str, Any]) -> dict[str, Any]:
@@ -415,6 +430,11 @@ class RememberPlugin:
         scopes = scope_list(allowed, "RememberPlugin.init option 'tools.allowed_scopes'")
         search = _check_bool(tools.get("search", True), "tools.search")
         return {"enabled": enabled, "prefix": prefix, "allowed_scopes": scopes, "search": search}
+
+    def _operator_core(self) -> AccessorCore:
+        """The core, for the package's operator commands (:mod:`remember_sync._ops`) only:
+        they read and rewrite entries below the accessor (raw envelopes, every namespace)."""
+        return self._core
 
     # -- the public surface -------------------------------------------------------------
 
@@ -443,7 +463,13 @@ class RememberPlugin:
 
     @property
     def key_prefix(self) -> str:
+        """The prefix of every storage key this plugin writes (the ``prefix`` option)."""
         return self._core.prefix
+
+    @property
+    def max_value_bytes(self) -> int:
+        """The largest serialised entry this plugin accepts (the ``max_value_bytes`` option)."""
+        return self._core.max_value_bytes
 
     @property
     def listing(self) -> str:
@@ -458,8 +484,9 @@ class RememberPlugin:
         return self._core.listing
 
     @property
-    def keyring(self) -> Keyring | None:
-        """The master secrets (``None`` with encryption disabled)."""
+    def keyring(self) -> MasterSecrets | None:
+        """The master secrets: their ``source`` and public key ids (``kids``,
+        ``primary_kid``); ``None`` with encryption disabled."""
         return self._core.codec.keyring
 
     def erase(self, *, user_id: str | int, dry_run: bool = False) -> ErasureReceipt:
@@ -487,7 +514,7 @@ class RememberPlugin:
         core = self._core
         if not isinstance(dry_run, bool):
             raise TypeError(f"dry_run must be a bool; got {type(dry_run).__name__}")
-        subjects = self.keyring.subjects if self.keyring is not None else None
+        subjects = None if (keyring := self._core.codec.keyring) is None else keyring.subjects
         with core.audited("erase", None, None) as event:
             receipt = erase(
                 core.owners,
@@ -525,7 +552,7 @@ class RememberPlugin:
         purge's first step also checks the secret against the key id the store
         records; with ``skip_legacy_purge`` a read-only one-shot check does that.
         """
-        core, keyring = self._core, self.keyring
+        core, keyring = self._core, self._core.codec.keyring
         kids = keyring.kids if keyring is not None else None
         if self.purge_options.get("skip") or not core.prefix:
             if kids is not None and core.prefix:
@@ -549,7 +576,7 @@ class RememberPlugin:
             log.warning("remember: the legacy purge could not be recorded", exc_info=True)
 
     @property
-    def legacy_purge(self) -> LegacyPurge | None:
+    def legacy_purge(self) -> BackgroundPurge | None:
         """The background legacy purge, or ``None`` (``skip_legacy_purge=True``, empty prefix).
 
         Its ``state`` (``pending``, ``armed``, ``swept``, ``stood-down``,
@@ -560,7 +587,7 @@ class RememberPlugin:
         return self._purge
 
     @property
-    def key_id_check(self) -> KeyIdCheck | None:
+    def key_id_check(self) -> KeyCheck | None:
         """The read-only, one-shot key id check a plugin runs when its purge does not, or ``None``.
 
         ``wait(timeout)`` and ``status`` (``matches``, ``recorded``); see
@@ -571,8 +598,8 @@ class RememberPlugin:
         return None if self._purge is None else self._purge.key_check
 
     @property
-    def index_backfill(self) -> Any:
-        """The background reindex (:class:`remember_sync._purge.IndexBackfill`), or ``None``.
+    def index_backfill(self) -> BackgroundReindex | None:
+        """The fleet's one-time background reindex, or ``None``.
 
         ``None`` when listing scans or the index was complete at once (memory).
         """
@@ -628,7 +655,7 @@ class RememberPlugin:
         if self._core.verifier is not None:
             self._core.verifier.close()
         self._core.search_cache.clear()
-        subjects = self.keyring.subjects if self.keyring is not None else None
+        subjects = None if (keyring := self._core.codec.keyring) is None else keyring.subjects
         if isinstance(subjects, SubjectKeys):
             subjects.close()
         if self._owns_store:

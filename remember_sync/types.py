@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from .errors import RememberInputError
 
 __all__ = [
     "BRANDS",
     "SCOPES",
+    "BackgroundPurge",
+    "BackgroundReindex",
     "Brand",
     "ErasureReceipt",
     "Identity",
     "JSONValue",
+    "KeyCheck",
+    "KeyStatus",
+    "LayoutMarker",
+    "MasterSecrets",
     "Namespace",
+    "PurgeCounts",
+    "ReindexCounts",
     "RememberEntry",
     "Scope",
     "SearchHit",
@@ -223,3 +231,161 @@ class ErasureReceipt:
         if out["keys_destroyed"] is None:
             del out["keys_destroyed"]  # receipts without subject keys: as they always were
         return out
+
+
+# -- what the plugin shows of its secrets and background work (read-only views) ----------
+
+
+class MasterSecrets(Protocol):
+    """The plugin's master secrets as :attr:`RememberPlugin.keyring
+    <remember_sync.RememberPlugin.keyring>` shows them: where they came from and
+    their public key ids, never a secret."""
+
+    @property
+    def source(self) -> str:
+        """Where the first secret came from: ``explicit``, ``env:<NAME>``, ``file:<path>``..."""
+
+    @property
+    def kids(self) -> tuple[str, ...]:
+        """The public key id of every secret, the primary (signing) one first."""
+
+    @property
+    def primary_kid(self) -> str:
+        """The key id of the secret new entries are encrypted with."""
+
+
+class KeyStatus(Protocol):
+    """What a check of the secret against the key id the store records found."""
+
+    @property
+    def recorded(self) -> str | None:
+        """The key id the store records (``None``: nothing recorded yet)."""
+
+    @property
+    def matches(self) -> bool:
+        """Nothing is recorded, or one of the plugin's secrets is the recorded one."""
+
+
+class KeyCheck(Protocol):
+    """:attr:`RememberPlugin.key_id_check <remember_sync.RememberPlugin.key_id_check>`:
+    the read-only, one-shot secret check (``docs/purge.rst``)."""
+
+    @property
+    def status(self) -> KeyStatus | None:
+        """The outcome once the check ran (``None`` before, or when the store failed)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the check has run; ``False`` on timeout."""
+
+
+class LayoutMarker(Protocol):
+    """The fleet clock the legacy purge reads from the store."""
+
+    @property
+    def version(self) -> int | None:
+        """The marker's layout version."""
+
+    @property
+    def first_seen_at(self) -> int:
+        """Epoch milliseconds when the fleet first reached the current layout."""
+
+
+class PurgeCounts(Protocol):
+    """What one legacy purge sweep did (``docs/purge.rst``)."""
+
+    @property
+    def found(self) -> int:
+        """Legacy entries found."""
+
+    @property
+    def deleted(self) -> int:
+        """Keys the store reported deleted."""
+
+    @property
+    def kept(self) -> int:
+        """Keys under the legacy patterns left alone (not legacy entries of this plugin)."""
+
+    @property
+    def failed_batches(self) -> int:
+        """Delete batches the store refused (their keys remain)."""
+
+    @property
+    def failed_listings(self) -> int:
+        """Patterns whose listing failed part-way."""
+
+    @property
+    def stopped(self) -> bool:
+        """The sweep was interrupted."""
+
+    @property
+    def ok(self) -> bool:
+        """The sweep completed with no failed batch or listing."""
+
+
+class BackgroundPurge(Protocol):
+    """:attr:`RememberPlugin.legacy_purge <remember_sync.RememberPlugin.legacy_purge>`:
+    the background legacy purge, watched from the application (``docs/purge.rst``)."""
+
+    @property
+    def state(self) -> str:
+        """``pending``, ``armed``, ``swept``, ``stood-down``, ``duplicate`` or ``stopped``."""
+
+    @property
+    def last_result(self) -> PurgeCounts | None:
+        """The sweep's counts, once it swept."""
+
+    @property
+    def marker(self) -> LayoutMarker | None:
+        """The fleet clock, once read."""
+
+    @property
+    def due_at_ms(self) -> int | None:
+        """Epoch ms when the purge window passes, once the marker is read."""
+
+    @property
+    def next_wake_ms(self) -> int | None:
+        """Length of the wait currently armed (ms), ``None`` when none is."""
+
+    @property
+    def key_status(self) -> KeyStatus | None:
+        """What the secret check of the purge's first step found."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until no step is due or running; ``False`` on timeout."""
+
+
+class ReindexCounts(Protocol):
+    """What the one-time background reindex did."""
+
+    @property
+    def keys(self) -> int:
+        """Keys found under the prefix."""
+
+    @property
+    def entries(self) -> int:
+        """Of them, entry keys (the ones an index holds)."""
+
+    @property
+    def indexed(self) -> int:
+        """Entries put into (or confirmed in) their index."""
+
+    @property
+    def seconds(self) -> float:
+        """How long the pass took."""
+
+
+class BackgroundReindex(Protocol):
+    """:attr:`RememberPlugin.index_backfill <remember_sync.RememberPlugin.index_backfill>`:
+    the fleet's one-time background reindex in index mode (``docs/redis.rst``)."""
+
+    @property
+    def state(self) -> str:
+        """``idle``, ``running``, ``indexed``, ``elsewhere``, ``duplicate``, ``stood-down``,
+        ``stopped`` or ``failed``."""
+
+    @property
+    def result(self) -> ReindexCounts | None:
+        """What the pass did, when this process ran it."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the pass is over; ``False`` on timeout."""

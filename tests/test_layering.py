@@ -218,3 +218,63 @@ def test_no_import_cycles() -> None:
 
     for name in sorted(graph):
         visit(name, [])
+
+
+# The private attributes that hold the core and the memory tools: each object reads
+# only its own (``self._core``); everything else goes through a public route.
+_INTERNALS = frozenset({"_core", "_tools"})
+REPOSITORY = PACKAGE.parent
+
+
+def _reached_internals(source: str) -> list[tuple[int, str]]:
+    """``(line, expression)`` of every ``<not self>._core`` / ``<not self>._tools`` read
+    (the module that makes such an object may set them)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in _INTERNALS
+            and isinstance(node.ctx, ast.Load)
+            and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+        ):
+            found.append((node.lineno, ast.unparse(node)))
+    return sorted(found)
+
+
+def _code_outside_tests() -> list[Path]:
+    roots = [PACKAGE, REPOSITORY / "benchmarks", REPOSITORY / "examples"]
+    return sorted(p for root in roots for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_nothing_reaches_into_the_core_or_the_tools() -> None:
+    """Outside the objects that own them, nothing reads ``._core`` or ``._tools``
+    (the package, the benchmarks, the examples): they change without notice."""
+    assert (REPOSITORY / "benchmarks").is_dir()
+    reached = [
+        f"{path.relative_to(REPOSITORY)}:{line}: {expression}"
+        for path in _code_outside_tests()
+        for line, expression in _reached_internals(path.read_text(encoding="utf-8"))
+    ]
+    assert not reached, "reaches a private core or tools attribute:\n" + "\n".join(reached)
+
+
+def test_the_internals_check_sees_a_reach() -> None:
+    """The walker flags another object's ``_core``/``_tools`` and lets an object use its own."""
+    source = (
+        "x = plugin._core.store\ny = self.plugin._tools\nz = self._core.prefix\n"
+        "made._core = core\n"
+    )
+    assert _reached_internals(source) == [(1, "plugin._core"), (2, "self.plugin._tools")]
+
+
+def test_the_mcp_server_is_composed_not_inherited() -> None:
+    """``McpServer`` holds its HTTP endpoint, session gate and protocol dispatch as parts:
+    no base class, and no ``TYPE_CHECKING`` method stubs gluing classes of the mcp package."""
+    from remember_sync.mcp import McpServer
+
+    assert McpServer.__bases__ == (object,)
+    for path in sorted((PACKAGE / "mcp").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                stubs = [n.name for n in node.body if isinstance(n, ast.FunctionDef)]
+                assert not stubs, f"mcp/{path.name}:{node.lineno} declares stubs {stubs}"

@@ -141,7 +141,7 @@ class Opened:
     def core(self) -> AccessorCore:
         """The plugin's core: operator commands read and rewrite entries below the accessor
         (raw envelopes, every namespace), so this is the one place they reach it."""
-        return self.plugin._core
+        return self.plugin._operator_core()
 
     def secret_summary(self) -> dict[str, Any]:
         """Where the secrets came from and their public ids -- never a secret."""

@@ -97,7 +97,7 @@ def _checked_trail(args: argparse.Namespace) -> Iterator[AuditTrail]:
         with _opened(args, audit=True) as opened:
             trail = _trail(opened)
             if witness is not None:
-                trail.anchor_in(witness)
+                trail._anchor_in(witness)
             yield trail
     finally:
         if witness is not None:

@@ -21,7 +21,7 @@ Per request the middleware
    :func:`user_or_token_resolver` (the signed-in user first, then a token --
    the order of the MCP server too);
 2. reads the session header (``Mcp-Session-Id``) and binds it **only if** it
-   verifies with :class:`~remember_sync._sessions.SessionSigner` for that
+   verifies with :class:`~remember_sync.mcp.SessionSigner` for that
    principal -- the same signed ids the MCP server (:mod:`remember_sync.mcp`)
    issues, so a session handed out by one verifies in the other when they share
    the master secret.  Hand one out with :meth:`RememberMiddleware.issue_session`;
@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from .._secrets import resolve_keyring
+from .._secrets import keyring_or_resolved
 from .._sessions import SessionSigner
 from ..errors import (
     RememberConfigurationError,
@@ -245,8 +245,7 @@ def session_signer(plugin: RememberPlugin) -> SessionSigner:
     With encryption disabled the plugin has no keyring, so the secret is
     resolved as for encryption (``REMEMBER_SECRET``, the development file...).
     """
-    keyring = plugin.keyring if plugin.keyring is not None else resolve_keyring()
-    return SessionSigner(keyring)
+    return SessionSigner(keyring_or_resolved(plugin.keyring))
 
 
 def verified_session(signer: SessionSigner, presented: object, principal: str | None) -> str | None:

@@ -21,6 +21,7 @@ or build one yourself and add your own tools::
 This package imports nothing from the ``mcp`` SDK.
 """
 
+from .._sessions import SessionSigner
 from .app import create_app, plugin_from_options
 from .auth import PrincipalResolver, StaticTokenVerifier, TokenVerifier, load_token_file
 from .authoring import ToolContext, ToolError
@@ -29,6 +30,7 @@ from .server import McpServer
 __all__ = [
     "McpServer",
     "PrincipalResolver",
+    "SessionSigner",
     "StaticTokenVerifier",
     "TokenVerifier",
     "ToolContext",

@@ -2,7 +2,9 @@
 
 The handshake era (``initialize``, sessions, 2025-03-26 batches) and the 2026-07-28
 era (no handshake, the ``params._meta`` envelope), chosen per ``POST`` by the
-``MCP-Protocol-Version`` header (see :mod:`.server`).
+``MCP-Protocol-Version`` header (see :mod:`.server`).  :class:`ProtocolDispatch`
+answers one ``POST`` body of an :class:`~._wsgi.McpRequest`; its sessions come
+from a :class:`~._gate.SessionGate`, its tools from the server (:class:`ToolHost`).
 """
 
 from __future__ import annotations
@@ -11,14 +13,12 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .. import _metrics
-from .._clock import Clock
-from .._sessions import SessionSigner
 from ..errors import JsonRpcError
 from ..types import Identity
-from ._wsgi import WsgiEndpoint, _Response
+from ._gate import SessionGate
+from ._wsgi import McpRequest, _Response
 from .protocol import (
     ALL_PROTOCOL_VERSIONS,
     BATCH_PROTOCOL_VERSIONS,
@@ -36,7 +36,6 @@ from .protocol import (
     SERVER_INFO_META_KEY,
     UNSUPPORTED_PROTOCOL_VERSION,
     declares_modern_version,
-    decode_header_value,
     error_body,
     is_request_id,
     modern_error_status,
@@ -47,7 +46,7 @@ log = logging.getLogger("remember_sync.mcp")
 _NOT_ONE_MESSAGE = "Body must be a single JSON-RPC request or notification object"
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Call:
     """One JSON-RPC request being served."""
 
@@ -58,48 +57,42 @@ class _Call:
     modern: bool
 
 
-class ProtocolDispatch(WsgiEndpoint):
-    """``POST`` handling for both protocol eras; the tools come from the server."""
+class ToolHost(Protocol):
+    """What the protocol asks of its server: who it is and its tools."""
 
     name: str
     version: str
     instructions: str | None
-    session_signer: SessionSigner
-    _clock: Clock
 
-    if TYPE_CHECKING:  # the server's tools and sessions answer these
+    def tool_definitions(self) -> list[dict[str, Any]]: ...
 
-        def call_tool(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+    def call_tool(
+        self, name: str, arguments: dict[str, Any], who: Identity,
+        meta: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]: ...  # fmt: skip
 
-        def tool_definitions(self) -> list[dict[str, Any]]: ...
 
-        @staticmethod
-        def _session_header(environ: Mapping[str, Any]) -> str | None: ...
+class ProtocolDispatch:
+    """``POST`` handling for both protocol eras: ``dispatch(request, body) -> reply``."""
 
-        def _require_session(
-            self, session_id: str | None, principal: str | None, request_id: Any = None
-        ) -> _Response | None: ...
+    def __init__(self, host: ToolHost, sessions: SessionGate) -> None:
+        self.host = host
+        self.sessions = sessions
 
     # -- POST: one JSON-RPC message (or a 2025-03-26 batch) --------------------------------
 
-    def _post(self, environ: Mapping[str, Any], principal: str | None) -> _Response:
-        refused = self._check_media_types(environ)
-        if refused is not None:
-            return refused
-        body = self._read_body(environ)
-        if isinstance(body, _Response):
-            return body
+    def __call__(self, request: McpRequest, body: bytes) -> _Response:
         try:
             message = json.loads(body)
         except (ValueError, RecursionError):
             return _Response.error(400, "Parse error: the body is not valid JSON", code=PARSE_ERROR)
-        version = environ.get("HTTP_MCP_PROTOCOL_VERSION")
+        version = request.protocol_version
         if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
-            return self._legacy(message, environ, principal)
+            return self._legacy(message, request)
         if version in MODERN_PROTOCOL_VERSIONS or declares_modern_version(message):
             # A body with a 2026-07-28 envelope gets that era's answer even when its
             # version is unknown (-32022, or a header/body mismatch).
-            return self._modern(message, environ, principal)
+            return self._modern(message, request)
         request_id = message.get("id") if isinstance(message, dict) else None
         requested = str(version)
         return _Response.error(
@@ -111,9 +104,9 @@ class ProtocolDispatch(WsgiEndpoint):
             data={"supported": list(ALL_PROTOCOL_VERSIONS), "requested": requested},
         )
 
-    def _legacy(self, message: Any, environ: Mapping[str, Any], principal: str | None) -> _Response:
+    def _legacy(self, message: Any, request: McpRequest) -> _Response:
         if isinstance(message, list):
-            return self._legacy_batch(message, environ, principal)
+            return self._legacy_batch(message, request)
         if not isinstance(message, dict):
             return _Response.error(
                 400,
@@ -121,26 +114,22 @@ class ProtocolDispatch(WsgiEndpoint):
                 "revision 2025-03-26, a batch array of them)",
             )
         request_id = message.get("id") if is_request_id(message.get("id")) else None
-        session_id = self._session_header(environ)
-        if message.get("method") != "initialize" or session_id is not None:
+        if message.get("method") != "initialize" or request.session_id is not None:
             # Never bind (or even look at) a session this server did not issue to this
             # caller, or one that was ended.
-            refused = self._require_session(session_id, principal, request_id)
+            refused = self.sessions.require(request, request_id)
             if refused is not None:
                 return refused
         headers: list[tuple[str, str]] = []
-        status, payload = self._legacy_message(
-            message, Identity(session_id=session_id, user_id=principal), principal, headers
-        )
+        who = Identity(session_id=request.session_id, user_id=request.principal)
+        status, payload = self._legacy_message(message, who, request.principal, headers)
         if payload is None:
             return _Response(202)
         return _Response.json(status, payload, headers)
 
-    def _legacy_batch(
-        self, batch: list[Any], environ: Mapping[str, Any], principal: str | None
-    ) -> _Response:
+    def _legacy_batch(self, batch: list[Any], request: McpRequest) -> _Response:
         """A JSON-RPC batch (2025-03-26): every member answered in one JSON array."""
-        version = environ.get("HTTP_MCP_PROTOCOL_VERSION")
+        version = request.protocol_version
         if version is not None and version not in BATCH_PROTOCOL_VERSIONS:
             return _Response.error(
                 400,
@@ -159,13 +148,12 @@ class ProtocolDispatch(WsgiEndpoint):
             return _Response.error(
                 400, "Invalid request: initialize must not be part of a JSON-RPC batch"
             )
-        session_id = self._session_header(environ)
-        refused = self._require_session(session_id, principal)
+        refused = self.sessions.require(request)
         if refused is None:  # the request counted once already; each further member counts
-            refused = self._rate_check(environ, principal, cost=len(batch) - 1)
+            refused = self.sessions.rate_check(request, cost=len(batch) - 1)
         if refused is not None:
             return refused
-        who = Identity(session_id=session_id, user_id=principal)
+        who = Identity(session_id=request.session_id, user_id=request.principal)
         replies: list[dict[str, Any]] = []
         for message in batch:
             if not isinstance(message, dict):
@@ -177,7 +165,7 @@ class ProtocolDispatch(WsgiEndpoint):
                     )
                 )
                 continue
-            _, payload = self._legacy_message(message, who, principal, [])
+            _, payload = self._legacy_message(message, who, request.principal, [])
             if payload is not None:
                 replies.append(payload)
         if not replies:
@@ -207,44 +195,40 @@ class ProtocolDispatch(WsgiEndpoint):
             return 400, error_body(
                 None, INVALID_REQUEST, "Invalid request: id must be a string or an integer"
             )
-        call = _Call(
-            request_id=request_id, method=message["method"], params={}, identity=who, modern=False
-        )
+        method: str = message["method"]
         try:
-            call.params = params_of(message)
-            if call.method == "initialize":
-                result = self._initialize(call, principal, headers)
-            elif call.method == "ping":
+            params = params_of(message)
+            if method == "initialize":
+                result = self._initialize(params, principal, headers)
+            elif method == "ping":
                 result = {}
             else:
-                result = self._dispatch(call)
+                result = self._dispatch(_Call(request_id, method, params, who, modern=False))
         except JsonRpcError as exc:
             return 200, error_body(request_id, exc.rpc_code, exc.message, exc.data)
         return 200, {"jsonrpc": "2.0", "id": request_id, "result": result}
 
     def _initialize(
-        self, call: _Call, principal: str | None, headers: list[tuple[str, str]]
+        self, params: Mapping[str, Any], principal: str | None, headers: list[tuple[str, str]]
     ) -> dict[str, Any]:
-        requested = call.params.get("protocolVersion")
+        requested = params.get("protocolVersion")
         if not isinstance(requested, str):
             raise JsonRpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
         negotiated = (
             requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
         )
-        session_id = self.session_signer.issue(principal, now_ms=self._clock())
-        headers.append(("Mcp-Session-Id", session_id))
-        _metrics.SESSIONS_OPENED.add()
+        headers.append(("Mcp-Session-Id", self.sessions.issue(principal)))
         result: dict[str, Any] = {
             "protocolVersion": negotiated,
             "capabilities": {"tools": {"listChanged": False}},
-            "serverInfo": {"name": self.name, "version": self.version},
+            "serverInfo": self._server_info(),
         }
-        if self.instructions:
-            result["instructions"] = self.instructions
+        if self.host.instructions:
+            result["instructions"] = self.host.instructions
         return result
 
-    def _modern(self, message: Any, environ: Mapping[str, Any], principal: str | None) -> _Response:
-        version_header = environ.get("HTTP_MCP_PROTOCOL_VERSION")
+    def _modern(self, message: Any, request: McpRequest) -> _Response:
+        version_header = request.protocol_version
         if isinstance(message, list):
             return self._modern_error(
                 None,
@@ -270,10 +254,10 @@ class ProtocolDispatch(WsgiEndpoint):
             return self._modern_error(None, INVALID_REQUEST, _NOT_ONE_MESSAGE)
         method: str = message["method"]
         params: dict[str, Any] = message.get("params") or {}
-        rejection = self._ladder(method, params, environ)
+        rejection = self._ladder(method, params, request)
         if rejection is not None:
             return self._modern_error(request_id, *rejection)
-        call = _Call(request_id, method, params, Identity(user_id=principal), modern=True)
+        call = _Call(request_id, method, params, Identity(user_id=request.principal), modern=True)
         try:
             if method == "server/discover":
                 result = self._discover()
@@ -287,7 +271,7 @@ class ProtocolDispatch(WsgiEndpoint):
         return _Response.json(200, {"jsonrpc": "2.0", "id": request_id, "result": result})
 
     def _ladder(
-        self, method: str, params: Mapping[str, Any], environ: Mapping[str, Any]
+        self, method: str, params: Mapping[str, Any], request: McpRequest
     ) -> tuple[int, str, Any] | None:
         """The 2026-07-28 envelope checks, in the SDK's order; the first failure or None."""
         meta = params.get("_meta")
@@ -308,21 +292,21 @@ class ProtocolDispatch(WsgiEndpoint):
                 None,
             )
         version = meta[PROTOCOL_VERSION_META_KEY]
-        if environ.get("HTTP_MCP_PROTOCOL_VERSION") != version:
+        if request.protocol_version != version:
             return (
                 HEADER_MISMATCH,
                 "mcp-protocol-version header does not match the request envelope's protocol "
                 "version",
                 None,
             )
-        if environ.get("HTTP_MCP_METHOD") != method:
+        if request.mcp_method != method:
             return (
                 HEADER_MISMATCH,
                 "mcp-method header does not match the request body's method",
                 None,
             )
         if method == "tools/call" and params.get("name") is not None:
-            if decode_header_value(environ.get("HTTP_MCP_NAME")) != params.get("name"):
+            if request.mcp_name != params.get("name"):
                 return (
                     HEADER_MISMATCH,
                     "mcp-name header does not match the request body's 'name' parameter",
@@ -352,7 +336,7 @@ class ProtocolDispatch(WsgiEndpoint):
         )
 
     def _server_info(self) -> dict[str, str]:
-        return {"name": self.name, "version": self.version}
+        return {"name": self.host.name, "version": self.host.version}
 
     def _discover(self) -> dict[str, Any]:
         result: dict[str, Any] = {
@@ -363,8 +347,8 @@ class ProtocolDispatch(WsgiEndpoint):
             "ttlMs": 0,
             "cacheScope": "public",
         }
-        if self.instructions:
-            result["instructions"] = self.instructions
+        if self.host.instructions:
+            result["instructions"] = self.host.instructions
         return result
 
     # -- methods shared by both eras ----------------------------------------------------
@@ -375,7 +359,7 @@ class ProtocolDispatch(WsgiEndpoint):
                 raise JsonRpcError(
                     INVALID_PARAMS, "Invalid cursor: this server lists every tool at once"
                 )
-            result: dict[str, Any] = {"tools": self.tool_definitions()}
+            result: dict[str, Any] = {"tools": self.host.tool_definitions()}
             if call.modern:
                 result.update(ttlMs=0, cacheScope="public")
             return result
@@ -390,7 +374,7 @@ class ProtocolDispatch(WsgiEndpoint):
                 raise JsonRpcError(INVALID_PARAMS, "tools/call params.arguments must be an object")
             meta = call.params.get("_meta")
             log.debug("tools/call %s (session=%s)", name, bool(call.identity.session_id))
-            return self.call_tool(
+            return self.host.call_tool(
                 name, arguments, call.identity, meta if isinstance(meta, dict) else None
             )
         raise JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {call.method}")

@@ -129,8 +129,8 @@ class RateLimiter:
     def retry_after(self, caller: str, cost: int = 1) -> int | None:
         """Count *cost* requests of *caller*; ``None`` when allowed, else seconds to wait.
 
-        :param caller: who is asking (see :meth:`McpServer._rate_caller`); only
-            its keyed hash reaches the store.
+        :param caller: who is asking (see ``SessionGate.rate_caller`` in
+            :mod:`remember_sync.mcp._gate`); only its keyed hash reaches the store.
         :raises RememberUnavailableError: the counts cannot be read or written.
         """
         key = self._key(caller)

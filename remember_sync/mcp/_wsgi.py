@@ -1,6 +1,8 @@
-"""WSGI plumbing of :class:`~remember_sync.mcp.McpServer`: replies, HTTP checks, CORS, auth.
+"""The HTTP side of :class:`~remember_sync.mcp.McpServer`: replies, HTTP checks, CORS, auth.
 
-The protocol eras are in :mod:`._dispatch`; the server class in :mod:`.server`.
+:class:`HttpEndpoint` turns one WSGI call into one :class:`McpRequest` (the caller
+authenticated once) and hands it to the server; the protocol eras are in
+:mod:`._dispatch`, sessions and the rate limit in :mod:`._gate`.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from .. import _metrics
@@ -18,7 +20,7 @@ from ..identity import is_anonymous
 from ..types import identity_part
 from .auth import PrincipalResolver, TokenVerifier
 from .oauth import ProtectedResource, metadata_url, request_resource, well_known_resource
-from .protocol import INTERNAL_ERROR, INVALID_REQUEST, error_body
+from .protocol import INTERNAL_ERROR, INVALID_REQUEST, decode_header_value, error_body
 
 log = logging.getLogger("remember_sync.mcp")
 
@@ -168,8 +170,58 @@ def _preflight(methods: str) -> _Response:
     )
 
 
-class WsgiEndpoint:
-    """The HTTP side of :class:`~remember_sync.mcp.McpServer`: one WSGI call, its checks."""
+@dataclass(frozen=True)
+class McpRequest:
+    """One request to the MCP endpoint, read once from the WSGI environ after the caller
+    was authenticated: what session handling, the protocol eras and the tools need."""
+
+    #: ``POST`` or ``DELETE``.
+    method: str
+    #: The caller, resolved once (principal resolver, else bearer token); ``None``: anonymous.
+    principal: str | None
+    #: The ``Mcp-Session-Id`` header; ``None`` when absent or blank (a missing id).
+    session_id: str | None
+    #: The ``MCP-Protocol-Version`` header as sent, ``None`` when absent.
+    protocol_version: str | None
+    #: The ``Mcp-Method`` header (2026-07-28).
+    mcp_method: str | None
+    #: The ``Mcp-Name`` header, decoded (2026-07-28).
+    mcp_name: str | None
+    #: The network peer (``REMOTE_ADDR``), whom an anonymous caller without a session counts as.
+    remote_addr: str
+    #: The WSGI environ, for the body.
+    environ: Mapping[str, Any]
+
+    @classmethod
+    def read(cls, environ: Mapping[str, Any], principal: str | None) -> McpRequest:
+        """The request *environ* carries, from *principal*."""
+        get = environ.get
+        name = get("HTTP_MCP_NAME")
+        return cls(
+            get("REQUEST_METHOD", "GET"),
+            principal,
+            str(get("HTTP_MCP_SESSION_ID") or "").strip() or None,
+            get("HTTP_MCP_PROTOCOL_VERSION"),
+            get("HTTP_MCP_METHOD"),
+            None if name is None else decode_header_value(name),
+            str(get("REMOTE_ADDR") or ""),
+            environ,
+        )
+
+
+#: What serves an authenticated request: the server's sessions, rate limit and protocol.
+RequestHandler = Callable[[McpRequest], "_Response"]
+
+
+@dataclass(kw_only=True)
+class HttpEndpoint:
+    """The HTTP side of :class:`~remember_sync.mcp.McpServer`: one WSGI call and its checks.
+
+    Routes the metrics and RFC 9728 paths, guards Host and Origin, answers CORS
+    preflights, authenticates the caller once and hands the :class:`McpRequest` to
+    the server's handler; every reply gets its CORS headers and ``Content-Length``.
+    The settings are the server's constructor arguments of the same names.
+    """
 
     token_verifier: TokenVerifier | None
     principal_resolver: PrincipalResolver | None
@@ -179,20 +231,28 @@ class WsgiEndpoint:
     cors_origins: frozenset[str]
     max_body_bytes: int
     metrics_path: str | None
+    # (verifier, the same as a ProtectedResource or None), for the last verifier seen: a
+    # runtime protocol check is slow, and the verifier rarely changes.  One tuple, so a
+    # thread never pairs one verifier with another's answer.
+    _protection: tuple[object, ProtectedResource | None] = field(
+        default=(object(), None), init=False, repr=False, compare=False
+    )
 
-    if TYPE_CHECKING:  # the server's sessions and the protocol eras answer these
+    def _protected(self) -> ProtectedResource | None:
+        """The token verifier when it publishes RFC 9728 metadata, else ``None``."""
+        verifier = self.token_verifier
+        seen, protected = self._protection
+        if seen is not verifier:
+            protected = verifier if isinstance(verifier, ProtectedResource) else None
+            self._protection = (verifier, protected)
+        return protected
 
-        def _delete(self, environ: Mapping[str, Any], principal: str | None) -> _Response: ...
-
-        def _post(self, environ: Mapping[str, Any], principal: str | None) -> _Response: ...
-
-        def _rate_check(
-            self, environ: Mapping[str, Any], principal: str | None, cost: int = 1
-        ) -> _Response | None: ...
-
-    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+    def serve(
+        self, environ: Mapping[str, Any], start_response: StartResponse, handler: RequestHandler
+    ) -> list[bytes]:
+        """Answer one WSGI call; *handler* serves the authenticated MCP request."""
         try:
-            response = self._handle(environ)
+            response = self._handle(environ, handler)
         except Exception:  # noqa: BLE001 - the WSGI boundary: never a traceback on the wire
             log.exception("remember-sync MCP: request failed")
             response = _Response.error(500, "Internal server error", code=INTERNAL_ERROR)
@@ -204,13 +264,14 @@ class WsgiEndpoint:
         start_response(_STATUS_TEXT.get(response.status, f"{response.status} Error"), headers)
         return [response.body] if response.body else []
 
-    def _handle(self, environ: Mapping[str, Any]) -> _Response:
+    def _handle(self, environ: Mapping[str, Any], handler: RequestHandler) -> _Response:
         if self.metrics_path is not None and environ.get("PATH_INFO") == self.metrics_path:
             return self._metrics(environ)
-        if isinstance(self.token_verifier, ProtectedResource) and well_known_resource(
+        protected = self._protected()
+        if protected is not None and well_known_resource(
             str(environ.get("PATH_INFO", "")), self.path
         ):
-            return self._resource_metadata(environ, self.token_verifier)
+            return self._resource_metadata(environ, protected)
         if self.path is not None and environ.get("PATH_INFO", "") not in (
             self.path,
             self.path + "/",
@@ -232,12 +293,7 @@ class WsgiEndpoint:
         principal = self._authenticate(environ)
         if isinstance(principal, _Response):
             return principal
-        refused = self._rate_check(environ, principal)
-        if refused is not None:
-            return refused
-        if method == "DELETE":
-            return self._delete(environ, principal)
-        return self._post(environ, principal)
+        return handler(McpRequest.read(environ, principal))
 
     # -- HTTP-level checks --------------------------------------------------------------
 
@@ -355,8 +411,9 @@ class WsgiEndpoint:
         self, environ: Mapping[str, Any], message: str, *, invalid: bool = False
     ) -> _Response:
         challenge = 'Bearer realm="remember-sync"'
-        if isinstance(self.token_verifier, ProtectedResource):
-            url = metadata_url(self._resource_url(environ, self.token_verifier))
+        protected = self._protected()
+        if protected is not None:
+            url = metadata_url(self._resource_url(environ, protected))
             challenge += f', resource_metadata="{url}"'
         if invalid:
             challenge += ', error="invalid_token"'
@@ -364,7 +421,12 @@ class WsgiEndpoint:
             401, f"Unauthorized: {message}", headers=[("WWW-Authenticate", challenge)]
         )
 
-    def _read_body(self, environ: Mapping[str, Any]) -> bytes | _Response:
+    def read_post(self, request: McpRequest) -> bytes | _Response:
+        """The body of a ``POST``, or the reply refusing it (media types, length, size)."""
+        refused = _check_media_types(request.environ)
+        if refused is not None:
+            return refused
+        environ = request.environ
         stream = environ["wsgi.input"]
         limit = self.max_body_bytes
         length_text = str(environ.get("CONTENT_LENGTH") or "").strip()
@@ -392,18 +454,19 @@ class WsgiEndpoint:
             f"{self.max_body_bytes} bytes",
         )
 
-    @staticmethod
-    def _check_media_types(environ: Mapping[str, Any]) -> _Response | None:
-        accept = str(environ.get("HTTP_ACCEPT") or "").strip()
-        if accept:
-            kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-            if not kinds & {"application/json", "application/*", "*/*"}:
-                return _Response.error(
-                    406, "Not acceptable: this server replies with application/json; accept it"
-                )
-        content_type = str(environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
-        if content_type != "application/json":
+
+
+def _check_media_types(environ: Mapping[str, Any]) -> _Response | None:
+    accept = str(environ.get("HTTP_ACCEPT") or "").strip()
+    if accept:
+        kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+        if not kinds & {"application/json", "application/*", "*/*"}:
             return _Response.error(
-                415, "Unsupported media type: send the JSON-RPC message as application/json"
+                406, "Not acceptable: this server replies with application/json; accept it"
             )
-        return None
+    content_type = str(environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        return _Response.error(
+            415, "Unsupported media type: send the JSON-RPC message as application/json"
+        )
+    return None

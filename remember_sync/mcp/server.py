@@ -5,7 +5,7 @@ and your own tools (see :mod:`remember_sync.mcp.authoring`).  The protocol
 eras it serves on one endpoint and how it tells them apart, batches, CORS,
 authentication and every HTTP status are ``docs/mcp.rst`` and
 ``docs/authentication.rst``.  Session ids are signed with a key derived from
-the master secret (:class:`~remember_sync._sessions.SessionSigner`) so that
+the master secret (:class:`~remember_sync.mcp.SessionSigner`) so that
 any worker sharing the secret verifies them, and bound to the caller's
 principal; an ended session is recorded in the plugin's store
 (:mod:`remember_sync.mcp.revocations`) so that every worker sharing it knows.
@@ -15,46 +15,40 @@ is bound with :func:`remember_sync.identity` and reset afterwards.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from .. import _metrics
 from .._clock import Clock, system_clock
 from .._config import DEFAULT_PATH
-from .._secrets import resolve_keyring
+from .._secrets import keyring_or_resolved
 from .._sessions import SessionSigner
-from ..errors import (
-    JsonRpcError,
-    RememberInputError,
-    RememberInputTypeError,
-    RememberStoreError,
-    RememberUnavailableError,
-)
+from ..errors import JsonRpcError, RememberInputError, RememberInputTypeError
 from ..identity import identity as bind_identity
-from ..identity import is_anonymous, principal_of
 from ..plugin import RememberPlugin
 from ..types import Identity
 from ._dispatch import ProtocolDispatch
+from ._gate import SessionGate
 from ._ratelimit import RateLimiter
-from ._wsgi import _Response, check_cors_origin, default_max_body_bytes
+from ._wsgi import (
+    HttpEndpoint,
+    McpRequest,
+    StartResponse,
+    _Response,
+    check_cors_origin,
+    default_max_body_bytes,
+)
 from .auth import FROM_HOST, PrincipalResolver, TokenVerifier, _FromHost, host_auth
 from .authoring import ToolContext, ToolFunction, UserTool
 from .protocol import INVALID_PARAMS
-from .revocations import (
-    DEFAULT_MAX_LOCAL,
-    DEFAULT_MAX_PER_PRINCIPAL,
-    FULL_CODE,
-    EndedSessions,
-)
+from .revocations import DEFAULT_MAX_LOCAL, DEFAULT_MAX_PER_PRINCIPAL, EndedSessions
 
 __all__ = ["McpServer"]
 
-log = logging.getLogger("remember_sync.mcp")
-
 _ToolClass = TypeVar("_ToolClass", bound=type[ToolContext])
+_T = TypeVar("_T")
 
 
 def _package_version() -> str:
@@ -64,8 +58,39 @@ def _package_version() -> str:
         return "0.0.0"
 
 
-class McpServer(ProtocolDispatch):
+class _Kept(Generic[_T]):
+    """A setting of :class:`McpServer` that one of its parts keeps (read and set through)."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, server: None, owner: type) -> _Kept[_T]: ...
+
+    @overload
+    def __get__(self, server: object, owner: type | None = None) -> _T: ...
+
+    def __get__(self, server: object | None, owner: type | None = None) -> _T | _Kept[_T]:
+        if server is None:
+            return self
+        value: _T = getattr(getattr(server, self.part), self.name)
+        return value
+
+    def __set__(self, server: object, value: _T) -> None:
+        setattr(getattr(server, self.part), self.name, value)
+
+
+class McpServer:
     """A WSGI application serving MCP (Streamable HTTP, JSON responses).
+
+    It composes three parts: the HTTP endpoint (routes, Host/Origin, CORS, the
+    body, the caller authenticated once), the session gate (signed sessions,
+    their end, the rate limit) and the protocol dispatch (both protocol eras);
+    one request value passes from each to the next, and this class holds the tools.
 
     :param plugin: the :class:`~remember_sync.RememberPlugin` whose memory the
         tools use; its memory tools are listed when ``tools.enabled``.
@@ -91,8 +116,8 @@ class McpServer(ProtocolDispatch):
         :func:`~remember_sync.mcp.auth.register_host_auth`), else ``None``;
         pass ``None`` to ignore the host's users.
     :param session_signer: signs and verifies ``Mcp-Session-Id`` values
-        (default: a :class:`~remember_sync._sessions.SessionSigner` over the
-        plugin's master secrets, or over :func:`~remember_sync._secrets.resolve_keyring`
+        (default: a :class:`~remember_sync.mcp.SessionSigner` over the
+        plugin's master secrets, or over the secret resolved as for encryption
         when encryption is disabled).
     :param max_body_bytes: larger request bodies get ``413`` (default:
         :func:`default_max_body_bytes` of the plugin's ``max_value_bytes``, so
@@ -167,7 +192,7 @@ class McpServer(ProtocolDispatch):
                 f"plugin must be a RememberPlugin; got {type(plugin).__name__}"
             )
         if max_body_bytes is None:
-            max_body_bytes = default_max_body_bytes(plugin._core.max_value_bytes)
+            max_body_bytes = default_max_body_bytes(plugin.max_value_bytes)
         if isinstance(cors_origins, str):
             raise RememberInputTypeError("cors_origins must be a list of origins, not one string")
         cors = frozenset(check_cors_origin(o) for o in cors_origins)
@@ -196,39 +221,25 @@ class McpServer(ProtocolDispatch):
                 "principal_resolver must be a callable: environ -> principal | None"
             )
         self.plugin = plugin
-        self.principal_resolver = principal_resolver
         self.name = name
         self.version = version if version is not None else _package_version()
-        self.token_verifier = token_verifier
+        self.instructions = instructions
         keyring = None
         if session_signer is None or rate_limit is not None:
-            keyring = plugin.keyring if plugin.keyring is not None else resolve_keyring()
+            keyring = keyring_or_resolved(plugin.keyring)
         if session_signer is None:
             assert keyring is not None
             session_signer = SessionSigner(keyring)
-        self.session_signer = session_signer
-        self.rate_limiter: RateLimiter | None = None
+        rate_limiter = None
         if rate_limit is not None:
             assert keyring is not None
-            self.rate_limiter = RateLimiter(rate_limit, plugin.store, plugin.key_prefix, keyring)
-        self._clock = clock
+            rate_limiter = RateLimiter(rate_limit, plugin.store, plugin.key_prefix, keyring)
         if metrics_path is not None and not (metrics_path.startswith("/") and metrics_path != path):
             raise RememberInputError(
                 f"metrics_path must be a path of its own starting with '/'; got {metrics_path!r}"
             )
-        self.metrics_path = metrics_path
         if metrics_path is not None:
             _metrics.start(require_otel=False)
-        self.max_body_bytes = max_body_bytes
-        self.instructions = instructions
-        self.path = path
-        self.allowed_hosts = (
-            None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
-        )
-        self.cors_origins = cors
-        self.allowed_origins = (
-            frozenset(o.rstrip("/").lower() for o in allowed_origins) | cors
-        )
         self._owns_plugin = owns_plugin
         self._user_tools: dict[str, UserTool] = {}
         self._listing: list[dict[str, Any]] | None = None
@@ -238,6 +249,48 @@ class McpServer(ProtocolDispatch):
             plugin.store, plugin.key_prefix, max_local=max_ended_sessions,
             max_per_principal=max_ended_per_principal, clock=clock,
         )
+        self._http = HttpEndpoint(
+            token_verifier=token_verifier,
+            principal_resolver=principal_resolver,
+            path=path,
+            allowed_hosts=(
+                None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
+            ),
+            allowed_origins=frozenset(o.rstrip("/").lower() for o in allowed_origins) | cors,
+            cors_origins=cors,
+            max_body_bytes=max_body_bytes,
+            metrics_path=metrics_path,
+        )
+        self._sessions = SessionGate(session_signer, self._ended, rate_limiter, clock)
+        self._dispatch = ProtocolDispatch(self, self._sessions)
+
+    # The HTTP endpoint's settings and the session gate's, readable and settable here.
+    token_verifier: _Kept[TokenVerifier | None] = _Kept("_http")
+    principal_resolver: _Kept[PrincipalResolver | None] = _Kept("_http")
+    path: _Kept[str | None] = _Kept("_http")
+    allowed_hosts: _Kept[frozenset[str] | None] = _Kept("_http")
+    allowed_origins: _Kept[frozenset[str]] = _Kept("_http")
+    cors_origins: _Kept[frozenset[str]] = _Kept("_http")
+    max_body_bytes: _Kept[int] = _Kept("_http")
+    metrics_path: _Kept[str | None] = _Kept("_http")
+    session_signer: _Kept[SessionSigner] = _Kept("_sessions")
+    rate_limiter: _Kept[RateLimiter | None] = _Kept("_sessions")
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        """The WSGI application."""
+        return self._http.serve(environ, start_response, self._serve)
+
+    def _serve(self, request: McpRequest) -> _Response:
+        """An authenticated request: rate limit, then ``DELETE`` (end a session) or ``POST``."""
+        refused = self._sessions.rate_check(request)
+        if refused is not None:
+            return refused
+        if request.method == "DELETE":
+            return self._sessions.end(request)
+        body = self._http.read_post(request)
+        if isinstance(body, _Response):
+            return body
+        return self._dispatch(request, body)
 
     def __repr__(self) -> str:
         auth = "bearer" if self.token_verifier is not None else "anonymous"
@@ -341,95 +394,3 @@ class McpServer(ProtocolDispatch):
                 identity=running,
                 meta=meta or {},
             )
-
-    # -- sessions -----------------------------------------------------------------------
-
-    def _refuse_session(
-        self, session_id: str, principal: str | None, request_id: Any = None
-    ) -> _Response | None:
-        """``None`` when *session_id* is live and was issued to *principal*; else the reply.
-
-        The signature is checked first: a store read happens only for an id this
-        server issued to this caller, never for whatever a client sends.
-        """
-        if not self.session_signer.verify(session_id, principal, now_ms=self._clock()):
-            return _Response.error(404, "Session not found", request_id=request_id)
-        try:
-            ended = self._ended.is_ended(session_id)
-        except RememberStoreError as exc:
-            # Fail closed: a session whose end cannot be checked is not served.
-            log.warning("remember-sync MCP: cannot check for ended sessions: %s", exc.message)
-            return _Response.unavailable(
-                "the store could not be read to check the session", request_id=request_id
-            )
-        if ended:
-            return _Response.error(404, "Session not found", request_id=request_id)
-        return None
-
-    def _delete(self, environ: Mapping[str, Any], principal: str | None) -> _Response:
-        session_id = self._session_header(environ)
-        if not session_id:
-            return _Response.error(400, "Bad request: DELETE needs the Mcp-Session-Id to end")
-        refused = self._refuse_session(session_id, principal)
-        if refused is not None:
-            return refused
-        now = self._clock()
-        try:
-            deadline = self.session_signer.deadline_ms(session_id)
-            self._ended.end(session_id, deadline, now, principal)
-        except RememberStoreError as exc:
-            log.warning("remember-sync MCP: cannot end a session: %s", exc.message)
-            # The store's own message can name hosts: only the cap's is shown.
-            why = exc.message if exc.code == FULL_CODE else "the store could not be written"
-            return _Response.unavailable(f"the session was not ended ({why})", 60)
-        _metrics.SESSIONS_ENDED.add()
-        return _Response(204)
-
-    def _rate_check(
-        self, environ: Mapping[str, Any], principal: str | None, cost: int = 1
-    ) -> _Response | None:
-        """``None`` when the caller is within the rate limit (counting *cost*); else ``429``."""
-        limiter = self.rate_limiter
-        if limiter is None or cost < 1:
-            return None
-        try:
-            wait = limiter.retry_after(self._rate_caller(environ, principal), cost)
-        except RememberUnavailableError as exc:
-            log.warning("remember-sync MCP: %s", exc.message)
-            return _Response.unavailable("the rate limit could not be checked")
-        if wait is None:
-            return None
-        _metrics.RATE_LIMITED.add()
-        return _Response.too_many(limiter.rate, wait)
-
-    def _rate_caller(self, environ: Mapping[str, Any], principal: str | None) -> str:
-        """Whom a request counts against: the principal its quota is charged to
-        (:func:`~remember_sync.identity.principal_of`); an anonymous caller without a
-        verified session yet (``initialize``, a stateless request) by its network
-        address, which opening new sessions does not change."""
-        session = None
-        if is_anonymous(principal):
-            # Only an anonymous caller is its session: verify the one it sent.
-            sent = self._session_header(environ)
-            if sent is not None and self.session_signer.verify(
-                sent, principal, now_ms=self._clock()
-            ):
-                session = sent
-        who = principal_of(principal, session)
-        return who if who is not None else "address\x00" + str(environ.get("REMOTE_ADDR") or "")
-
-    @staticmethod
-    def _session_header(environ: Mapping[str, Any]) -> str | None:
-        """The ``Mcp-Session-Id`` header; ``None`` when absent or blank (a missing id, 400)."""
-        value = str(environ.get("HTTP_MCP_SESSION_ID") or "").strip()
-        return value or None
-
-    def _require_session(
-        self, session_id: str | None, principal: str | None, request_id: Any = None
-    ) -> _Response | None:
-        """``None`` when the request may go on: it names a live session of this caller."""
-        if session_id is None:
-            return _Response.error(
-                400, "Bad Request: Mcp-Session-Id header is required", request_id=request_id
-            )
-        return self._refuse_session(session_id, principal, request_id)

@@ -108,17 +108,16 @@ class MemoryTools:
     """The memory tools of one plugin: definitions and a dispatcher.
 
     A plugin built with ``tools={"enabled": True}`` makes one (:attr:`RememberPlugin.tools
-    <remember_sync.RememberPlugin.tools>`); ``names`` maps each tool's bare name to the
-    prefixed name it is listed under.
-
-    :param core: the plugin's internals (the plugin passes them).
-    :param prefix: prepended to every tool name (``"memory_"`` gives ``memory_recall``).
-    :param allowed_scopes: the scopes a model may use (default ``session``,
-        ``user``, ``tool``; ``global`` is opt-in).
-    :param search: publish ``search_memories`` too (the default).
+    <remember_sync.RememberPlugin.tools>`), from its ``tools`` options: ``prefix``
+    (prepended to every tool name), ``allowed_scopes`` (the scopes a model may use)
+    and ``search`` (publish ``search_memories`` too); ``names`` maps each tool's
+    bare name to the prefixed name it is listed under.
     """
 
-    def __init__(
+    def __init__(self) -> None:
+        raise TypeError('get the memory tools from plugin.tools (tools={"enabled": True})')
+
+    def _setup(
         self,
         core: AccessorCore,
         *,
@@ -582,6 +581,11 @@ class MemoryTools:
         if expires is not None:
             out["expiresAt"] = expires
         return out
+
+    @property
+    def _store_kind(self) -> str:
+        """The ``store`` attribute of the tools' measurements (:func:`._metrics.measured`)."""
+        return self._core.store_kind
 
     # The reads the tools make on the core directly, measured as the accessor's would be.
     @_metrics.measured("get_entry")

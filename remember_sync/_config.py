@@ -128,17 +128,6 @@ class StoreSettings:
     redis_url: str | None = None
     source: str = "default"
 
-    def describe(self, memory: str = "memory (in-process, empty)") -> str:
-        """A printable name of the store, without any password (*memory*: how to
-        describe the memory store)."""
-        if self.kind == "redis" and self.redis_url is not None:
-            from .stores.redis import redacted_url  # noqa: PLC0415 - --help never imports redis
-
-            return f"redis {redacted_url(self.redis_url)}"
-        if self.kind == "vercel-kv":
-            return f"vercel-kv ({KV_URL_ENV})"
-        return memory
-
 
 def _get(env: Mapping[str, str], name: str) -> str:
     return (env.get(name) or "").strip()

@@ -57,8 +57,7 @@ from .errors import (
     RememberDecryptionError,
     RememberIntegrityError,
 )
-from .stores._manifest_lua import ManifestCommit
-from .stores.base import Store
+from .stores.base import ManifestCommit, Store
 from .types import Namespace
 
 T = TypeVar("T")

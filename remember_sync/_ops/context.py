@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from .._audit import trail_exists
 from .._clock import system_clock
-from .._config import KV_TOKEN_ENV, StoreSettings, previous_secrets
+from .._config import KV_TOKEN_ENV, KV_URL_ENV, StoreSettings, previous_secrets
 from .._core import AccessorCore
 from .._options import EncryptionOptions, QuotaOptions
 from .._secrets import ENV_SECRET_NAMES, development_file
@@ -54,6 +54,18 @@ class SecretChoice:
     encryption: bool = True
     secret_file: str | None = None
     frontmcp_compatible: bool = False
+
+
+def describe_store(store: StoreSettings, memory: str = "memory (in-process, empty)") -> str:
+    """A printable name of *store*, without any password (*memory*: how to name the
+    memory store)."""
+    if store.kind == "redis" and store.redis_url is not None:
+        from ..stores.redis import redacted_url  # lazy: --help never imports redis
+
+        return f"redis {redacted_url(store.redis_url)}"
+    if store.kind == "vercel-kv":
+        return f"vercel-kv ({KV_URL_ENV})"
+    return memory
 
 
 def secret_values(environ: Mapping[str, str], store: StoreSettings | None = None) -> list[str]:

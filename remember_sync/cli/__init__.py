@@ -126,7 +126,9 @@ def _store_choice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> Sto
         if found.source in (PLATFORM_REDIS_URL_ENV, KV_URL_ENV) and _changes_store(args):
             # A hosting platform's variable may name the application's own (production)
             # store, not one meant for this command: say which store is about to change.
-            _stderr(f"{PROG}: store: {found.describe()} (chosen by {found.source})")
+            from .._ops.context import describe_store
+
+            _stderr(f"{PROG}: store: {describe_store(found)} (chosen by {found.source})")
         return found
     if args.needs_store:
         sub.error(_NEEDS_STORE.format(env=REDIS_URL_ENV))

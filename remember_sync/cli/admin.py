@@ -106,6 +106,7 @@ def _counts(mapping: dict[str, int]) -> str:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    from .._ops.context import describe_store
     from .._ops.inspect import collect_stats
 
     with _common._opened(args) as opened:
@@ -120,10 +121,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         data = stats.to_dict()
         data.pop("undecoded")
-        _common._print_json({"store": args.store_choice.describe(), **data})
+        _common._print_json({"store": describe_store(args.store_choice), **data})
         return code
     out = sys.stdout.write
-    out(f"store:   {args.store_choice.describe()}   prefix: {stats.prefix!r}\n")
+    out(f"store:   {describe_store(args.store_choice)}   prefix: {stats.prefix!r}\n")
     out(f"keys under the prefix:       {stats.keys}\n")
     out(f"entries (readable, live):    {stats.entries}\n")
     out(f"  by scope:                  {_counts(stats.by_scope)}\n")
@@ -151,7 +152,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from .._clock import system_clock
-    from .._ops.context import SecretChoice, build_plugin, open_store
+    from .._ops.context import SecretChoice, build_plugin, describe_store, open_store
     from .._ops.inspect import Check, run_doctor, secret_check
 
     choice = args.store_choice
@@ -190,7 +191,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         _common._print_json(
             {
-                "store": choice.describe(),
+                "store": describe_store(choice),
                 "prefix": args.prefix,
                 "healthy": not attention,
                 "checks": [
@@ -200,7 +201,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             }
         )
     else:
-        sys.stdout.write(f"store: {choice.describe()}   prefix: {args.prefix!r}\n")
+        sys.stdout.write(f"store: {describe_store(choice)}   prefix: {args.prefix!r}\n")
         for c in checks:
             sys.stdout.write(f"[{c.status}]".ljust(12) + f"{c.name:<8} {c.message}\n")
         if attention:
@@ -312,7 +313,7 @@ def _report_left(result: RotateResult | EmbedResult, again: str) -> None:
 
 
 def _cmd_purge_legacy(args: argparse.Namespace) -> int:
-    from .._ops.context import open_store
+    from .._ops.context import describe_store, open_store
     from .._purge import sweep_legacy
 
     store = open_store(args.store_choice)
@@ -323,7 +324,7 @@ def _cmd_purge_legacy(args: argparse.Namespace) -> int:
         else:
             if not args.yes and not _confirm(
                 f"Delete {counted.found} legacy (pre-v2) entries under prefix {args.prefix!r} "
-                f"from {args.store_choice.describe()}?"
+                f"from {describe_store(args.store_choice)}?"
             ):
                 _common._stderr("aborted: nothing deleted")
                 return _common.EXIT_FAIL

@@ -58,7 +58,9 @@ def _store_description(chosen: StoreSettings, store: Store) -> str:
     bounds = ""
     if isinstance(store, MemoryStore):
         bounds = f"; at most {_size(store.max_bytes)}, {store.max_entries} entries"
-    return chosen.describe(memory=f"memory (in-process; lost on exit{bounds})")
+    from .._ops.context import describe_store
+
+    return describe_store(chosen, memory=f"memory (in-process; lost on exit{bounds})")
 
 
 def _size(nbytes: int | None) -> str:
@@ -191,11 +193,11 @@ def run_serve(args: argparse.Namespace) -> int:
                 # Fail at start, not on the first tool call: one read of the layout marker.
                 plugin.store.get(layout_marker_key(plugin.key_prefix))
             except RememberError as exc:
-                from .._ops.context import redact, secret_values
+                from .._ops.context import describe_store, redact, secret_values
 
                 message = redact(exc.message, secret_values(os.environ, chosen))
                 sys.stderr.write(
-                    f"{PROG} serve: error: cannot reach the store ({chosen.describe()}): "
+                    f"{PROG} serve: error: cannot reach the store ({describe_store(chosen)}): "
                     f"{message}\n"
                 )
                 return 1

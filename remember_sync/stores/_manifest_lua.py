@@ -10,10 +10,7 @@ the manifest says is the client's business.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
-from .base import SET_KEY_LUA
+from .base import SET_KEY_LUA, ManifestCommit
 
 #: KEYS = manifest, entries...; ARGV = the expected manifest's token ("" when there is
 #: none), new manifest, its PX ms or "", then per entry: value ("" deletes it), PX ms or
@@ -57,32 +54,14 @@ return {0, current, values}
 """
 
 
-@dataclass(frozen=True)
-class ManifestCommit:
-    """One atomic commit: the entries to write and the manifest that vouches for them.
-
-    :attr manifest_key: the namespace's manifest key.
-    :attr expected: the token of the stored manifest the writer computed from
-        (``None`` when there was none).
-    :attr manifest: the new sealed manifest.
-    :attr manifest_ttl_ms: its ``PX`` in milliseconds, or ``None``.
-    :attr writes: ``(key, value or None to delete, PX ms or None)``.
-    """
-
-    manifest_key: str
-    expected: str | None
-    manifest: str
-    manifest_ttl_ms: int | None
-    writes: Sequence[tuple[str, str | None, int | None]]
-
-    def script_input(self) -> tuple[list[str], list[str]]:
-        """The ``KEYS`` and ``ARGV`` of :data:`COMMIT_MANIFEST` for this commit."""
-        keys = [self.manifest_key]
-        args = [self.expected or "", self.manifest, _px(self.manifest_ttl_ms)]
-        for key, value, ttl_ms in self.writes:
-            keys.append(key)
-            args += [value or "", _px(ttl_ms)]
-        return keys, args
+def script_input(commit: ManifestCommit) -> tuple[list[str], list[str]]:
+    """The ``KEYS`` and ``ARGV`` of :data:`COMMIT_MANIFEST` for *commit*."""
+    keys = [commit.manifest_key]
+    args = [commit.expected or "", commit.manifest, _px(commit.manifest_ttl_ms)]
+    for key, value, ttl_ms in commit.writes:
+        keys.append(key)
+        args += [value or "", _px(ttl_ms)]
+    return keys, args
 
 
 def _px(ttl_ms: int | None) -> str:

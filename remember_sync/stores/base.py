@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .._text import TEXT_ERRORS, to_bytes, to_text
@@ -32,6 +33,7 @@ __all__ = [
     "CasMarkers",
     "IndexOf",
     "ItemScanner",
+    "ManifestCommit",
     "MarkerOf",
     "NamespaceIndex",
     "PrunesIndexes",
@@ -352,6 +354,26 @@ def quota_exceeded(which: str, quota: Quota) -> RememberQuotaError:
         "written. Forget entries it no longer needs, store smaller values, or give "
         "entries a TTL so they expire"
     )
+
+
+@dataclass(frozen=True)
+class ManifestCommit:
+    """One atomic commit of verified mode (``docs/verified.rst``): the entries to write
+    and the manifest that vouches for them, for a store's ``commit_manifest``.
+
+    :attr manifest_key: the namespace's manifest key.
+    :attr expected: the token of the stored manifest the writer computed from
+        (``None`` when there was none).
+    :attr manifest: the new sealed manifest.
+    :attr manifest_ttl_ms: its ``PX`` in milliseconds, or ``None``.
+    :attr writes: ``(key, value or None to delete, PX ms or None)``.
+    """
+
+    manifest_key: str
+    expected: str | None
+    manifest: str
+    manifest_ttl_ms: int | None
+    writes: Sequence[tuple[str, str | None, int | None]]
 
 
 @runtime_checkable

@@ -45,7 +45,7 @@ from ..errors import (
 )
 from . import _index_lua as index_lua
 from . import _quota_lua as quota_lua
-from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, ManifestCommit
+from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, script_input
 from ._owned_redis import OwnedRedisWrites
 from ._redis_cas import key_slot, new_token, slot_tag
 from ._redis_connect import (
@@ -72,6 +72,7 @@ from .base import (
     CAS_LUA_SCRIPT,
     TEXT_ERRORS,
     IndexOf,
+    ManifestCommit,
     MarkerOf,
     check_key,
     check_keys,
@@ -752,7 +753,7 @@ class RedisStore(OwnedRedisWrites):
         """
         if self._cluster:
             raise RememberConfigurationError("commit_manifest needs one server, not a cluster")
-        names, values = commit.script_input()
+        names, values = script_input(commit)
         keys, args = [_b(k) for k in names], [_b(v) for v in values]
         script = self._scripts["COMMIT_MANIFEST"]
         command = ["EVALSHA", script.sha, len(keys), *keys, *args]

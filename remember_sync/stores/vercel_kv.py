@@ -57,9 +57,16 @@ from ..errors import (
 from . import _index_lua as index_lua
 from . import _quota_lua as quota_lua
 from . import base as contract  # the argument checks every store makes first
-from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, ManifestCommit
+from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, script_input
 from ._owned_redis import quota_args, refused
-from .base import CAS_LUA_SCRIPT, SCAN_ITEMS_LUA_SCRIPT, IndexOf, merged_index_of, to_text
+from .base import (
+    CAS_LUA_SCRIPT,
+    SCAN_ITEMS_LUA_SCRIPT,
+    IndexOf,
+    ManifestCommit,
+    merged_index_of,
+    to_text,
+)
 
 __all__ = ["VercelKVStore"]
 
@@ -416,7 +423,7 @@ class VercelKVStore:
         retried after a lost reply (the caller reads the manifest again and
         finds whether its own landed).
         """
-        keys, args = commit.script_input()
+        keys, args = script_input(commit)
         command = ["EVAL", COMMIT_MANIFEST, str(len(keys)), *keys, *args]
         result = self._command(command, idempotent=False)
         if not isinstance(result, list) or len(result) != 2:

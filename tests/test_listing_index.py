@@ -564,6 +564,7 @@ def test_reindex_cli_with_progress(
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["entries"] == 4 and report["indexed"] == 4
+    assert report["pruned"] == 0  # a standalone server keeps its indexes exact
     assert redis_client.exists(index_record_key(P)) == 1
     redis_store.use_index(lambda k: index_key_of(P, k))
     assert len(_index_members(redis_store)) == 4

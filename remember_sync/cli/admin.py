@@ -273,6 +273,7 @@ def _cmd_reindex(args: argparse.Namespace) -> int:
                 "keys": result.keys,
                 "entries": result.entries,
                 "indexed": result.indexed,
+                "pruned": result.pruned,
                 "seconds": round(result.seconds, 3),
                 "keys_per_second": round(result.rate),
             }
@@ -280,7 +281,8 @@ def _cmd_reindex(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(
             f"indexed {result.indexed} of {result.entries} entries ({result.keys} keys under "
-            f"prefix {args.prefix!r}) in {result.seconds:.1f} s, {result.rate:,.0f} entries/s\n"
+            f"prefix {args.prefix!r}) in {result.seconds:.1f} s, {result.rate:,.0f} entries/s; "
+            f"pruned {result.pruned} index members whose entry was gone\n"
         )
     return _common.EXIT_OK
 

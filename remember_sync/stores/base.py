@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .._text import TEXT_ERRORS, to_bytes, to_text
@@ -35,6 +36,7 @@ __all__ = [
     "MarkerOf",
     "NamespaceIndex",
     "PrunesIndexes",
+    "OwnedWrite",
     "OwnedWrites",
     "Quota",
     "Store",
@@ -354,6 +356,44 @@ def quota_exceeded(which: str, quota: Quota) -> RememberQuotaError:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class OwnedWrite:
+    """One write charged to an owner (:meth:`OwnedWrites.write_owned`).
+
+    Its arguments are checked once, when it is made: keys and values as
+    :meth:`Store.set` checks them, *ttl_ms* at least 1.
+
+    :param key: the full key written.
+    :param value: the string stored.
+    :param owner: the opaque tag charged for it.
+    :param group: the unit of fair eviction for a store that evicts (default:
+        *owner*); stores that never evict ignore it.
+    :param quota: the owner's (entries, bytes) bound (``None``: only charge it).
+    :param ttl_ms: milliseconds to live (``None``: no expiry).
+    :param only_if_absent: write only where no live value is stored.
+    :param expected: compare-and-set: write only over exactly this value.
+    :param index: the listing index key of *key*'s namespace, as the writer
+        already knows it (``None``: a store that keeps indexes finds it from *key*).
+    """
+
+    key: str
+    value: str
+    owner: str
+    group: str | None = None
+    quota: Quota | None = None
+    ttl_ms: int | None = None
+    only_if_absent: bool = False
+    expected: str | None = None
+    index: str | None = None
+
+    def __post_init__(self) -> None:
+        expected = self.expected
+        check_write(self.key, self.value, self.ttl_ms, "" if expected is None else expected)
+        check_key(self.owner)
+        if self.index is not None:
+            check_key(self.index)
+
+
 @runtime_checkable
 class OwnedWrites(Protocol):
     """An optional capability: writes charged to an *owner*, with a quota per owner.
@@ -372,24 +412,11 @@ class OwnedWrites(Protocol):
     re-sealed envelope has the same length).
     """
 
-    def write_owned(
-        self,
-        key: str,
-        value: str,
-        *,
-        owner: str,
-        group: str | None = None,
-        quota: Quota | None = None,
-        ttl_ms: int | None = None,
-        only_if_absent: bool = False,
-        expected: str | None = None,
-    ) -> bool:
-        """:meth:`Store.set` (or, with *expected*, :meth:`Store.compare_and_set`) for *owner*.
+    def write_owned(self, write: OwnedWrite) -> bool:
+        """:meth:`Store.set` (or, with ``expected``, :meth:`Store.compare_and_set`) of
+        *write*, charged to its owner; whether it was written.
 
-        :param group: the unit of fair eviction for a store that evicts
-            (default: *owner*); stores that never evict ignore it.
-        :param quota: the owner's (entries, bytes) bound (``None``: only charge it).
-        :raises RememberQuotaError: the write would take *owner* over *quota*.
+        :raises RememberQuotaError: the write would take the owner over its quota.
         """
         ...
 

@@ -113,9 +113,10 @@ class SwapRules:
 
     :param create: a missing or expired entry is created; otherwise nothing is
         written and the swap reports it missing.
-    :param unreadable: the error raised, given the key and the decryption
-        error, for an entry that cannot be read (it is left as it is); ``None``:
-        it counts as missing (reported as ``on_decrypt_error`` says).
+    :param unreadable: given the key and the decryption error of an entry that
+        cannot be read, the error to raise (the entry is left as it is), or
+        ``None`` to replace it as if it were missing; ``unreadable=None``: it
+        counts as missing (reported as ``on_decrypt_error`` says).
     :param guard: called with the live entry before it is replaced; raises to
         refuse (nothing written).
     :param fresh: the new entry's (brand, metadata, writer), its creation time
@@ -124,10 +125,27 @@ class SwapRules:
     """
 
     create: bool = True
-    unreadable: Callable[[str, RememberDecryptionError], Exception] | None = None
+    unreadable: Callable[[str, RememberDecryptionError], Exception | None] | None = None
     guard: Callable[[EntryFields], None] | None = None
     fresh: tuple[str | None, dict[str, Any] | None, str | None] | None = None
     forget: bool = False
+
+
+def _check_entry(
+    value: object, ttl: object, brand: object, metadata: object
+) -> None:
+    """Refuse what a new entry cannot hold (nothing written)."""
+    if ttl is not None:
+        check_ttl(ttl)
+    if brand is not None:
+        check_brand(brand)
+    check_json_value(value, "value")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise RememberInputTypeError(
+                f"metadata must be a dict with str keys; got {type(metadata).__name__}"
+            )
+        check_json_value(metadata, "metadata")
 
 
 def _left_as_is(key: str, exc: RememberDecryptionError) -> RememberDecryptionError:
@@ -628,30 +646,23 @@ class AccessorCore:
         ttl: int | None,
         brand: str | None,
         metadata: dict[str, Any] | None,
-    ) -> None:
-        """``RememberAccessor.set``: validate, seal and store a new entry."""
+        unreadable: Callable[[str, RememberDecryptionError], Exception | None] | None = None,
+    ) -> int | None:
+        """``RememberAccessor.set``: validate, seal and store a new entry; its deadline.
+
+        With *unreadable*, by compare-and-set against the entry it read
+        (:meth:`swap`): an entry that cannot be read is replaced only when
+        ``unreadable(key, error)`` returns ``None``; otherwise what it returns
+        is raised and nothing is written.
+        """
         ns, skey = self.key(ident, key, scope)
-        if ttl is not None:
-            check_ttl(ttl)
-        if brand is not None:
-            check_brand(brand)
-        check_json_value(value, "value")
-        if metadata is not None:
-            if not isinstance(metadata, dict):
-                raise RememberInputTypeError(
-                    f"metadata must be a dict with str keys; got {type(metadata).__name__}"
-                )
-            check_json_value(metadata, "metadata")
+        _check_entry(value, ttl, brand, metadata)
+        fresh = (brand, metadata, None)  # host writes record no writer
+        if unreadable is not None:
+            rules = SwapRules(unreadable=unreadable, fresh=fresh)
+            return self.swap(ident, key, ns, skey, lambda current: value, ttl=ttl, rules=rules)[1]
         now = self.clock()
-        expires = self.deadline(ttl, now)
-        # Host writes record no writer: only a vector, with an embedder.
-        extras = (
-            None if self.search_settings.embedder is None
-            else self.search_extras(key, value, brand, metadata)
-        )
-        stored = self.seal_checked(
-            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey, ident
-        )
+        stored, expires = self._entry(ident, key, ns, skey, value, None, ttl, now, fresh)
         if self.verifier is not None:
             head = skey[: len(skey) - len(key)]
             self.verifier.commit(
@@ -660,6 +671,7 @@ class AccessorCore:
         else:
             self.write(ident, ns, skey, stored, ttl_ms=self.ttl_ms(expires, now), bare=key)
         self.owners.note(ident, ns, expires)
+        return expires
 
     def search_extras(
         self, key: str, value: Any, brand: str | None, metadata: dict[str, Any] | None,
@@ -907,8 +919,12 @@ class AccessorCore:
         try:
             current = self.codec.open_fields(raw, ns, skey)[0]
         except RememberDecryptionError as exc:
-            # Never replace what could not be read: it may be another secret's data.
-            raise rules.unreadable(key, exc) from exc
+            # Never replace what could not be read (it may be another secret's data)
+            # unless the caller says so.
+            error = rules.unreadable(key, exc)
+            if error is None:
+                return None
+            raise error from exc
         if current[4] is not None and now >= current[4]:
             return None  # expired: replaced as if missing
         if rules.guard is not None:

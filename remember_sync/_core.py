@@ -502,7 +502,9 @@ class AccessorCore:
                 f"entry is {len(text)} bytes serialised; max_value_bytes is {self.max_value_bytes}"
             )
         codec = self.codec
-        if codec.keyring is None or codec.keyring.subjects is None:
+        if codec.keyring is None:
+            return entry_text  # stored as it is: its UTF-8 was checked above, once
+        if codec.keyring.subjects is None:
             return codec.seal_text(text, ns, skey)
         writer = (ident or current_identity()).user_id
         return codec.seal_text(text, ns, skey, writer=writer, like=like)

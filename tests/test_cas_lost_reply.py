@@ -148,9 +148,13 @@ def _one_lost_tool_write(
             assert marker is not None
             unless: tuple[bytes, ...] = ()
         else:
+            # The create: the request naming the key that is neither its read (GET) nor,
+            # on a cluster, the index step (a request naming the namespace's listing
+            # index; standalone, the create itself updates the index).
             marker = key
-            index_step = hashlib.sha1(INDEX_ADD.encode()).hexdigest().encode()
-            unless = (b"\r\nGET\r\n", index_step)
+            unless = (b"\r\nGET\r\n",)
+            if isinstance(host.store, RedisStore) and host.store.is_cluster:
+                unless += (f"{host.key_prefix}__index__:".encode(),)
 
         def approve() -> None:
             host.accessor(WHO).set("k", "approved", brand="approval")

@@ -15,7 +15,16 @@ from typing import Any
 
 from ..errors import RememberStoreError
 from . import _quota_lua as quota_lua
-from .base import IndexOf, OwnedWrite, Quota, check_key, check_keys, group_by_index, quota_exceeded
+from .base import (
+    IndexOf,
+    OwnedWrite,
+    Quota,
+    check_key,
+    check_keys,
+    check_owned,
+    group_by_index,
+    quota_exceeded,
+)
 from .base import to_bytes as _b
 
 log = logging.getLogger("remember_sync")
@@ -59,7 +68,7 @@ def quota_write(write: OwnedWrite, index_of: IndexOf | None) -> tuple[str, list[
         name, args = "QUOTA_CAS", [write.expected, write.value, px]
     keys = [write.key]
     if index_of is not None:
-        index = write.index if write.index is not None else index_of(write.key)
+        index = write.index_key if write.index_key is not None else index_of(write.key)
         if index is not None:
             name += "_INDEXED"
             keys.append(index)
@@ -100,6 +109,7 @@ class OwnedRedisWrites:
         """:meth:`set` / :meth:`compare_and_set` charged to its owner (one script; a
         cluster: reserve, write, restore on failure).  ``group`` is unused: Redis never
         evicts for the library."""
+        check_owned(write)
         if self._cluster:
             return self._write_reserved(write)
         name, keys, args = quota_write(write, self._index_of)

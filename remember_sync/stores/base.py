@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from .._text import TEXT_ERRORS, to_bytes, to_text
 from ..errors import (
@@ -42,6 +41,7 @@ __all__ = [
     "Store",
     "check_key",
     "check_keys",
+    "check_owned",
     "check_scan",
     "check_write",
     "merged_index_of",
@@ -356,12 +356,8 @@ def quota_exceeded(which: str, quota: Quota) -> RememberQuotaError:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class OwnedWrite:
+class OwnedWrite(NamedTuple):
     """One write charged to an owner (:meth:`OwnedWrites.write_owned`).
-
-    Its arguments are checked once, when it is made: keys and values as
-    :meth:`Store.set` checks them, *ttl_ms* at least 1.
 
     :param key: the full key written.
     :param value: the string stored.
@@ -372,7 +368,7 @@ class OwnedWrite:
     :param ttl_ms: milliseconds to live (``None``: no expiry).
     :param only_if_absent: write only where no live value is stored.
     :param expected: compare-and-set: write only over exactly this value.
-    :param index: the listing index key of *key*'s namespace, as the writer
+    :param index_key: the listing index key of *key*'s namespace, as the writer
         already knows it (``None``: a store that keeps indexes finds it from *key*).
     """
 
@@ -384,14 +380,17 @@ class OwnedWrite:
     ttl_ms: int | None = None
     only_if_absent: bool = False
     expected: str | None = None
-    index: str | None = None
+    index_key: str | None = None
 
-    def __post_init__(self) -> None:
-        expected = self.expected
-        check_write(self.key, self.value, self.ttl_ms, "" if expected is None else expected)
-        check_key(self.owner)
-        if self.index is not None:
-            check_key(self.index)
+
+def check_owned(write: OwnedWrite) -> None:
+    """Refuse the arguments of ``write_owned`` as :func:`check_write` those of ``set``."""
+    key, value, owner, _, _, ttl_ms, _, expected, index_key = write
+    check_write(key, value, ttl_ms, "" if expected is None else expected)
+    if not (isinstance(owner, str) and owner.isascii()):
+        check_key(owner)
+    if index_key is not None and not (isinstance(index_key, str) and index_key.isascii()):
+        check_key(index_key)
 
 
 @runtime_checkable

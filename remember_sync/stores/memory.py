@@ -70,6 +70,7 @@ from .base import (
     Quota,
     check_key,
     check_keys,
+    check_owned,
     check_scan,
     check_write,
     merged_index_of,
@@ -603,10 +604,8 @@ class MemoryStore:
         The quota check, the write and the charge happen under the lock; a
         write over the quota first drops every expired entry, then is refused.
         """
-        key, value, owner, quota, ttl_ms = (
-            write.key, write.value, write.owner, write.quota, write.ttl_ms
-        )
-        expected, only_if_absent, group = write.expected, write.only_if_absent, write.group
+        check_owned(write)
+        key, value, owner, group, quota, ttl_ms, only_if_absent, expected, _ = write
         if key.isascii() and value.isascii():  # every encrypted entry (see _utf8_len)
             size = len(key) + len(value)
         else:

@@ -458,6 +458,7 @@ class VercelKVStore:
         """:meth:`set` / :meth:`compare_and_set` charged to its owner: one ``EVAL`` that
         checks the quota, writes and accounts (:mod:`~remember_sync.stores._quota_lua`).
         ``group`` is unused: the store never evicts for the library."""
+        contract.check_owned(write)
         name, keys, args = quota_write(write, self._index_of)
         command = ["EVAL", quota_lua.SCRIPTS[name], str(len(keys)), *keys, *args]
         # As SET: without NX or an expected value the same state however often it runs.

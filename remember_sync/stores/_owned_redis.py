@@ -15,16 +15,8 @@ from typing import Any
 
 from ..errors import RememberStoreError
 from . import _quota_lua as quota_lua
-from .base import (
-    IndexOf,
-    OwnedWrite,
-    Quota,
-    check_key,
-    check_keys,
-    check_owned,
-    group_by_index,
-    quota_exceeded,
-)
+from . import base as contract  # the argument checks every store makes first
+from .base import IndexOf, OwnedWrite, Quota, quota_exceeded
 from .base import to_bytes as _b
 
 log = logging.getLogger("remember_sync")
@@ -109,7 +101,7 @@ class OwnedRedisWrites:
         """:meth:`set` / :meth:`compare_and_set` charged to its owner (one script; a
         cluster: reserve, write, restore on failure).  ``group`` is unused: Redis never
         evicts for the library."""
-        check_owned(write)
+        contract.check_owned(write)
         if self._cluster:
             return self._write_reserved(write)
         name, keys, args = quota_write(write, self._index_of)
@@ -149,8 +141,8 @@ class OwnedRedisWrites:
     def delete_owned(self, owner: str, *keys: str) -> int:
         """:meth:`delete` refunding *owner*: in the same script on a standalone server,
         after the ``UNLINK`` on a cluster."""
-        check_keys(keys)
-        check_key(owner)
+        contract.check_keys(keys)
+        contract.check_key(owner)
         if not keys:
             return 0
         ledger = _ledger(owner)
@@ -164,7 +156,7 @@ class OwnedRedisWrites:
         if self._index_of is None:
             plain = list(dict.fromkeys(keys))
         else:
-            groups, plain = group_by_index(keys, self._index_of)
+            groups, plain = contract.group_by_index(keys, self._index_of)
         removed = 0
         for start in range(0, len(plain), _CHUNK):
             entries = [_b(k) for k in plain[start : start + _CHUNK]]
@@ -179,7 +171,7 @@ class OwnedRedisWrites:
 
     def owner_usage(self, owner: str) -> tuple[int, int]:
         """The live entries and bytes charged to *owner* (expired ones pruned first)."""
-        check_key(owner)
+        contract.check_key(owner)
         ledger = _ledger(owner)
         entries, nbytes = self._script("QUOTA_USAGE", ledger, [], "quota usage")
         return int(entries), int(nbytes)

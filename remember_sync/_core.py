@@ -253,6 +253,8 @@ class AccessorCore:
         self.search_cache = SearchCache(self.search_settings)
         self._new_caches()
         self.listing = listing
+        # Owned writes name their namespace's index to a store that would parse the key.
+        self._index_hints: bool = listing == "index" and getattr(store, "uses_index_key", False)
         #: Whether reads may trust the index: every older entry is in it.
         self.index_ready = False
         self._index_checked_at: int | None = None
@@ -619,7 +621,7 @@ class AccessorCore:
                 write = OwnedWrite(
                     skey, stored, owner[0], owner[1], None if charge_only else owners.quota,
                     ttl_ms, only_if_absent, expected,
-                    None if bare is None or self.listing != "index"
+                    None if bare is None or not self._index_hints
                     else namespace_index_key(self.prefix, skey[: len(skey) - len(bare)]),
                 )  # fmt: skip
                 # (no cast(): a call on every write; __init__ checked the capability)

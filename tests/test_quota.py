@@ -57,6 +57,24 @@ def test_entries_counted_across_every_namespace_of_a_principal(make_plugin: Any)
     alice.set("shared", 1, scope="global")
 
 
+def test_charged_writes_keep_the_listing_index(make_plugin: Any) -> None:
+    """Writes charged to a principal (set, update, a tool's remember_this) are listed
+    from their namespace's index, keys with colons included, and nowhere else."""
+    plugin = make_plugin(quota={"entries": 100}, tools={"enabled": True})
+    assert plugin.listing == "index"
+    alice, bob = plugin.accessor(ALICE), plugin.accessor(BOB)
+    alice.set("a:b", 1, scope="user")
+    alice.set("c", 2, scope="session")
+    alice.update("c", 3, scope="session")
+    bob.set("d", 4, scope="user")
+    result = plugin.call_tool("remember_this", {"key": "e:f", "value": 5, "scope": "user"},
+                              identity=ALICE)  # fmt: skip
+    assert not result.get("isError"), result
+    assert sorted(alice.list(scope="user")) == ["a:b", "e:f"]
+    assert alice.list(scope="session") == ["c"]
+    assert bob.list(scope="user") == ["d"]
+
+
 def test_forget_and_forget_many_give_the_quota_back(make_plugin: Any) -> None:
     """Forgotten entries stop counting at once."""
     plugin = make_plugin(quota={"entries": 2})

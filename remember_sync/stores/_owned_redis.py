@@ -73,6 +73,8 @@ class OwnedRedisWrites:
 
     _cluster: bool
     _index_of: Any
+    #: ``write_owned`` reads :attr:`OwnedWrite.index_key` (see there).
+    uses_index_key = True
 
     def _eval_reply(
         self, name: str, keys: list[bytes], args: list[bytes], operation: str

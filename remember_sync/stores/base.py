@@ -370,6 +370,8 @@ class OwnedWrite(NamedTuple):
     :param expected: compare-and-set: write only over exactly this value.
     :param index_key: the listing index key of *key*'s namespace, as the writer
         already knows it (``None``: a store that keeps indexes finds it from *key*).
+        Read only by stores whose class sets ``uses_index_key = True`` (they would
+        otherwise parse *key* on every write); the core fills it in only for them.
     """
 
     key: str

@@ -261,6 +261,9 @@ class VercelKVStore:
     :raises RememberConfigurationError: when the URL or token is missing or invalid.
     """
 
+    #: ``write_owned`` reads :attr:`OwnedWrite.index_key` (see there).
+    uses_index_key = True
+
     def __init__(
         self,
         url: str | None = None,

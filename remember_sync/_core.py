@@ -53,7 +53,7 @@ from .errors import (
     RememberInputTypeError,
 )
 from .identity import current_identity, resolve_namespace
-from .stores.base import CasMarkers, NamespaceIndex, OwnedWrites, Store
+from .stores.base import CasMarkers, NamespaceIndex, OwnedWrite, OwnedWrites, Store
 from .types import SCOPES, Identity, Namespace, RememberEntry, Scope, check_brand, check_scope
 
 log = logging.getLogger("remember_sync")
@@ -105,6 +105,60 @@ def _check_listing(pattern: object, brand: object) -> None:
     check_pattern(pattern)
     if brand is not None:
         check_brand(brand)
+
+
+@dataclass(frozen=True)
+class SwapRules:
+    """How :meth:`AccessorCore.swap` treats the entry it finds, and what it writes.
+
+    :param create: a missing or expired entry is created; otherwise nothing is
+        written and the swap reports it missing.
+    :param unreadable: given the key and the decryption error of an entry that
+        cannot be read, the error to raise (the entry is left as it is), or
+        ``None`` to replace it as if it were missing; ``unreadable=None``: it
+        counts as missing (reported as ``on_decrypt_error`` says).
+    :param guard: called with the live entry before it is replaced; raises to
+        refuse (nothing written).
+    :param fresh: the new entry's (brand, metadata, writer), its creation time
+        now; ``None``: keep the current entry's brand, creation time and metadata.
+    :param forget: swap the live entry for one that has already expired.
+    """
+
+    create: bool = True
+    unreadable: Callable[[str, RememberDecryptionError], Exception | None] | None = None
+    guard: Callable[[EntryFields], None] | None = None
+    fresh: tuple[str | None, dict[str, Any] | None, str | None] | None = None
+    forget: bool = False
+
+
+def _check_entry(
+    value: object, ttl: object, brand: object, metadata: object
+) -> None:
+    """Refuse what a new entry cannot hold (nothing written)."""
+    if ttl is not None:
+        check_ttl(ttl)
+    if brand is not None:
+        check_brand(brand)
+    check_json_value(value, "value")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise RememberInputTypeError(
+                f"metadata must be a dict with str keys; got {type(metadata).__name__}"
+            )
+        check_json_value(metadata, "metadata")
+
+
+def _left_as_is(key: str, exc: RememberDecryptionError) -> RememberDecryptionError:
+    # A counter restarted from 0 over another secret's data would lose it silently.
+    return RememberDecryptionError(
+        f"{key!r} holds an entry that cannot be read ({exc.message}); it was left as it "
+        "is. Check that every instance uses the same REMEMBER_SECRET, or forget the key "
+        "to start over"
+    )
+
+
+_UPDATE = SwapRules(create=False)
+_MODIFY = SwapRules(unreadable=_left_as_is)
 
 
 @dataclass
@@ -199,6 +253,8 @@ class AccessorCore:
         self.search_cache = SearchCache(self.search_settings)
         self._new_caches()
         self.listing = listing
+        # Owned writes name their namespace's index to a store that would parse the key.
+        self._index_hints: bool = listing == "index" and getattr(store, "uses_index_key", False)
         #: Whether reads may trust the index: every older entry is in it.
         self.index_ready = False
         self._index_checked_at: int | None = None
@@ -307,9 +363,10 @@ class AccessorCore:
         return self.namespace(ident, scope)[1]
 
     def deadline(self, ttl: int | None, now: int) -> int | None:
-        """When an entry written now expires: after *ttl* seconds, or ``default_ttl``."""
+        """When an entry written now expires: after *ttl* seconds (already checked), or
+        ``default_ttl``."""
         if ttl is not None:
-            return now + check_ttl(ttl) * 1000
+            return now + ttl * 1000
         if self.default_ttl:
             return now + self.default_ttl * 1000
         return None
@@ -447,7 +504,9 @@ class AccessorCore:
                 f"entry is {len(text)} bytes serialised; max_value_bytes is {self.max_value_bytes}"
             )
         codec = self.codec
-        if codec.keyring is None or codec.keyring.subjects is None:
+        if codec.keyring is None:
+            return entry_text  # stored as it is: its UTF-8 was checked above, once
+        if codec.keyring.subjects is None:
             return codec.seal_text(text, ns, skey)
         writer = (ident or current_identity()).user_id
         return codec.seal_text(text, ns, skey, writer=writer, like=like)
@@ -543,12 +602,15 @@ class AccessorCore:
         only_if_absent: bool = False,
         expected: str | None = None,
         charge_only: bool = False,
+        bare: str | None = None,
     ) -> bool:
         """Store *stored* under *skey* (compare-and-set with *expected*); whether written.
 
         With owners tracked, the write is charged to the principal of *ident*
         in *ns* and refused over its quota (unless *charge_only*: a write
-        that forgets or moves an entry is never refused).
+        that forgets or moves an entry is never refused).  *bare*: the key
+        within the namespace (*skey* ends with it), so that the store is told
+        the namespace's listing index instead of parsing *skey* again.
 
         :raises RememberQuotaError: over the principal's quota; nothing written.
         """
@@ -556,12 +618,14 @@ class AccessorCore:
         if owners is not None:
             owner = owners.of(ident, ns)
             if owner is not None:
-                # (no cast(): a call on every write; __init__ checked the capability)
-                return self.store.write_owned(  # type: ignore[attr-defined, no-any-return]
-                    skey, stored, owner=owner[0], group=owner[1],
-                    quota=None if charge_only else owners.quota, ttl_ms=ttl_ms,
-                    only_if_absent=only_if_absent, expected=expected,
+                write = OwnedWrite(
+                    skey, stored, owner[0], owner[1], None if charge_only else owners.quota,
+                    ttl_ms, only_if_absent, expected,
+                    None if bare is None or not self._index_hints
+                    else namespace_index_key(self.prefix, skey[: len(skey) - len(bare)]),
                 )  # fmt: skip
+                # (no cast(): a call on every write; __init__ checked the capability)
+                return self.store.write_owned(write)  # type: ignore[attr-defined, no-any-return]
         if expected is not None:
             return self.store.compare_and_set(skey, expected, stored, ttl_ms=ttl_ms)
         return self.store.set(skey, stored, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
@@ -586,38 +650,32 @@ class AccessorCore:
         ttl: int | None,
         brand: str | None,
         metadata: dict[str, Any] | None,
-    ) -> None:
-        """``RememberAccessor.set``: validate, seal and store a new entry."""
+        unreadable: Callable[[str, RememberDecryptionError], Exception | None] | None = None,
+    ) -> int | None:
+        """``RememberAccessor.set``: validate, seal and store a new entry; its deadline.
+
+        With *unreadable*, by compare-and-set against the entry it read
+        (:meth:`swap`): an entry that cannot be read is replaced only when
+        ``unreadable(key, error)`` returns ``None``; otherwise what it returns
+        is raised and nothing is written.
+        """
         ns, skey = self.key(ident, key, scope)
-        if ttl is not None:
-            check_ttl(ttl)
-        if brand is not None:
-            check_brand(brand)
-        check_json_value(value, "value")
-        if metadata is not None:
-            if not isinstance(metadata, dict):
-                raise RememberInputTypeError(
-                    f"metadata must be a dict with str keys; got {type(metadata).__name__}"
-                )
-            check_json_value(metadata, "metadata")
+        _check_entry(value, ttl, brand, metadata)
+        fresh = (brand, metadata, None)  # host writes record no writer
+        if unreadable is not None:
+            rules = SwapRules(unreadable=unreadable, fresh=fresh)
+            return self.swap(ident, key, ns, skey, lambda current: value, ttl=ttl, rules=rules)[1]
         now = self.clock()
-        expires = self.deadline(ttl, now)
-        # Host writes record no writer: only a vector, with an embedder.
-        extras = (
-            None if self.search_settings.embedder is None
-            else self.search_extras(key, value, brand, metadata)
-        )
-        stored = self.seal_checked(
-            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey, ident
-        )
+        stored, expires = self._entry(ident, key, ns, skey, value, None, ttl, now, fresh)
         if self.verifier is not None:
             head = skey[: len(skey) - len(key)]
             self.verifier.commit(
                 ns, head, manifest_key(self.prefix, head), lambda m: {key: (stored, expires)}
             )
         else:
-            self.write(ident, ns, skey, stored, ttl_ms=self.ttl_ms(expires, now))
+            self.write(ident, ns, skey, stored, ttl_ms=self.ttl_ms(expires, now), bare=key)
         self.owners.note(ident, ns, expires)
+        return expires
 
     def search_extras(
         self, key: str, value: Any, brand: str | None, metadata: dict[str, Any] | None,
@@ -731,9 +789,9 @@ class AccessorCore:
         if ttl is not None:
             check_ttl(ttl)
         check_json_value(value, "value")
-        return self._swap(ident, key, ns, skey, lambda current: value, ttl=ttl, create=False)
+        return self.swap(ident, key, ns, skey, lambda current: value, ttl=ttl, rules=_UPDATE)[0]
 
-    def _swap(
+    def swap(
         self,
         ident: Identity | None,
         key: str,
@@ -742,100 +800,87 @@ class AccessorCore:
         value_for: Callable[[EntryFields | None], Any],
         *,
         ttl: int | None,
-        create: bool,
-    ) -> bool:
-        """The compare-and-set loop behind ``update``, ``modify`` and ``increment``.
+        rules: SwapRules,
+        where: str | None = None,
+    ) -> tuple[bool, int | None]:
+        """The one compare-and-set loop of every read-then-write of an entry.
 
         Each attempt reads the entry, asks ``value_for(fields)`` (``None`` when
         missing or expired) for the new value and writes it only if the store
         still holds exactly what was read: ``compare_and_set`` over a stored
-        value, ``SET ... NX`` where there was none.  With *create* false a
-        missing entry returns ``False`` and an unreadable one counts as missing
-        (nothing is written either way); with *create* true a missing one is
-        created and an unreadable one raises rather than being replaced.  A
-        sealed write reported as lost but found in the store on the next read
-        (a resent command after a lost reply) counts as written.  A write records
-        the session's owner (:meth:`OwnerBook.note`).
+        value, ``SET ... NX`` where there was none.  *rules* say what happens to
+        a missing, unreadable or protected entry and what the new entry keeps.
+        A live 1.8.0 doubled-prefix entry found in place of *skey* is first moved
+        under *skey*; *where* (a doubled-prefix key) is read and written instead
+        of *skey*, values still bound to *skey*.  A sealed write reported as lost
+        but found in the store on the next read (a resent command after a lost
+        reply) counts as written.  A write records the session's owner
+        (:meth:`OwnerBook.note`).  *ttl* is already checked (:func:`check_ttl`).
 
+        :returns: whether it wrote (``False``: missing and not created, nothing
+            written), and the deadline written.
         :raises RememberConflictError: after :data:`CAS_ATTEMPTS` lost races.
         """
-        store = self.store
         # Sealed entries carry a fresh random IV, so stored text is unique to the
         # attempt that wrote it; plaintext entries are not (same value, same ms).
         unique = self.codec.keyring is not None
         tried: str | None = None  # what the last attempt failed to write
         expires: int | None = None  # its deadline
         verifier = self.verifier
+        target = skey if where is None else where
         seen: tuple[str | None, Manifest] | None = None  # verified mode: the manifest read
         for attempt in range(CAS_ATTEMPTS):
-            if verifier is None:
+            if verifier is not None:
+                (raw, seen), source = self.read_verified(ns, key, skey), skey
+            elif where is None:
                 raw, source = self.read_raw(skey)
             else:
-                (raw, seen), source = self.read_verified(ns, key, skey), skey
+                raw, source = self.store.get(where), where
             if tried is not None and raw == tried:
                 # That write did land: its reply was lost, and the driver's retry of the
                 # conditional write found our own value and answered "not written".
                 # Applying the change again would apply it twice.
-                self.owners.note(ident, ns, expires)
-                return True
+                return self._swapped(ident, ns, rules, expires)
             now = self.clock()
-            current: EntryFields | None
-            if not create:
-                current = self.decode_fields(raw, ns, skey, now)
-                if current is None:
-                    return False
-            elif raw is None:
-                current = None
-            else:
-                try:
-                    current = self.codec.open_fields(raw, ns, skey)[0]
-                except RememberDecryptionError as exc:
-                    # Never replace what could not be read: it may be another
-                    # secret's data, and a counter restarted from 0 loses it silently.
-                    raise RememberDecryptionError(
-                        f"{key!r} holds an entry that cannot be read ({exc.message}); "
-                        "it was left as it is. Check that every instance uses the same "
-                        "REMEMBER_SECRET, or forget the key to start over"
-                    ) from exc
-                if current[4] is not None and now >= current[4]:
-                    current = None  # expired: replaced as if missing
-            if current is not None and raw is not None and source != skey:
+            current = self.checked_entry(raw, ns, key, skey, now, rules)
+            if current is None and not rules.create:
+                return False, None
+            if current is not None and raw is not None and source != target:
                 # A 1.8.0 doubled-prefix entry: move it under the real key first.
-                ttl_ms = self.ttl_ms(current[4], now)
                 if self.write(
-                    ident, ns, skey, raw, ttl_ms=ttl_ms, only_if_absent=True, charge_only=True
-                ):
-                    store.delete(source)
+                    ident, ns, skey, raw, ttl_ms=self.ttl_ms(current[4], now),
+                    only_if_absent=True, charge_only=True, bare=key,
+                ):  # fmt: skip
+                    self.store.delete(source)
                 continue
-            value = value_for(current)
-            if current is None:
-                brand, created_at, metadata = None, now, None
-                expires = self.deadline(ttl, now)
+            if rules.forget:
+                # An entry expired since the epoch: every reader sees nothing, the store
+                # drops it a millisecond later (stores have no compare-and-delete); in
+                # verified mode the manifest deletes it.
+                stored = None if verifier is not None else self.seal_checked(
+                    entry_json(None, None, 0, 0, 1, None), ns, skey, ident, like=raw
+                )
             else:
-                _, brand, created_at, _, expires, metadata = current
-                if ttl is not None or expires is None:
-                    expires = self.deadline(ttl, now)  # else: keep the deadline
-            stored = self.seal_checked(
-                entry_json(
-                    value, brand, created_at, now, expires, metadata,
-                    None if self.search_settings.embedder is None
-                    else self.search_extras(key, value, brand, metadata),
-                ),
-                ns,
-                skey,
-                ident,
-            )
-            ttl_ms = self.ttl_ms(expires, now)
+                stored, expires = self._entry(ident, key, ns, skey, value_for(current), current,
+                                              ttl, now, rules.fresh)  # fmt: skip
             if verifier is not None:
                 assert seen is not None
                 written = self.swap_verified(ns, key, skey, seen, stored, expires)
-            elif raw is None or source != skey:
-                written = self.write(ident, ns, skey, stored, ttl_ms=ttl_ms, only_if_absent=True)
             else:
-                written = self.write(ident, ns, skey, stored, ttl_ms=ttl_ms, expected=raw)
+                assert stored is not None
+                ttl_ms = 1 if rules.forget else self.ttl_ms(expires, now)
+                bare = key if where is None else None  # a doubled-prefix key has no index
+                if raw is None or source != target:
+                    written = self.write(
+                        ident, ns, target, stored, ttl_ms=ttl_ms, only_if_absent=True, bare=bare
+                    )
+                else:
+                    written = self.write(
+                        ident, ns, target, stored, ttl_ms=ttl_ms, expected=raw,
+                        charge_only=rules.forget, bare=bare,
+                    )  # fmt: skip
             if written:
-                self.owners.note(ident, ns, expires)
-                return True
+                return self._swapped(ident, ns, rules, expires)
             if unique:
                 tried = stored
             with self._lock:
@@ -845,14 +890,76 @@ class AccessorCore:
                 # Randomised, growing pauses: writers that keep colliding drift apart.
                 pause = min(_CAS_PAUSE_MAX, _CAS_PAUSE_FIRST * 2 ** (attempt - _CAS_EAGER))
                 self.sleep(random.uniform(0, pause))
-        if tried is not None and self.read_raw(skey)[0] == tried:
-            self.owners.note(ident, ns, expires)
-            return True  # the last write landed after all (see above)
+        if tried is not None and self.store.get(target) == tried:
+            return self._swapped(ident, ns, rules, expires)  # landed after all (see above)
         _metrics.CAS_CONFLICTS.add(self.store_kind)
         raise RememberConflictError(
             f"{key!r} was changed by other writers during each of {CAS_ATTEMPTS} "
             "compare-and-set attempts; nothing was written"
         )
+
+    def _swapped(
+        self, ident: Identity | None, ns: Namespace, rules: SwapRules, expires: int | None
+    ) -> tuple[bool, int | None]:
+        if not rules.forget:
+            self.owners.note(ident, ns, expires)
+        return True, expires
+
+    def checked_entry(
+        self, raw: str | None, ns: Namespace, key: str, skey: str, now: int, rules: SwapRules
+    ) -> EntryFields | None:
+        """The live entry *raw* holds for *skey* (``None``: missing or expired), which
+        *rules* allow :meth:`swap` to replace.
+
+        :raises Exception: what ``rules.unreadable`` or ``rules.guard`` raise.
+        """
+        if raw is None:
+            return None
+        if rules.unreadable is None:
+            current = self.decode_fields(raw, ns, skey, now)  # unreadable: as missing
+            if current is not None and rules.guard is not None:
+                rules.guard(current)
+            return current
+        try:
+            current = self.codec.open_fields(raw, ns, skey)[0]
+        except RememberDecryptionError as exc:
+            # Never replace what could not be read (it may be another secret's data)
+            # unless the caller says so.
+            error = rules.unreadable(key, exc)
+            if error is None:
+                return None
+            raise error from exc
+        if current[4] is not None and now >= current[4]:
+            return None  # expired: replaced as if missing
+        if rules.guard is not None:
+            rules.guard(current)
+        return current
+
+    def _entry(
+        self, ident: Identity | None, key: str, ns: Namespace, skey: str, value: Any,
+        current: EntryFields | None, ttl: int | None, now: int,
+        fresh: tuple[str | None, dict[str, Any] | None, str | None] | None,
+    ) -> tuple[str, int | None]:  # fmt: skip
+        """The sealed entry :meth:`swap` writes over *current*, and its deadline: *fresh*
+        (brand, metadata, writer) or, by default, the current entry's brand, creation
+        time, metadata and deadline (unless *ttl* gives a new one)."""
+        writer = None
+        if fresh is not None:
+            (brand, metadata, writer), created_at = fresh, now
+            expires = self.deadline(ttl, now)
+        elif current is None:
+            brand, created_at, metadata = None, now, None
+            expires = self.deadline(ttl, now)
+        else:
+            _, brand, created_at, _, expires, metadata = current
+            if ttl is not None or expires is None:
+                expires = self.deadline(ttl, now)  # else: keep the deadline
+        extras = (
+            None if writer is None and self.search_settings.embedder is None
+            else self.search_extras(key, value, brand, metadata, writer)
+        )
+        entry = entry_json(value, brand, created_at, now, expires, metadata, extras)
+        return self.seal_checked(entry, ns, skey, ident), expires
 
     def swap_verified(
         self,
@@ -908,7 +1015,7 @@ class AccessorCore:
             check_json_value(new, "the value fn returned")
             return new
 
-        self._swap(ident, key, ns, skey, apply, ttl=ttl, create=True)
+        self.swap(ident, key, ns, skey, apply, ttl=ttl, rules=_MODIFY)
         return new
 
     def forget(self, ident: Identity | None, key: str, scope: object) -> bool:

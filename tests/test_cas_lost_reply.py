@@ -11,6 +11,8 @@ changes the entry between the lost reply and the resend.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -82,7 +84,7 @@ def _one_lost_increment(
     encrypted, the other plugin (on the server directly) increments in the gap."""
     plugin = _plugin(make_store(), encrypted=encrypted, listing=listing)
     other = _plugin(direct_store(), encrypted=encrypted, listing=listing)
-    try:
+    with _then_closed(proxies, plugin, other):
         mem = plugin.accessor(WHO)
         in_gap = (lambda: other.accessor(WHO).increment("n")) if encrypted else None
         expected = arm(mem, other, proxies, in_gap)
@@ -90,11 +92,18 @@ def _one_lost_increment(
         assert any(p.dropped.is_set() for p in proxies), "no reply was dropped"
         assert other.accessor(WHO).get("n") == expected
         assert mem.get("n") == expected
+
+
+@contextlib.contextmanager
+def _then_closed(proxies: list[ReplyDroppingProxy], *plugins: RememberPlugin) -> Iterator[None]:
+    """Disarm *proxies* and close *plugins* when the block ends."""
+    try:
+        yield
     finally:
         for proxy in proxies:
             proxy.arm(b"\x00never\x00")
-        plugin.close()
-        other.close()
+        for plugin in plugins:
+            plugin.close()
 
 
 CASES = [
@@ -102,6 +111,81 @@ CASES = [
     pytest.param(False, "scan", id="plain-unindexed"),
     pytest.param(True, "index", id="sealed-indexed-other-writer"),
     pytest.param(True, "scan", id="sealed-unindexed-other-writer"),
+]
+
+
+# -- the memory tools write through the same compare-and-set -----------------------------
+
+
+def _tool(plugin: RememberPlugin, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = plugin.call_tool(name, args, identity=WHO)
+    assert not result.get("isError"), result
+    return result["structuredContent"]  # type: ignore[no-any-return]
+
+
+def _one_lost_tool_write(
+    make_store: Callable[[], RedisStore],
+    direct_store: Callable[[], RedisStore],
+    proxies: list[ReplyDroppingProxy],
+    *,
+    existing: bool,
+) -> None:
+    """``remember_this`` through the proxies, the reply of its write lost while the host
+    records an approval under the key: the tool's write landed first, so it succeeded
+    and the approval written after it is kept (the tool never writes twice)."""
+    tools = {"enabled": True}
+    plugin = RememberPlugin.init(
+        store=make_store(), encryption={"secrets": [TEST_SECRET]}, tools=tools,
+        skip_legacy_purge=True,
+    )  # fmt: skip
+    host = RememberPlugin.init(
+        store=direct_store(), encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True
+    )
+    with _then_closed(proxies, plugin, host):
+        _tool(plugin, "remember_this", {"key": "warm", "value": 0})  # scripts cached
+        key = stored_key(host, "warm")[: -len("warm")] + "k"
+        if existing:
+            _tool(plugin, "remember_this", {"key": "k", "value": "old"})
+            marker = host.store.get(key)  # the compare-and-set carries the stored value
+            assert marker is not None
+            unless: tuple[bytes, ...] = ()
+        else:
+            # The create: the request naming the key that is neither its read (GET) nor,
+            # on a cluster, the index step (a request naming the namespace's listing
+            # index; standalone, the create itself updates the index).
+            marker = key
+            unless = (b"\r\nGET\r\n",)
+            if isinstance(host.store, RedisStore) and host.store.is_cluster:
+                unless += (f"{host.key_prefix}__index__:".encode(),)
+
+        def approve() -> None:
+            host.accessor(WHO).set("k", "approved", brand="approval")
+
+        for proxy in proxies:
+            proxy.arm(marker.encode(), approve, unless=unless)
+        out = _tool(plugin, "remember_this", {"key": "k", "value": "new"})
+        assert any(p.dropped.is_set() for p in proxies), "no reply was dropped"
+        assert out == {"success": True, "key": "k", "scope": "session"}
+        entry = host.accessor(WHO).get_entry("k")
+        assert entry is not None and (entry.value, entry.brand) == ("approved", "approval")
+        # The approval is the tool's to leave alone from now on.
+        refused = plugin.call_tool("forget", {"key": "k"}, identity=WHO)
+        assert refused.get("isError") and "approval" in refused["content"][0]["text"]
+
+
+#: Every lost-reply case, on every topology: ``run(make_store, direct_store, proxies)``.
+RUNS = [
+    *(
+        pytest.param(
+            functools.partial(_one_lost_increment, arm=arm, encrypted=case.values[0],
+                              listing=case.values[1]),
+            id=f"{arm_id}-{case.id}",
+        )  # fmt: skip
+        for arm, arm_id in ((_arm_cas, "cas"), (_arm_create, "create"))
+        for case in CASES
+    ),
+    pytest.param(functools.partial(_one_lost_tool_write, existing=True), id="tool-cas"),
+    pytest.param(functools.partial(_one_lost_tool_write, existing=False), id="tool-create"),
 ]
 
 
@@ -122,39 +206,28 @@ def proxied_server(redis_url: str, redis_client: redis.Redis) -> Iterator[ReplyD
     proxy.close()
 
 
-@pytest.mark.parametrize("arm", [_arm_cas, _arm_create], ids=["cas", "create"])
-@pytest.mark.parametrize(("encrypted", "listing"), CASES)
+@pytest.mark.parametrize("run", RUNS)
 def test_standalone_lost_reply_counts_once(
-    proxied_server: ReplyDroppingProxy, redis_url: str, encrypted: bool, listing: str,
-    arm: Callable[..., int],
+    proxied_server: ReplyDroppingProxy, redis_url: str, run: Callable[..., None]
 ) -> None:
-    _one_lost_increment(
+    run(
         lambda: RedisStore.from_url(_via(redis_url, proxied_server.port)),
         lambda: RedisStore.from_url(redis_url),
         [proxied_server],
-        arm=arm,
-        encrypted=encrypted,
-        listing=listing,
     )
 
 
-@pytest.mark.parametrize("arm", [_arm_cas, _arm_create], ids=["cas", "create"])
-@pytest.mark.parametrize(("encrypted", "listing"), CASES)
+@pytest.mark.parametrize("run", RUNS)
 def test_cluster_lost_reply_counts_once(
     redis_cluster: RedisCluster,
     redis_cluster_client: redis.cluster.RedisCluster,
-    encrypted: bool,
-    listing: str,
-    arm: Callable[..., int],
+    run: Callable[..., None],
 ) -> None:
     with proxied_cluster(redis_cluster.startup_nodes, redis_cluster.client) as (client, proxies):
-        _one_lost_increment(
+        run(
             lambda: RedisStore(client=client),
             lambda: RedisStore(client=redis_cluster.client()),
             proxies,
-            arm=arm,
-            encrypted=encrypted,
-            listing=listing,
         )
 
 

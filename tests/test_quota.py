@@ -15,7 +15,7 @@ import pytest
 
 from remember_sync import Identity, RememberPlugin, RememberQuotaError
 from remember_sync.errors import RememberConfigurationError
-from remember_sync.stores.base import OwnedWrites, Store
+from remember_sync.stores.base import OwnedWrite, OwnedWrites, Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.stores.redis import RedisStore
 from tests.conftest import run_threads
@@ -54,6 +54,24 @@ def test_entries_counted_across_every_namespace_of_a_principal(make_plugin: Any)
     assert alice.get("a", scope="user") == 10
     plugin.accessor(BOB).set("d", 4, scope="user")
     alice.set("shared", 1, scope="global")
+
+
+def test_charged_writes_keep_the_listing_index(make_plugin: Any) -> None:
+    """Writes charged to a principal (set, update, a tool's remember_this) are listed
+    from their namespace's index, keys with colons included, and nowhere else."""
+    plugin = make_plugin(quota={"entries": 100}, tools={"enabled": True})
+    assert plugin.listing == "index"
+    alice, bob = plugin.accessor(ALICE), plugin.accessor(BOB)
+    alice.set("a:b", 1, scope="user")
+    alice.set("c", 2, scope="session")
+    alice.update("c", 3, scope="session")
+    bob.set("d", 4, scope="user")
+    result = plugin.call_tool("remember_this", {"key": "e:f", "value": 5, "scope": "user"},
+                              identity=ALICE)  # fmt: skip
+    assert not result.get("isError"), result
+    assert sorted(alice.list(scope="user")) == ["a:b", "e:f"]
+    assert alice.list(scope="session") == ["c"]
+    assert bob.list(scope="user") == ["d"]
 
 
 def test_forget_and_forget_many_give_the_quota_back(make_plugin: Any) -> None:
@@ -310,17 +328,19 @@ def test_owned_writes_that_do_not_happen_charge_nothing(store: Store) -> None:
     owner's usage as it was (on a cluster: the reservation is restored)."""
     assert isinstance(store, OwnedWrites)
     key = "test:v2:user:a:k"
-    assert store.write_owned(key, "v1", owner=OWNER, quota=(2, None))
+    assert store.write_owned(OwnedWrite(key, "v1", owner=OWNER, quota=(2, None)))
     held = store.owner_usage(OWNER)
     assert held == (1, len(key) + 2)
-    assert not store.write_owned(key, "longer", owner=OWNER, quota=(2, None), only_if_absent=True)
-    assert not store.write_owned(key, "longer", owner=OWNER, quota=(2, None), expected="nope")
+    longer = OwnedWrite(key, "longer", owner=OWNER, quota=(2, None), only_if_absent=True)
+    assert not store.write_owned(longer)
+    missed = OwnedWrite(key, "longer", owner=OWNER, quota=(2, None), expected="nope")
+    assert not store.write_owned(missed)
     assert store.owner_usage(OWNER) == held
-    assert store.write_owned(key, "v2!", owner=OWNER, quota=(2, None), expected="v1")
+    assert store.write_owned(OwnedWrite(key, "v2!", owner=OWNER, quota=(2, None), expected="v1"))
     assert store.owner_usage(OWNER) == (1, len(key) + 3)
-    store.write_owned("test:v2:user:a:k2", "x", owner=OWNER, quota=(2, None))
+    store.write_owned(OwnedWrite("test:v2:user:a:k2", "x", owner=OWNER, quota=(2, None)))
     with pytest.raises(RememberQuotaError):
-        store.write_owned("test:v2:user:a:k3", "x", owner=OWNER, quota=(2, None))
+        store.write_owned(OwnedWrite("test:v2:user:a:k3", "x", owner=OWNER, quota=(2, None)))
     assert store.get("test:v2:user:a:k3") is None
     assert store.owner_usage(OWNER)[0] == 2
     assert store.delete_owned(OWNER, key, "test:v2:user:a:k2", "test:v2:user:a:gone") == 2
@@ -331,7 +351,7 @@ def test_owned_write_bad_owner_is_refused(store: Store) -> None:
     """The owner tag is checked like a key: not a str, nothing written."""
     assert isinstance(store, OwnedWrites)
     with pytest.raises(TypeError):
-        store.write_owned("test:k", "v", owner=5)  # type: ignore[arg-type]
+        store.write_owned(OwnedWrite("test:k", "v", owner=5))  # type: ignore[arg-type]
     assert store.get("test:k") is None
 
 
@@ -341,10 +361,10 @@ def test_a_ledger_expires_with_its_owners_entries(redis_store: Any) -> None:
     client = redis_store.client
     sizes = OWNER + "#sizes"  # the ledger's second key (docs/many-users.rst)
     slack = 60_000  # a ledger outlives its latest deadline by a minute
-    redis_store.write_owned("test:a", "v", owner=OWNER, ttl_ms=5_000)
+    redis_store.write_owned(OwnedWrite("test:a", "v", owner=OWNER, ttl_ms=5_000))
     for name in (OWNER, sizes):
         assert 5_000 < client.pttl(name) <= 5_000 + slack
-    redis_store.write_owned("test:b", "v", owner=OWNER)
+    redis_store.write_owned(OwnedWrite("test:b", "v", owner=OWNER))
     assert client.pttl(OWNER) == -1 and client.pttl(sizes) == -1
     redis_store.delete_owned(OWNER, "test:b")
     assert 0 < client.pttl(OWNER) <= 5_000 + slack

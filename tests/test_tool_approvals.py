@@ -111,6 +111,45 @@ def test_an_unreadable_entry_is_left_unchanged(make_plugin: Factory) -> None:
     assert plugin.store.get(skey) == before
 
 
+def test_1_8_0_doubled_prefix_entries(make_plugin: Factory, store: Store) -> None:
+    """read_doubled_prefix: an approval 1.8.0 stored under P+P+key is neither replaced nor
+    forgotten by the tools; other such entries are forgotten with the key, never to
+    reappear, and replaced by remember_this."""
+    plugin = make_plugin(tools={"enabled": True}, read_doubled_prefix=True)
+    host = plugin.accessor(WHO)
+
+    def doubled(key: str, **entry: Any) -> str:
+        """The entry *entry* as 1.8.0 stored it (under P+P+key); that storage key."""
+        host.set(key, **entry)
+        skey = stored_key(plugin, key)
+        raw = store.get(skey)
+        assert raw is not None and store.delete(skey) == 1
+        assert store.set(plugin.key_prefix + skey, raw)
+        return plugin.key_prefix + skey
+
+    def call(name: str, key: str, **args: Any) -> dict[str, Any]:
+        return plugin.call_tool(name, {"key": key, **args}, identity=WHO)
+
+    twin = doubled("ok", value="yes", brand="approval")
+    before = store.get(twin)
+    assert code_of(call("remember_this", "ok", value="no")) == PROTECTED
+    assert code_of(call("forget", "ok")) == PROTECTED
+    assert store.get(twin) == before and host.get("ok") == "yes"
+
+    doubled("old", value=1)
+    assert call("forget", "old")["structuredContent"]["existed"] is True
+    host.set("both", 2)  # the key and, shadowed by it, a doubled-prefix twin
+    twin = plugin.key_prefix + stored_key(plugin, "both")
+    assert store.set(twin, store.get(twin[len(plugin.key_prefix):]) or "")
+    assert call("forget", "both")["structuredContent"]["existed"] is True
+    assert host.get("old") is None and host.get("both") is None
+    assert call("recall", "both")["structuredContent"]["found"] is False
+
+    doubled("mine", value=3)
+    assert call("remember_this", "mine", value=4)["isError"] is False
+    assert host.get("mine") == 4 and call("recall", "mine")["structuredContent"]["value"] == 4
+
+
 class _HostBetween:
     """A store that, once, lets the host write an approval right after a tool's read.
 

@@ -178,21 +178,32 @@ def _cmd_get(args: argparse.Namespace) -> int:
 _UNREAD = "it could not be read with the configured secret(s)"
 
 
-def _read_before_replacing(
-    opened: Opened, args: argparse.Namespace, *, twin: bool, done: str, does: str
-) -> tuple[bool, bool] | None:
-    """Read the entry ``set``/``forget`` is about to replace: (live, unreadable).
+class _Unreadable(RememberDecryptionError):
+    """The entry ``set`` would replace cannot be read (it is left as it is)."""
 
-    An entry the configured secrets cannot read is another secret's data, or
-    tampered with: without ``--include-unreadable`` it is reported and ``None``
-    returned, and the caller writes nothing.  *twin*: also read the 1.8.0
-    doubled-prefix key (``forget`` deletes it too).  The plugin must be opened
-    with ``on_decrypt_error="raise"``.
+
+def _refuse_unreadable(args: argparse.Namespace, message: str, done: str, does: str) -> int:
+    """Report an entry the configured secrets cannot read, left as it is (another
+    secret's data, or tampered with); the exit status."""
+    _stderr(
+        f"{PROG}: error: {_redact(message, args.secrets)}; {_UNREAD}, so it was not {done} "
+        f"(nothing changed). --include-unreadable {does} it anyway"
+    )
+    return EXIT_FAIL
+
+
+def _read_before_forgetting(opened: Opened, args: argparse.Namespace) -> tuple[bool, bool] | None:
+    """Read the entry ``forget`` is about to delete, and its 1.8.0 doubled-prefix twin
+    (deleted too): (live, unreadable).
+
+    Without ``--include-unreadable`` an unreadable one is reported and ``None``
+    returned, and the caller deletes nothing.  The plugin must be opened with
+    ``on_decrypt_error="raise"``.
     """
     core = opened.core
     ns, head = core.namespace(args.identity, args.scope)
     skey = head + args.key
-    places = [skey, core.prefix + skey] if twin and core.read_doubled_prefix else [skey]
+    places = [skey, core.prefix + skey] if core.read_doubled_prefix else [skey]
     live = False
     for where in places:
         try:
@@ -200,11 +211,7 @@ def _read_before_replacing(
             live |= fields is not None
         except RememberDecryptionError as exc:
             if not args.include_unreadable:
-                _stderr(
-                    f"{PROG}: error: {_redact(exc.message, args.secrets)}; {_UNREAD}, so it was "
-                    f"not {done} "
-                    f"(nothing changed). --include-unreadable {does} it anyway"
-                )
+                _refuse_unreadable(args, exc.message, "forgotten", "deletes")
                 return None
             return live, True
     return live, False
@@ -213,27 +220,34 @@ def _read_before_replacing(
 def _cmd_set(args: argparse.Namespace) -> int:
     from .._ops.inspect import format_ms
 
+    replaced_unreadable = False
+
+    def unreadable(key: str, exc: RememberDecryptionError) -> Exception | None:
+        # Another secret's data, or tampered with: replaced only when asked to.
+        nonlocal replaced_unreadable
+        if args.include_unreadable:
+            replaced_unreadable = True
+            return None
+        return _Unreadable(exc.message)
+
     with _opened(args, on_decrypt_error="raise", writes=True) as opened:
-        mem = opened.plugin.accessor(args.identity)
-        # Read, then write at once: the window is one round trip (no compare-and-set
-        # for a whole new entry in the store protocol).
-        found = _read_before_replacing(
-            opened, args, twin=False, done="overwritten", does="overwrites"
-        )
-        if found is None:
-            return EXIT_FAIL
-        mem.set(args.key, args.value, scope=args.scope, ttl=args.ttl, brand=args.brand,
-                metadata=args.metadata)
-        entry = mem.get_entry(args.key, scope=args.scope)
-    unreadable = found[1]
-    expires = entry.expires_at if entry is not None else None
+        core = opened.core
+        who, key, scope, ttl, brand = args.identity, args.key, args.scope, args.ttl, args.brand
+        # By compare-and-set against what it read, as every read-then-write.
+        try:
+            with core.audited("set", who, scope, key, brand, ttl) as event:
+                expires = core.set(who, key, args.value, scope, ttl, brand, args.metadata,
+                                   unreadable)  # fmt: skip
+                event.outcome = "written"
+        except _Unreadable as exc:
+            return _refuse_unreadable(args, exc.message, "overwritten", "overwrites")
     if args.json:
         _print_json({"success": True, "key": args.key, "scope": args.scope, "expiresAt": expires,
-                     "unreadable": unreadable})
+                     "unreadable": replaced_unreadable})
     else:
         when = "never expires" if expires is None else f"expires {format_ms(expires)}"
         sys.stdout.write(f"stored {args.key!r} in {args.scope} scope ({when})\n")
-        if unreadable:
+        if replaced_unreadable:
             sys.stdout.write(f"  the entry it replaced: {_UNREAD}; overwritten because of "
                              "--include-unreadable\n")
     return EXIT_OK
@@ -243,7 +257,7 @@ def _cmd_forget(args: argparse.Namespace) -> int:
     with _opened(args, on_decrypt_error="raise", writes=True) as opened:
         # Read, then delete at once: the window is one round trip (the store protocol
         # has no compare-and-delete).
-        found = _read_before_replacing(opened, args, twin=True, done="forgotten", does="deletes")
+        found = _read_before_forgetting(opened, args)
         if found is None:
             return EXIT_FAIL
         deleted = opened.plugin.accessor(args.identity).forget(args.key, scope=args.scope)

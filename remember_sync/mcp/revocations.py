@@ -45,7 +45,7 @@ from .._fork import after_fork_in_child
 from .._keys import ended_session_key
 from .._sessions import session_digest
 from ..errors import RememberInputError, RememberQuotaError, RememberStoreError
-from ..stores.base import Store
+from ..stores.base import OwnedWrite, Store
 from ..stores.memory import MemoryStore
 
 __all__ = [
@@ -145,10 +145,10 @@ class EndedSessions:
             # of the principal (in-process only; nothing of it is shown).
             owner = hashlib.sha256(f"ended by\x00{principal or ''}".encode()).hexdigest()
             try:
-                self._store.write_owned(
-                    self._key(session_id), _LOCAL_RECORD, owner=owner, ttl_ms=ttl_ms,
+                self._store.write_owned(OwnedWrite(
+                    self._key(session_id), _LOCAL_RECORD, owner, ttl_ms=ttl_ms,
                     quota=(self.max_per_principal, None),
-                )  # fmt: skip
+                ))  # fmt: skip
             except RememberQuotaError:
                 raise RememberStoreError(
                     f"this caller already has {self.max_per_principal} ended sessions "

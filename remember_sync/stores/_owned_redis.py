@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import RememberStoreError
 from . import _quota_lua as quota_lua
-from .base import Quota, check_key, check_keys, check_write, group_by_index, quota_exceeded
+from . import base as contract  # the argument checks every store makes first
+from .base import IndexOf, OwnedWrite, Quota, quota_exceeded
 from .base import to_bytes as _b
 
 log = logging.getLogger("remember_sync")
@@ -40,16 +41,6 @@ def _ledger(owner: str) -> list[bytes]:
     return list(_ledger_keys(owner))
 
 
-@functools.lru_cache(maxsize=64)
-def _quota_args_bytes(quota: Quota | None) -> tuple[bytes, ...]:
-    return tuple(_b(a) for a in quota_args(quota))
-
-
-def _quota_bytes(quota: Quota | None) -> list[bytes]:
-    """:func:`quota_args` as sent (cached per quota)."""
-    return list(_quota_args_bytes(quota))
-
-
 def refused(reply: int, quota: Quota | None) -> bool:
     """Raise the quota error a script's *reply* stands for; else whether it wrote."""
     which = _VERDICTS.get(reply)
@@ -59,11 +50,31 @@ def refused(reply: int, quota: Quota | None) -> bool:
     return reply == 1
 
 
+def quota_write(write: OwnedWrite, index_of: IndexOf | None) -> tuple[str, list[str], list[str]]:
+    """The quota script that does *write* (its name in :data:`~._quota_lua.SCRIPTS`), its
+    keys and its arguments, quotas last; *index_of*: the store's, if it keeps indexes."""
+    px = "" if write.ttl_ms is None else str(write.ttl_ms)
+    if write.expected is None:
+        name, args = "QUOTA_SET", [write.value, px, "1" if write.only_if_absent else ""]
+    else:
+        name, args = "QUOTA_CAS", [write.expected, write.value, px]
+    keys = [write.key]
+    if index_of is not None:
+        index = write.index_key if write.index_key is not None else index_of(write.key)
+        if index is not None:
+            name += "_INDEXED"
+            keys.append(index)
+    keys += [write.owner, quota_lua.sizes_key(write.owner)]
+    return name, keys, args + quota_args(write.quota)
+
+
 class OwnedRedisWrites:
     """Mixed into :class:`~remember_sync.stores.redis.RedisStore`: the owned writes."""
 
     _cluster: bool
     _index_of: Any
+    #: ``write_owned`` reads :attr:`OwnedWrite.index_key` (see there).
+    uses_index_key = True
 
     def _eval_reply(
         self, name: str, keys: list[bytes], args: list[bytes], operation: str
@@ -88,51 +99,21 @@ class OwnedRedisWrites:
     def delete(self, *keys: str) -> int:  # pragma: no cover - RedisStore's
         raise NotImplementedError
 
-    def write_owned(
-        self,
-        key: str,
-        value: str,
-        *,
-        owner: str,
-        group: str | None = None,
-        quota: Quota | None = None,
-        ttl_ms: int | None = None,
-        only_if_absent: bool = False,
-        expected: str | None = None,
-    ) -> bool:
-        """:meth:`set` / :meth:`compare_and_set` charged to *owner* (one script; a
-        cluster: reserve, write, restore on failure).  *group* is unused: Redis never
+    def write_owned(self, write: OwnedWrite) -> bool:
+        """:meth:`set` / :meth:`compare_and_set` charged to its owner (one script; a
+        cluster: reserve, write, restore on failure).  ``group`` is unused: Redis never
         evicts for the library."""
-        check_write(key, value, ttl_ms, "" if expected is None else expected)
-        check_key(owner)
+        contract.check_owned(write)
         if self._cluster:
-            return self._write_reserved(key, value, owner, quota, ttl_ms, only_if_absent, expected)
-        px = "" if ttl_ms is None else str(ttl_ms)
-        index = None if self._index_of is None else self._index_of(key)
-        if expected is None:
-            name, body = "QUOTA_SET", [value, px, "1" if only_if_absent else ""]
-        else:
-            name, body = "QUOTA_CAS", [expected, value, px]
-        keys = [_b(key)]
-        if index is not None:
-            name += "_INDEXED"
-            keys.append(_b(index))
-        keys += _ledger(owner)
-        args = [_b(a) for a in body]
-        reply = self._eval_reply(name, keys, args + _quota_bytes(quota), "SET (with quota)")
-        return refused(reply, quota)
+            return self._write_reserved(write)
+        name, keys, args = quota_write(write, self._index_of)
+        sent = [_b(k) for k in keys[:-2]] + _ledger(write.owner)
+        reply = self._eval_reply(name, sent, [_b(a) for a in args], "SET (with quota)")
+        return refused(reply, write.quota)
 
-    def _write_reserved(
-        self,
-        key: str,
-        value: str,
-        owner: str,
-        quota: Quota | None,
-        ttl_ms: int | None,
-        only_if_absent: bool,
-        expected: str | None,
-    ) -> bool:
-        ledger = _ledger(owner)
+    def _write_reserved(self, write: OwnedWrite) -> bool:
+        key, value, quota, ttl_ms = write.key, write.value, write.quota, write.ttl_ms
+        ledger = _ledger(write.owner)
         size = len(_b(key)) + len(_b(value))
         px = "" if ttl_ms is None else str(ttl_ms)
         reserve = [key, str(size), px, *quota_args(quota)]
@@ -143,10 +124,10 @@ class OwnedRedisWrites:
         undo = [_b(key), _b(str(size)), _b(_text(score)), _b(_text(old_size)),
                 _b(_text(old_score))]  # fmt: skip
         try:
-            if expected is None:
-                written = self.set(key, value, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
+            if write.expected is None:
+                written = self.set(key, value, ttl_ms=ttl_ms, only_if_absent=write.only_if_absent)
             else:
-                written = self.compare_and_set(key, expected, value, ttl_ms=ttl_ms)
+                written = self.compare_and_set(key, write.expected, value, ttl_ms=ttl_ms)
         except Exception:
             try:
                 self._script("QUOTA_RESTORE", ledger, undo, "quota restore")
@@ -162,8 +143,8 @@ class OwnedRedisWrites:
     def delete_owned(self, owner: str, *keys: str) -> int:
         """:meth:`delete` refunding *owner*: in the same script on a standalone server,
         after the ``UNLINK`` on a cluster."""
-        check_keys(keys)
-        check_key(owner)
+        contract.check_keys(keys)
+        contract.check_key(owner)
         if not keys:
             return 0
         ledger = _ledger(owner)
@@ -177,7 +158,7 @@ class OwnedRedisWrites:
         if self._index_of is None:
             plain = list(dict.fromkeys(keys))
         else:
-            groups, plain = group_by_index(keys, self._index_of)
+            groups, plain = contract.group_by_index(keys, self._index_of)
         removed = 0
         for start in range(0, len(plain), _CHUNK):
             entries = [_b(k) for k in plain[start : start + _CHUNK]]
@@ -192,7 +173,7 @@ class OwnedRedisWrites:
 
     def owner_usage(self, owner: str) -> tuple[int, int]:
         """The live entries and bytes charged to *owner* (expired ones pruned first)."""
-        check_key(owner)
+        contract.check_key(owner)
         ledger = _ledger(owner)
         entries, nbytes = self._script("QUOTA_USAGE", ledger, [], "quota usage")
         return int(entries), int(nbytes)

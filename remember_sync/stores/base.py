@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from .._text import TEXT_ERRORS, to_bytes, to_text
 from ..errors import (
@@ -37,11 +37,13 @@ __all__ = [
     "MarkerOf",
     "NamespaceIndex",
     "PrunesIndexes",
+    "OwnedWrite",
     "OwnedWrites",
     "Quota",
     "Store",
     "check_key",
     "check_keys",
+    "check_owned",
     "check_scan",
     "check_write",
     "merged_index_of",
@@ -376,6 +378,45 @@ class ManifestCommit:
     writes: Sequence[tuple[str, str | None, int | None]]
 
 
+class OwnedWrite(NamedTuple):
+    """One write charged to an owner (:meth:`OwnedWrites.write_owned`).
+
+    :param key: the full key written.
+    :param value: the string stored.
+    :param owner: the opaque tag charged for it.
+    :param group: the unit of fair eviction for a store that evicts (default:
+        *owner*); stores that never evict ignore it.
+    :param quota: the owner's (entries, bytes) bound (``None``: only charge it).
+    :param ttl_ms: milliseconds to live (``None``: no expiry).
+    :param only_if_absent: write only where no live value is stored.
+    :param expected: compare-and-set: write only over exactly this value.
+    :param index_key: the listing index key of *key*'s namespace, as the writer
+        already knows it (``None``: a store that keeps indexes finds it from *key*).
+        Read only by stores whose class sets ``uses_index_key = True`` (they would
+        otherwise parse *key* on every write); the core fills it in only for them.
+    """
+
+    key: str
+    value: str
+    owner: str
+    group: str | None = None
+    quota: Quota | None = None
+    ttl_ms: int | None = None
+    only_if_absent: bool = False
+    expected: str | None = None
+    index_key: str | None = None
+
+
+def check_owned(write: OwnedWrite) -> None:
+    """Refuse the arguments of ``write_owned`` as :func:`check_write` those of ``set``."""
+    key, value, owner, _, _, ttl_ms, _, expected, index_key = write
+    check_write(key, value, ttl_ms, "" if expected is None else expected)
+    if not (isinstance(owner, str) and owner.isascii()):
+        check_key(owner)
+    if index_key is not None and not (isinstance(index_key, str) and index_key.isascii()):
+        check_key(index_key)
+
+
 @runtime_checkable
 class OwnedWrites(Protocol):
     """An optional capability: writes charged to an *owner*, with a quota per owner.
@@ -394,24 +435,11 @@ class OwnedWrites(Protocol):
     re-sealed envelope has the same length).
     """
 
-    def write_owned(
-        self,
-        key: str,
-        value: str,
-        *,
-        owner: str,
-        group: str | None = None,
-        quota: Quota | None = None,
-        ttl_ms: int | None = None,
-        only_if_absent: bool = False,
-        expected: str | None = None,
-    ) -> bool:
-        """:meth:`Store.set` (or, with *expected*, :meth:`Store.compare_and_set`) for *owner*.
+    def write_owned(self, write: OwnedWrite) -> bool:
+        """:meth:`Store.set` (or, with ``expected``, :meth:`Store.compare_and_set`) of
+        *write*, charged to its owner; whether it was written.
 
-        :param group: the unit of fair eviction for a store that evicts
-            (default: *owner*); stores that never evict ignore it.
-        :param quota: the owner's (entries, bytes) bound (``None``: only charge it).
-        :raises RememberQuotaError: the write would take *owner* over *quota*.
+        :raises RememberQuotaError: the write would take the owner over its quota.
         """
         ...
 

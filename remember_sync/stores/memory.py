@@ -66,9 +66,11 @@ from .._glob import glob_matcher
 from ..errors import RememberConfigurationError, RememberConflictError, RememberInputError
 from .base import (
     IndexOf,
+    OwnedWrite,
     Quota,
     check_key,
     check_keys,
+    check_owned,
     check_scan,
     check_write,
     merged_index_of,
@@ -593,29 +595,17 @@ class MemoryStore:
 
     # -- owned writes (OwnedWrites) ----------------------------------------------------
 
-    def write_owned(
-        self,
-        key: str,
-        value: str,
-        *,
-        owner: str,
-        group: str | None = None,
-        quota: Quota | None = None,
-        ttl_ms: int | None = None,
-        only_if_absent: bool = False,
-        expected: str | None = None,
-    ) -> bool:
-        """:meth:`set` / :meth:`compare_and_set` charged to *owner* (see
+    def write_owned(self, write: OwnedWrite) -> bool:
+        """:meth:`set` / :meth:`compare_and_set` charged to its owner (see
         :class:`~remember_sync.stores.base.OwnedWrites`).
 
-        A bounded store evicts by *group* (default: *owner*), not by namespace:
+        A bounded store evicts by ``group`` (default: the owner), not by namespace:
         one principal opening many sessions is still one unit of fair eviction.
         The quota check, the write and the charge happen under the lock; a
         write over the quota first drops every expired entry, then is refused.
         """
-        check_write(key, value, ttl_ms, "" if expected is None else expected)
-        if not (isinstance(owner, str) and owner.isascii()):
-            check_key(owner)
+        check_owned(write)
+        key, value, owner, group, quota, ttl_ms, only_if_absent, expected, _ = write
         if key.isascii() and value.isascii():  # every encrypted entry (see _utf8_len)
             size = len(key) + len(value)
         else:
@@ -705,10 +695,10 @@ class MemoryStore:
             if expected is not None:
                 return self.compare_and_set(key, expected, value, ttl_ms=ttl_ms)
             return self.set(key, value, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
-        return self.write_owned(
-            key, value, owner=owned[0], group=None if space is None else space.name,
+        return self.write_owned(OwnedWrite(
+            key, value, owned[0], group=None if space is None else space.name,
             ttl_ms=ttl_ms, only_if_absent=only_if_absent, expected=expected,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     def write_kept(
         self,

@@ -58,7 +58,7 @@ from . import _index_lua as index_lua
 from . import _quota_lua as quota_lua
 from . import base as contract  # the argument checks every store makes first
 from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, script_input
-from ._owned_redis import quota_args, refused
+from ._owned_redis import quota_write, refused
 from .base import (
     CAS_LUA_SCRIPT,
     SCAN_ITEMS_LUA_SCRIPT,
@@ -268,6 +268,9 @@ class VercelKVStore:
     :raises RememberConfigurationError: when the URL or token is missing or invalid.
     """
 
+    #: ``write_owned`` reads :attr:`OwnedWrite.index_key` (see there).
+    uses_index_key = True
+
     def __init__(
         self,
         url: str | None = None,
@@ -449,39 +452,17 @@ class VercelKVStore:
 
     # -- owned writes (OwnedWrites) ----------------------------------------------------
 
-    def write_owned(
-        self,
-        key: str,
-        value: str,
-        *,
-        owner: str,
-        group: str | None = None,
-        quota: contract.Quota | None = None,
-        ttl_ms: int | None = None,
-        only_if_absent: bool = False,
-        expected: str | None = None,
-    ) -> bool:
-        """:meth:`set` / :meth:`compare_and_set` charged to *owner*: one ``EVAL`` that
+    def write_owned(self, write: contract.OwnedWrite) -> bool:
+        """:meth:`set` / :meth:`compare_and_set` charged to its owner: one ``EVAL`` that
         checks the quota, writes and accounts (:mod:`~remember_sync.stores._quota_lua`).
-        *group* is unused: the store never evicts for the library."""
-        contract.check_write(key, value, ttl_ms, "" if expected is None else expected)
-        contract.check_key(owner)
-        px = "" if ttl_ms is None else str(ttl_ms)
-        index = None if self._index_of is None else self._index_of(key)
-        if expected is None:
-            name, body = "QUOTA_SET", [value, px, "1" if only_if_absent else ""]
-        else:
-            name, body = "QUOTA_CAS", [expected, value, px]
-        keys = [key]
-        if index is not None:
-            name += "_INDEXED"
-            keys.append(index)
-        keys += [owner, quota_lua.sizes_key(owner)]
-        command = ["EVAL", quota_lua.SCRIPTS[name], str(len(keys)), *keys, *body]
-        command += quota_args(quota)
+        ``group`` is unused: the store never evicts for the library."""
+        contract.check_owned(write)
+        name, keys, args = quota_write(write, self._index_of)
+        command = ["EVAL", quota_lua.SCRIPTS[name], str(len(keys)), *keys, *args]
         # As SET: without NX or an expected value the same state however often it runs.
-        idempotent = expected is None and not only_if_absent
-        return refused(self._number(command, "the SET with quota", idempotent=idempotent), quota)
+        idempotent = write.expected is None and not write.only_if_absent
+        number = self._number(command, "the SET with quota", idempotent=idempotent)
+        return refused(number, write.quota)
 
     def delete_owned(self, owner: str, *keys: str) -> int:
         """:meth:`delete` refunding *owner*, in the same ``EVAL``."""

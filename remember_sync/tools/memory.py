@@ -31,8 +31,8 @@ from copy import deepcopy
 from typing import Any, Final
 
 from .. import _metrics
-from .._codec import EntryFields, check_json_value, entry_json
-from .._core import MAX_TTL_SECONDS, AccessorCore
+from .._codec import EntryFields, check_json_value
+from .._core import MAX_TTL_SECONDS, AccessorCore, SwapRules
 from .._keys import check_key
 from .._search import MAX_QUERY_CHARS, preview
 from ..accessor import RememberAccessor, accessor_for
@@ -41,11 +41,10 @@ from ..errors import (
     RememberInputError,
     RememberInputTypeError,
     RememberScopeNotAllowedError,
-    RememberStoreError,
 )
 from ..identity import current_identity
 from ..identity import identity as bind_identity
-from ..types import SCOPES, Identity, Namespace, RememberEntry, Scope
+from ..types import SCOPES, Identity, RememberEntry, Scope
 from ._schema import JSON_TYPES, validate_arguments
 from .results import (
     UNKNOWN_TOOL_CODE,
@@ -551,32 +550,18 @@ class MemoryTools:
         core = self._core
         ns, head = core.namespace(mem.identity, scope)
         skey = head + key
-        now = core.clock()
-        if ttl is not None:
-            expires: int | None = now + ttl * 1000
-        else:
-            expires = now + core.default_ttl * 1000 if core.default_ttl else None
         brand = args.get("brand")
-        extras = core.search_extras(
-            key, value, brand, metadata, written_by=self.names["remember_this"]
-        )
-        stored = core.seal_checked(
-            entry_json(value, brand, now, now, expires, metadata, extras), ns, skey, mem.identity
-        )
+        rules = _rules(key, scope, fresh=(brand, metadata, self.names["remember_this"]))
         if core.read_doubled_prefix:
             # Reads fall back to a 1.8.0 doubled-prefix twin while the key is absent,
             # so writing the key would hide an approval held there.
-            twin = core.prefix + skey
-            twin_raw = core.store.get(twin)
-            if twin_raw is not None:
-                _check_replaceable(core, ns, skey, twin_raw, key, scope)
-        with core.audited("set", mem.identity, scope, key, args.get("brand"), ttl) as event:
-            _write_unless_protected(
-                core, mem.identity, ns, skey, skey, key, scope, stored,
-                core.ttl_ms(expires, now), expires,
-            )
+            twin_raw = core.store.get(core.prefix + skey)
+            core.checked_entry(twin_raw, ns, key, skey, core.clock(), rules)
+        with core.audited("set", mem.identity, scope, key, brand, ttl) as event:
+            expires = core.swap(
+                mem.identity, key, ns, skey, lambda _: value, ttl=ttl, rules=rules
+            )[1]
             event.outcome = "written"
-        core.owners.note(mem.identity, ns, expires)
         out: dict[str, Any] = {"success": True, "key": key, "scope": scope}
         if expires is not None:
             out["expiresAt"] = expires
@@ -630,13 +615,16 @@ class MemoryTools:
         core = self._core
         ns, head = core.namespace(mem.identity, scope)
         skey = head + key
-        places = [skey, core.prefix + skey] if core.read_doubled_prefix else [skey]
+        # A 1.8.0 doubled-prefix twin first: forgetting the key first would let
+        # reads fall back to it.
+        twin = [core.prefix + skey] if core.read_doubled_prefix and core.verifier is None else []
+        rules = _rules(key, scope, forget=True)
         existed = False
         with core.audited("forget", mem.identity, scope, key) as event:
-            for where in places:
-                existed |= _write_unless_protected(
-                    core, mem.identity, ns, where, skey, key, scope, None, None
-                )
+            for where in (*twin, None):
+                existed |= core.swap(
+                    mem.identity, key, ns, skey, lambda _: None, ttl=None, rules=rules, where=where
+                )[0]
             event.outcome = "deleted" if existed else "absent"
         return {"success": True, "key": key, "scope": scope, "existed": existed}
 
@@ -691,102 +679,31 @@ def _check_nesting(data: Any, what: str) -> None:
             stack.extend((child, depth + 1) for child in children)
 
 
-def _check_replaceable(
-    core: AccessorCore, ns: Namespace, skey: str, raw: str, key: str, scope: Scope
-) -> bool:
-    """Whether *raw* (stored for *skey*) is a live entry; raise if a tool may not touch it.
+def _rules(
+    key: str,
+    scope: Scope,
+    *,
+    fresh: tuple[str | None, dict[str, Any] | None, str | None] | None = None,
+    forget: bool = False,
+) -> SwapRules:
+    """The tools' :class:`SwapRules` for *key* in *scope*: never an approval, never
+    an entry they cannot read (its brand is unknown)."""
 
-    :raises RememberInputError: it is an unexpired approval (``REMEMBER_APPROVAL_PROTECTED``).
-    :raises RememberDecryptionError: it cannot be read, so its brand is unknown.
-    """
-    try:
-        _, brand, _, _, expires, _ = core.codec.decode_fields(raw, ns, skey)[0]
-    except RememberDecryptionError as exc:
-        raise RememberDecryptionError(
+    def unreadable(key: str, exc: RememberDecryptionError) -> RememberDecryptionError:
+        return RememberDecryptionError(
             f"memory {key!r} in {scope} scope is unreadable ({exc.message}); left unchanged"
-        ) from exc
-    if expires is not None and core.clock() >= expires:
-        return False  # expired: gone for every reader, so it may be replaced
-    if brand == RESERVED_BRAND:
-        raise RememberInputError(
-            f"The memory {key!r} in {scope} scope is an approval recorded by the application; "
-            "the memory tools cannot change or forget it. Use another key.",
-            code=APPROVAL_PROTECTED_CODE,
         )
-    return True
 
-
-def _write_unless_protected(
-    core: AccessorCore,
-    ident: Identity,
-    ns: Namespace,
-    where: str,
-    skey: str,
-    key: str,
-    scope: Scope,
-    stored: str | None,
-    ttl_ms: int | None,
-    expires: int | None = None,
-) -> bool:
-    """Put *stored* under *where* (``None``: forget it) unless an approval is there.
-
-    Atomic: the write is a compare-and-set against the exact value checked (or
-    only-if-absent when nothing was there), so a value written in between --
-    an approval, say -- makes it look again instead of being overwritten.
-    Forgetting swaps the entry for an already-expired one that the store drops
-    a millisecond later: stores have no compare-and-delete.  *where* is *skey*
-    or its 1.8.0 doubled-prefix twin; values decode against *skey*.
-
-    :returns: whether a live entry was there.
-    """
-    if core.verifier is not None:
-        return _verified_write_unless_protected(core, ns, skey, key, scope, stored, expires)
-    store = core.store
-    for _attempt in range(_WRITE_ATTEMPTS):
-        raw = store.get(where)
-        if raw is None:
-            if stored is None or core.write(
-                ident, ns, where, stored, ttl_ms=ttl_ms, only_if_absent=True
-            ):
-                return False
-            continue  # written meanwhile: check what is there now
-        live = _check_replaceable(core, ns, skey, raw, key, scope)
-        if stored is None:
-            # Expired since the epoch, so every reader sees nothing from now on (and
-            # its owner's quota no longer counts it).  Never refused by a quota.
-            gone = core.seal_checked(
-                entry_json(None, None, 0, 0, 1, None), ns, skey, ident, like=raw
+    def guard(fields: EntryFields) -> None:
+        if fields[1] == RESERVED_BRAND:
+            raise RememberInputError(
+                f"The memory {key!r} in {scope} scope is an approval recorded by the "
+                "application; the memory tools cannot change or forget it. Use another key.",
+                code=APPROVAL_PROTECTED_CODE,
             )
-            if core.write(ident, ns, where, gone, ttl_ms=1, expected=raw, charge_only=True):
-                return live
-        elif core.write(ident, ns, where, stored, ttl_ms=ttl_ms, expected=raw):
-            return live
-    raise RememberStoreError(
-        f"memory {key!r} changed {_WRITE_ATTEMPTS} times while a tool was writing it"
-    )
 
-
-def _verified_write_unless_protected(
-    core: AccessorCore,
-    ns: Namespace,
-    skey: str,
-    key: str,
-    scope: Scope,
-    stored: str | None,
-    expires: int | None,
-) -> bool:
-    """:func:`_write_unless_protected` in verified mode: through the namespace's manifest.
-
-    The check and the write are one manifest compare-and-set; forgetting deletes.
-    """
-    for _attempt in range(_WRITE_ATTEMPTS):
-        raw, seen = core.read_verified(ns, key, skey)
-        live = raw is not None and _check_replaceable(core, ns, skey, raw, key, scope)
-        if core.swap_verified(ns, key, skey, seen, stored, expires):
-            return live
-    raise RememberStoreError(
-        f"memory {key!r} changed {_WRITE_ATTEMPTS} times while a tool was writing it"
-    )
+    return SwapRules(create=not forget, unreadable=unreadable, guard=guard, fresh=fresh,
+                     forget=forget)  # fmt: skip
 
 
 def _object(properties: dict[str, Any], *, required: list[str]) -> dict[str, Any]:

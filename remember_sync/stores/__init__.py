@@ -9,7 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .._glob import glob_matcher
-from .base import ItemScanner, ManifestCommit, NamespaceIndex, OwnedWrites, Store
+from .base import ItemScanner, ManifestCommit, NamespaceIndex, OwnedWrite, OwnedWrites, Store
 from .memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from .vercel_kv import VercelKVStore
 
 __all__ = [
-    "ItemScanner", "ManifestCommit", "MemoryStore", "NamespaceIndex", "OwnedWrites",
-    "RedisOptionError", "RedisStore", "Store", "VercelKVStore", "glob_matcher", "redacted_url",
+    "ItemScanner", "ManifestCommit", "MemoryStore", "NamespaceIndex", "OwnedWrite",
+    "OwnedWrites", "RedisOptionError", "RedisStore", "Store", "VercelKVStore", "glob_matcher",
+    "redacted_url",
 ]  # fmt: skip
 
 #: The names whose modules import a driver, and those modules.

@@ -265,7 +265,12 @@ class SentinelSet:
         self.primary.extra_args += ["--replicaof", "127.0.0.1", str(self.replica.port)]
         self.primary.start()
         deadline = time.monotonic() + timeout
-        self._wait(deadline, "old primary re-joined", lambda: self._link_up(self.primary.port))
+        try:
+            self._wait(deadline, "old primary re-joined", lambda: self._link_up(self.primary.port))
+        except RuntimeError as exc:
+            logs = {s.port: (s.dir / "redis.log").read_text(errors="replace")[-3000:]
+                    for s in (self.primary, self.replica)}
+            raise RuntimeError(f"{exc}; server logs: {logs}") from None
 
     @staticmethod
     def _wait(deadline: float, what: str, ready: Callable[[], bool]) -> None:

@@ -618,12 +618,13 @@ class AccessorCore:
         if owners is not None:
             owner = owners.of(ident, ns)
             if owner is not None:
-                write = OwnedWrite(
+                # tuple.__new__: the named tuple's own __new__ is a Python call on every write.
+                write = tuple.__new__(OwnedWrite, (
                     skey, stored, owner[0], owner[1], None if charge_only else owners.quota,
                     ttl_ms, only_if_absent, expected,
                     None if bare is None or not self._index_hints
                     else namespace_index_key(self.prefix, skey[: len(skey) - len(bare)]),
-                )  # fmt: skip
+                ))  # fmt: skip
                 # (no cast(): a call on every write; __init__ checked the capability)
                 return self.store.write_owned(write)  # type: ignore[attr-defined, no-any-return]
         if expected is not None:

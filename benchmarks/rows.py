@@ -1343,7 +1343,14 @@ GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
     "7c": ("tools/call under gunicorn", rows_gunicorn),
     "8": ("modify / increment vs get + update", rows_modify),
     "9": ("reindex of older entries", rows_reindex),
+    "peer": ("set/get vs cachelib's RedisCache", lambda env, sizes: _peer_rows(env, sizes)),
 }
+
+
+def _peer_rows(env: Environment, sizes: Sizes) -> list[Row]:
+    from .peers import rows_peer  # imports this module
+
+    return rows_peer(env, sizes)
 
 
 def all_rows(

@@ -85,6 +85,11 @@ EXPECTED = [
     ("8", "increment", "redis"),
     ("8", "modify", "redis"),
     ("9", "reindex of 60 older entries", "redis"),
+    *(
+        ("langgraph", f"RememberStore.{op}", kind)
+        for kind in ("memory", "redis")
+        for op in ("put", "get", "search", "search (query)")
+    ),
 ]
 
 _ALL = ("memory", "redis", "redis-cluster", "vercel-kv")

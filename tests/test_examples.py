@@ -37,6 +37,7 @@ EXERCISED = {
     "quickstart.py": "test_quickstart_prints_its_docstring",
     "cron_summary.py": "test_cron_summary_writes_one_summary_per_user",
     "notebook.ipynb": "test_notebook_executes_and_hides_values",
+    "langgraph_agent.ipynb": "test_langgraph_agent_notebook_keeps_people_apart",
     "flask_mcp_bridge.py": "test_flask_mcp_bridge_serves_mcp_with_verified_sessions",
     "django_bridge/manage.py": "test_django_bridge_serves_notes_per_user",
     "django_bridge/bridge/__init__.py": "test_django_bridge_serves_notes_per_user",
@@ -328,6 +329,36 @@ def test_notebook_executes_and_hides_values(tmp_path: Path) -> None:
         assert secret not in filled
     rows = code[3].outputs[0]["data"]["text/plain"]
     assert "sk-demo-not-for-display" in rows  # shown only when asked: table_rows(values=True)
+
+
+def test_langgraph_agent_notebook_keeps_people_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The LangGraph agent notebook runs offline on a real kernel: memories recalled per
+    person, another person's invisible and unwritable, nothing in clear, erasure complete."""
+    for name in ("nbformat", "nbclient", "ipykernel", "langgraph"):
+        require_component(name, importlib.util.find_spec(name) is not None, "the test extra")
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(EXAMPLES / "langgraph_agent.ipynb", as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit it clean"
+    # The kernel imports this checkout's package, whatever is installed.
+    monkeypatch.setenv("PYTHONPATH", str(EXAMPLES.parent))
+    client = nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    text = "\n".join(o.get("text", "") for c in code for o in c.outputs)
+    assert "recalled for alice: ['I love sushi']" in text
+    assert "bob sees of alice: [] [Item(namespace=['users', 'bob', 'memories']" in text
+    assert "bob writing alice's memory: RememberIdentityError" in text
+    assert "remember:v2:user:alice:langgraph:users/memories:m0" in text
+    assert "any memory in clear: False" in text
+    assert "alice after erase: []" in text and "bob after erase: ['hi, I am Bob']" in text
 
 
 # -- the web examples ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ or ``?``, so the key is injective and a prefix of it is a literal pattern.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -93,8 +94,9 @@ def path_pattern(path_prefix: tuple[str, ...]) -> str:
     return MARK + "/".join(_enc(e) for e in path_prefix) + "*"
 
 
+@functools.lru_cache(maxsize=65_536)
 def parse_memory_key(memory: str) -> tuple[tuple[str, ...], str] | None:
-    """``(path, key)`` of a memory key this store wrote, else ``None``."""
+    """``(path, key)`` of a memory key this store wrote, else ``None`` (pure, so cached)."""
     if not memory.startswith(MARK):
         return None
     head, sep, key = memory[len(MARK) :].rpartition(":")

@@ -189,6 +189,12 @@ class RememberStore(BaseStore):
         bound._user = identity_part(user_id, "user_id")
         return bound
 
+    def __repr__(self) -> str:
+        who = "context" if self._user is _CONTEXT else repr(self._user)
+        index = "off" if self._embeddings is None else "on"
+        return (f"RememberStore(plugin={self._plugin!r}, user_prefix={self._rule.user_prefix!r}, "
+                f"index={index}, user={who})")
+
     # -- who is asking ------------------------------------------------------------------
 
     def _view(self) -> _View:

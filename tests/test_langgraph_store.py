@@ -246,7 +246,10 @@ def test_batch_mixes_ops_and_bad_input_writes_nothing(make_plugin: Factory) -> N
     assert out[0] is None and out[1].value == {"v": 1} and len(out[2]) == 1
     before = sorted(_everything(plugin))
     for bad in [PutOp(("t",), "k2", ["not", "a", "dict"]), PutOp(("t",), 5, {"v": 1}),
-                PutOp(("t", "a.b"), "k", {"v": 1}), PutOp(("t",), "k3", {"v": 1}, ttl=0)]:
+                PutOp(("t", "a.b"), "k", {"v": 1}), PutOp(("t",), "k3", {"v": 1}, ttl=0),
+                PutOp(("t",), "x" * 1100, {"v": 1}), PutOp(("t",), "k", {"v": 1}, index="text"),
+                GetOp(("t",), 7), SearchOp(("t",), limit=-1), SearchOp(("t",), offset=-2),
+                SearchOp(("t",), filter={"v": {"$regex": "x"}}), SearchOp(("t",), filter=[1])]:
         with pytest.raises((RememberInputError, InvalidNamespaceError)):
             store.batch([PutOp(("t",), "ok", {"v": 1}), bad])
     assert sorted(_everything(plugin)) == before

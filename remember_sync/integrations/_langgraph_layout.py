@@ -145,6 +145,24 @@ def _compare(item: Any, wanted: Any) -> bool:
     return bool(item == wanted)
 
 
+def check_filter(wanted: Any) -> None:
+    """Refuse a filter that is not a dict or names an operator LangGraph does not have."""
+    if wanted is None:
+        return
+    if not isinstance(wanted, dict):
+        raise RememberInputError(f"a search filter must be a dict; got {type(wanted).__name__}")
+    for name, arg in wanted.items():
+        if isinstance(name, str) and name.startswith("$") and name not in _OPERATORS:
+            raise RememberInputError(
+                f"unsupported filter operator {name!r}; use $eq, $ne, $gt, $gte, $lt or $lte"
+            )
+        if isinstance(arg, dict):
+            check_filter(arg)
+
+
+_OPERATORS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+
+
 def _operator(item: Any, op: str, arg: Any) -> bool:
     if op == "$eq":
         return bool(item == arg)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import importlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -63,7 +64,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-framework i
         "pip install 'remember-sync[langgraph]'"
     ) from exc
 
-from .._keys import glob_escape, parse_storage_key
+from .._keys import MAX_KEY_BYTES, glob_escape, parse_storage_key
 from ..accessor import RememberAccessor
 from ..errors import RememberConfigurationError, RememberIdentityError, RememberInputError
 from ..identity import _is_bound, current_identity, is_anonymous
@@ -74,6 +75,7 @@ from ._langgraph_layout import (
     NamespaceRule,
     Place,
     best_cosine,
+    check_filter,
     matches,
     memory_key,
     namespace_matches,
@@ -142,7 +144,7 @@ class RememberStore(BaseStore):
     :param index: LangGraph's ``IndexConfig`` (``embed``, ``dims``, ``fields``)
         for search by meaning; ``embed`` is anything LangGraph accepts (an
         ``Embeddings``, a sync or async function of a list of texts) or
-        ``"wordllama"`` (the ``[embeddings]`` extra's model).
+        ``"wordllama"`` (WordLlama's model, from the ``wordllama`` package).
     :param ttl: LangGraph's ``TTLConfig``: ``default_ttl`` (minutes) for puts
         without a ``ttl``, ``refresh_on_read`` (default ``True``).
     """
@@ -246,6 +248,14 @@ class RememberStore(BaseStore):
             if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
                 raise RememberInputError(f"unknown store operation {type(op).__name__}")
             validate_op_namespace(op)
+            if isinstance(op, (GetOp, PutOp)) and not isinstance(op.key, str):
+                raise RememberInputError(
+                    f"an item key must be a str; got {type(op.key).__name__}"
+                )
+            if isinstance(op, (SearchOp, ListNamespacesOp)) and min(op.limit, op.offset) < 0:
+                raise RememberInputError("limit and offset must not be negative")
+            if isinstance(op, SearchOp):
+                check_filter(op.filter)
             if isinstance(op, PutOp):
                 self._check_put(op, view)
         return view
@@ -253,14 +263,22 @@ class RememberStore(BaseStore):
     def _check_put(self, op: PutOp, view: _View) -> None:
         if not op.namespace:
             raise RememberInputError("a put needs a non-empty namespace")
-        if not isinstance(op.key, str):
-            raise RememberInputError(f"an item key must be a str; got {type(op.key).__name__}")
+        place = self._rule.place(op.namespace)
+        if len(memory_key(place.path, op.key).encode()) > MAX_KEY_BYTES:
+            raise RememberInputError(
+                f"namespace {op.namespace!r} and key {op.key[:40]!r}... make a memory key "
+                f"over {MAX_KEY_BYTES} bytes; use shorter labels or keys"
+            )
         if op.value is not None and not isinstance(op.value, dict):
             raise RememberInputError(
                 f"an item value must be a dict; got {type(op.value).__name__}"
             )
         ttl_seconds(op.ttl)
-        user = self._rule.place(op.namespace).user
+        if op.index is not None and op.index is not False and (
+            not isinstance(op.index, list) or not all(isinstance(p, str) for p in op.index)
+        ):
+            raise RememberInputError("a put's index must be False, None or a list of paths")
+        user = place.user
         if not view.sees(user):
             raise RememberIdentityError(
                 f"this store acts for {'nobody' if view.user is None else 'another person'}: "
@@ -313,8 +331,6 @@ class RememberStore(BaseStore):
     # -- the operations -----------------------------------------------------------------
 
     def _get(self, op: GetOp, view: _View) -> Item | None:
-        if not isinstance(op.key, str):
-            raise RememberInputError(f"an item key must be a str; got {type(op.key).__name__}")
         place = self._rule.place(op.namespace)
         if not view.sees(place.user):
             return None  # another person's namespace: nothing there for this caller
@@ -401,8 +417,6 @@ class RememberStore(BaseStore):
     def _search(
         self, op: SearchOp, view: _View, query: list[float] | None
     ) -> list[SearchItem]:
-        if op.limit < 0 or op.offset < 0:
-            raise RememberInputError("search limit and offset must not be negative")
         found = sorted(
             (f for f in self._items(op.namespace_prefix, view)
              if isinstance(f.entry.value, dict) and matches(f.entry.value, op.filter)),
@@ -419,8 +433,6 @@ class RememberStore(BaseStore):
         return [f.hit(score) for f, score in page]
 
     def _list_namespaces(self, op: ListNamespacesOp, view: _View) -> list[tuple[str, ...]]:
-        if op.limit < 0 or op.offset < 0:
-            raise RememberInputError("list_namespaces limit and offset must not be negative")
         conditions = op.match_conditions or ()
         prefix: tuple[str, ...] = ()
         for c in conditions:
@@ -479,7 +491,7 @@ def _by_op(
 
 
 def _embeddings(embed: Any) -> Embeddings:
-    """LangGraph's ``embed`` setting as an ``Embeddings`` (``"wordllama"``: the built-in model)."""
+    """LangGraph's ``embed`` setting as an ``Embeddings`` (``"wordllama"``: WordLlama's model)."""
     if embed is None:
         raise RememberConfigurationError("RememberStore index needs 'embed' (an embedder)")
     if embed == "wordllama":
@@ -488,17 +500,21 @@ def _embeddings(embed: Any) -> Embeddings:
 
 
 class _WordLlama(Embeddings):
-    """The WordLlama model shipped in its wheel, loaded offline (the ``[embeddings]`` extra)."""
+    """WordLlama's default model, through the ``wordllama`` package."""
 
     def __init__(self) -> None:
         try:
-            from wordllama import WordLlama  # type: ignore[import-not-found]  # noqa: PLC0415
+            module: Any = importlib.import_module("wordllama")
         except ImportError as exc:
             raise RememberConfigurationError(
-                "index embed 'wordllama' needs the embeddings extra: "
-                "pip install 'remember-sync[embeddings]'"
+                "index embed 'wordllama' needs the wordllama package: pip install wordllama"
             ) from exc
-        self._model = WordLlama.load()
+        try:
+            self._model = module.WordLlama.load()
+        except Exception as exc:  # its loader fails with OSError, requests' errors, ...
+            raise RememberConfigurationError(
+                f"index embed 'wordllama': the model could not be loaded: {exc}"
+            ) from exc
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return [[float(x) for x in row] for row in self._model.embed(texts)]

@@ -185,6 +185,26 @@ def test_erase_removes_a_person_from_store_and_backing_store(make_plugin: Factor
     assert item is not None and item.value == {"text": "bob likes pizza"}
 
 
+def test_subject_keys_leave_a_restored_backup_unreadable(
+    make_plugin: Factory, tmp_path: Path
+) -> None:
+    """With a data key per person, alice's items restored from a backup after her erasure
+    stay unreadable through the store; bob's restored items read back."""
+    plugin = make_plugin(encryption={"subject_keys": True},
+                         keystore=str(tmp_path / "keys.sqlite"))
+    store = RememberStore(plugin)
+    store.put(("users", "alice", "m"), "k", {"text": "alice's secret"})
+    store.put(("users", "bob", "m"), "k", {"text": "bob's note"})
+    backup = [(k, v) for k, v in _everything(plugin) if ":langgraph:" in k]
+    assert len(backup) == 2
+    plugin.erase(user_id="alice")
+    for key, value in backup:
+        plugin.store.set(key, value)
+    assert store.get(("users", "alice", "m"), "k") is None
+    bob = store.get(("users", "bob", "m"), "k")
+    assert bob is not None and bob.value == {"text": "bob's note"}
+
+
 def test_quota_counts_a_persons_items(make_plugin: Factory) -> None:
     """Items in a person's namespaces count against their quota, not anyone else's."""
     plugin = make_plugin(quota={"entries": 2})

@@ -299,22 +299,29 @@ def test_flask_mcp_bridge_on_redis_without_secret_refuses_to_start(
 # -- the notebook ----------------------------------------------------------------------------
 
 
-def test_notebook_executes_and_hides_values(tmp_path: Path) -> None:
-    """The notebook runs on a real kernel; its HTML tables list keys, never values."""
-    for name in ("nbformat", "nbclient", "ipykernel"):
-        require_component(name, importlib.util.find_spec(name) is not None, "the test extra")
+def _execute_notebook(name: str, tmp_path: Path, *, timeout: int = 60) -> list[Any]:
+    """Run examples/*name* on a real kernel (committed clean, no cell failing); its code cells."""
+    for module in ("nbformat", "nbclient", "ipykernel"):
+        require_component(module, importlib.util.find_spec(module) is not None, "the test extra")
     import nbclient
     import nbformat
 
-    nb = nbformat.read(EXAMPLES / "notebook.ipynb", as_version=4)
+    nb = nbformat.read(EXAMPLES / name, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit it clean"
     client = nbclient.NotebookClient(
-        nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        nb, timeout=timeout, kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
+    return code
+
+
+def test_notebook_executes_and_hides_values(tmp_path: Path) -> None:
+    """The notebook runs on a real kernel; its HTML tables list keys, never values."""
+    code = _execute_notebook("notebook.ipynb", tmp_path)
 
     def html(cell: Any) -> str:
         (out,) = [o for o in cell.outputs if "text/html" in o.get("data", {})]
@@ -336,22 +343,10 @@ def test_langgraph_agent_notebook_keeps_people_apart(
 ) -> None:
     """The LangGraph agent notebook runs offline on a real kernel: memories recalled per
     person, another person's invisible and unwritable, nothing in clear, erasure complete."""
-    for name in ("nbformat", "nbclient", "ipykernel", "langgraph"):
-        require_component(name, importlib.util.find_spec(name) is not None, "the test extra")
-    import nbclient
-    import nbformat
-
-    nb = nbformat.read(EXAMPLES / "langgraph_agent.ipynb", as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit it clean"
+    require_component("langgraph", importlib.util.find_spec("langgraph") is not None, "test extra")
     # The kernel imports this checkout's package, whatever is installed.
     monkeypatch.setenv("PYTHONPATH", str(EXAMPLES.parent))
-    client = nbclient.NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
-    client.execute()
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
-    assert not errors, errors
+    code = _execute_notebook("langgraph_agent.ipynb", tmp_path, timeout=120)
     text = "\n".join(o.get("text", "") for c in code for o in c.outputs)
     assert "recalled for alice: ['I love sushi']" in text
     assert "bob sees of alice: [] [Item(namespace=['users', 'bob', 'memories']" in text

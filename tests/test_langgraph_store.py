@@ -139,6 +139,10 @@ def test_anonymous_and_sessions_see_shared_only(make_plugin: Factory) -> None:
             with pytest.raises(RememberIdentityError):
                 store.put(("users", "alice"), "x", {"v": 1})
     assert len(store.search(("users",), limit=100)) == 2 * len(PEOPLE)  # unbound: the process
+    with pytest.raises(RememberIdentityError, match="anonymous"):
+        store.batch([PutOp(("docs",), "new", {"v": 1}), PutOp(("users", "anon:x"), "k", {"v": 1})])
+    assert store.get(("docs",), "new") is None and store.get(("users", "anon:x"), "k") is None
+    assert store.search(("users", "anon:x")) == []
 
 
 def test_labels_and_keys_are_encoded_injectively(make_plugin: Factory) -> None:

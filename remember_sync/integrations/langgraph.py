@@ -99,7 +99,10 @@ class _View:
     user: str | None
 
     def sees(self, user: str | None) -> bool:
-        return user is None or self.everyone or user == self.user
+        """Whether this view may read and write namespaces of *user* (``None``: shared)."""
+        if user is None:
+            return True
+        return not is_anonymous(user) and (self.everyone or user == self.user)
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,11 @@ class RememberStore(BaseStore):
         ):
             raise RememberInputError("a put's index must be False, None or a list of paths")
         user = place.user
+        if user is not None and is_anonymous(user):
+            raise RememberIdentityError(
+                f"namespace {op.namespace!r} names an anonymous user ({user!r}); user memory "
+                "needs an authenticated user id, or use a shared namespace"
+            )
         if not view.sees(user):
             raise RememberIdentityError(
                 f"this store acts for {'nobody' if view.user is None else 'another person'}: "

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import quote, unquote
 
 from ..errors import RememberInputError
+
+T = TypeVar("T")
 
 #: Every memory key the store writes starts with this.
 MARK: Final = "langgraph:"
@@ -207,3 +209,46 @@ def namespace_matches(
     else:
         raise RememberInputError(f"unsupported match type {kind!r}; use 'prefix' or 'suffix'")
     return all(p == "*" or e == p for e, p in pairs)
+
+
+def literal_head(path: Sequence[str]) -> Iterator[str]:
+    """The labels of a prefix condition before its first wildcard."""
+    for label in path:
+        if label == "*":
+            return
+        yield label
+
+
+def ranked(
+    found: list[T], vectors: Callable[[T], Sequence[Sequence[float]]], query: Sequence[float],
+    offset: int, limit: int,
+) -> list[tuple[T, float | None]]:
+    """LangGraph's vector ranking: best cosine over an item's vectors, unscored items last."""
+    scored: list[tuple[float, int, T]] = []
+    scoreless: list[T] = []
+    for n, f in enumerate(found):
+        score = best_cosine(query, vectors(f))
+        if score is None:
+            scoreless.append(f)
+        else:
+            scored.append((score, n, f))
+    scored.sort(key=lambda t: (-t[0], t[1]))
+    page: list[tuple[T, float | None]] = [(f, s) for s, _, f in scored[offset:][:limit]]
+    if len(page) < limit:
+        skip = max(0, offset - len(scored))
+        page.extend((f, None) for f in scoreless[skip : skip + limit - len(page)])
+    return page
+
+
+def vectors_by_op(
+    texts: list[tuple[str, tuple[int, str]]], vectors: Sequence[Sequence[float]]
+) -> dict[int, dict[str, list[float]]]:
+    """The embedder's *vectors* for *texts*, as ``{op index: {field path: vector}}``."""
+    if len(vectors) != len(texts):
+        raise RememberInputError(
+            f"the embedder returned {len(vectors)} vectors for {len(texts)} texts"
+        )
+    out: dict[int, dict[str, list[float]]] = {}
+    for (_, (i, path)), vector in zip(texts, vectors, strict=True):
+        out.setdefault(i, {})[path] = [float(x) for x in vector]
+    return out

@@ -74,14 +74,16 @@ from ._langgraph_layout import (
     MARK,
     NamespaceRule,
     Place,
-    best_cosine,
     check_filter,
+    literal_head,
     matches,
     memory_key,
     namespace_matches,
     parse_memory_key,
     path_pattern,
+    ranked,
     ttl_seconds,
+    vectors_by_op,
 )
 
 __all__ = ["RememberStore"]
@@ -227,7 +229,7 @@ class RememberStore(BaseStore):
         vectors = emb.embed_documents([t for t, _ in texts]) if emb and texts else []
         queries = self._queries(ops)
         found = {q: emb.embed_query(q) for q in queries} if emb else {}
-        return self._run(ops, view, _by_op(texts, vectors), found)
+        return self._run(ops, view, vectors_by_op(texts, vectors), found)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`batch` with the embedder awaited and the store work in a thread."""
@@ -241,7 +243,7 @@ class RememberStore(BaseStore):
         if emb and queries:
             answers = await asyncio.gather(*(emb.aembed_query(q) for q in queries))
             found = dict(zip(queries, answers, strict=True))
-        by_op = _by_op(texts, vectors)
+        by_op = vectors_by_op(texts, vectors)
         return await asyncio.to_thread(self._run, ops, view, by_op, found)
 
     def _checked(self, ops: list[Op]) -> _View:
@@ -434,7 +436,7 @@ class RememberStore(BaseStore):
         if query is None:
             page = [(f, None) for f in found[op.offset : op.offset + op.limit]]
         else:
-            page = _ranked(found, query, op.offset, op.limit)
+            page = ranked(found, lambda f: f.vectors(), query, op.offset, op.limit)
         if op.refresh_ttl:
             for f, _ in page:
                 self._refresh(f)
@@ -445,7 +447,7 @@ class RememberStore(BaseStore):
         prefix: tuple[str, ...] = ()
         for c in conditions:
             if c.match_type == "prefix":
-                prefix = tuple(e for e in _literal_head(c.path))
+                prefix = tuple(e for e in literal_head(c.path))
                 break
         spaces = {
             f.namespace
@@ -455,47 +457,6 @@ class RememberStore(BaseStore):
         if op.max_depth is not None:
             spaces = {ns[: op.max_depth] for ns in spaces}
         return sorted(spaces)[op.offset : op.offset + op.limit]
-
-
-def _literal_head(path: Sequence[str]) -> Iterator[str]:
-    """The labels of a prefix condition before its first wildcard."""
-    for label in path:
-        if label == "*":
-            return
-        yield label
-
-
-def _ranked(
-    found: list[_Found], query: list[float], offset: int, limit: int
-) -> list[tuple[_Found, float | None]]:
-    """LangGraph's vector ranking: best cosine over an item's vectors, unscored items last."""
-    scored: list[tuple[float, int, _Found]] = []
-    scoreless: list[_Found] = []
-    for n, f in enumerate(found):
-        score = best_cosine(query, f.vectors())
-        if score is None:
-            scoreless.append(f)
-        else:
-            scored.append((score, n, f))
-    scored.sort(key=lambda t: (-t[0], t[1]))
-    page: list[tuple[_Found, float | None]] = [(f, s) for s, _, f in scored[offset:][:limit]]
-    if len(page) < limit:
-        skip = max(0, offset - len(scored))
-        page.extend((f, None) for f in scoreless[skip : skip + limit - len(page)])
-    return page
-
-
-def _by_op(
-    texts: list[tuple[str, tuple[int, str]]], vectors: Sequence[Sequence[float]]
-) -> dict[int, dict[str, list[float]]]:
-    if len(vectors) != len(texts):
-        raise RememberInputError(
-            f"the embedder returned {len(vectors)} vectors for {len(texts)} texts"
-        )
-    out: dict[int, dict[str, list[float]]] = {}
-    for (_, (i, path)), vector in zip(texts, vectors, strict=True):
-        out.setdefault(i, {})[path] = [float(x) for x in vector]
-    return out
 
 
 def _embeddings(embed: Any) -> Embeddings:

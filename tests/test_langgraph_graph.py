@@ -94,3 +94,25 @@ def test_a_graph_runs_async(make_plugin: Factory) -> None:
         return recalled
 
     assert asyncio.run(main()) == ["sushi again", "sushi"]
+
+
+def test_async_methods_keep_the_bound_person(make_plugin: Factory) -> None:
+    """``aput``/``asearch``/``alist_namespaces`` (``abatch`` in a worker thread) act for the
+    identity bound where they are awaited."""
+    plugin = make_plugin()
+    store = RememberStore(plugin, index={"dims": 10, "embed": _embed})
+    store.put(("users", "bob", "m"), "k", {"text": "bob's pizza"})
+
+    async def main() -> None:
+        with identity(user_id="alice", session_id="s-1"):
+            await store.aput(("users", "alice", "m"), "k", {"text": "alice's pizza"})
+            with pytest.raises(RememberIdentityError):
+                await store.aput(("users", "bob", "m"), "k", {"text": "overwritten"})
+            hits = await store.asearch(("users",), query="pizza", limit=10)
+            assert [h.value["text"] for h in hits] == ["alice's pizza"]
+            assert await store.alist_namespaces(prefix=("users", "*")) == [("users", "alice", "m")]
+            assert await store.aget(("users", "bob", "m"), "k") is None
+
+    asyncio.run(main())
+    bob = store.get(("users", "bob", "m"), "k")
+    assert bob is not None and bob.value == {"text": "bob's pizza"}

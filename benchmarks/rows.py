@@ -35,6 +35,7 @@ from remember_sync.testing.kv_emulator import KVEmulator
 from remember_sync.testing.redis_server import RedisCluster, RedisServer
 
 from .harness import MIN_ROUNDS, Op, Row, compare, percentile, spread_of
+from .langgraph_store import rows_langgraph
 
 __all__ = ["Environment", "FULL", "QUICK", "Sizes", "VALUE", "all_rows"]
 
@@ -1344,6 +1345,7 @@ GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
     "8": ("modify / increment vs get + update", rows_modify),
     "9": ("reindex of older entries", rows_reindex),
     "peer": ("set/get vs cachelib's RedisCache", lambda env, sizes: _peer_rows(env, sizes)),
+    "langgraph": ("RememberStore vs LangGraph's InMemoryStore", rows_langgraph),
 }
 
 

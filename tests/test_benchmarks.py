@@ -87,6 +87,11 @@ EXPECTED = [
     ("9", "reindex of 60 older entries", "redis"),
     ("peer", "set", "redis"),
     ("peer", "get", "redis"),
+    *(
+        ("langgraph", f"RememberStore.{op}", kind)
+        for kind in ("memory", "redis")
+        for op in ("put", "get", "search", "search (query)")
+    ),
 ]
 
 _ALL = ("memory", "redis", "redis-cluster", "vercel-kv")

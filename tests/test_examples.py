@@ -37,6 +37,7 @@ EXERCISED = {
     "quickstart.py": "test_quickstart_prints_its_docstring",
     "cron_summary.py": "test_cron_summary_writes_one_summary_per_user",
     "notebook.ipynb": "test_notebook_executes_and_hides_values",
+    "langgraph_agent.ipynb": "test_langgraph_agent_notebook_keeps_people_apart",
     "flask_mcp_bridge.py": "test_flask_mcp_bridge_serves_mcp_with_verified_sessions",
     "django_bridge/manage.py": "test_django_bridge_serves_notes_per_user",
     "django_bridge/bridge/__init__.py": "test_django_bridge_serves_notes_per_user",
@@ -298,22 +299,29 @@ def test_flask_mcp_bridge_on_redis_without_secret_refuses_to_start(
 # -- the notebook ----------------------------------------------------------------------------
 
 
-def test_notebook_executes_and_hides_values(tmp_path: Path) -> None:
-    """The notebook runs on a real kernel; its HTML tables list keys, never values."""
-    for name in ("nbformat", "nbclient", "ipykernel"):
-        require_component(name, importlib.util.find_spec(name) is not None, "the test extra")
+def _execute_notebook(name: str, tmp_path: Path, *, timeout: int = 60) -> list[Any]:
+    """Run examples/*name* on a real kernel (committed clean, no cell failing); its code cells."""
+    for module in ("nbformat", "nbclient", "ipykernel"):
+        require_component(module, importlib.util.find_spec(module) is not None, "the test extra")
     import nbclient
     import nbformat
 
-    nb = nbformat.read(EXAMPLES / "notebook.ipynb", as_version=4)
+    nb = nbformat.read(EXAMPLES / name, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit it clean"
     client = nbclient.NotebookClient(
-        nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        nb, timeout=timeout, kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
+    return code
+
+
+def test_notebook_executes_and_hides_values(tmp_path: Path) -> None:
+    """The notebook runs on a real kernel; its HTML tables list keys, never values."""
+    code = _execute_notebook("notebook.ipynb", tmp_path)
 
     def html(cell: Any) -> str:
         (out,) = [o for o in cell.outputs if "text/html" in o.get("data", {})]
@@ -328,6 +336,24 @@ def test_notebook_executes_and_hides_values(tmp_path: Path) -> None:
         assert secret not in filled
     rows = code[3].outputs[0]["data"]["text/plain"]
     assert "sk-demo-not-for-display" in rows  # shown only when asked: table_rows(values=True)
+
+
+def test_langgraph_agent_notebook_keeps_people_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The LangGraph agent notebook runs offline on a real kernel: memories recalled per
+    person, another person's invisible and unwritable, nothing in clear, erasure complete."""
+    require_component("langgraph", importlib.util.find_spec("langgraph") is not None, "test extra")
+    # The kernel imports this checkout's package, whatever is installed.
+    monkeypatch.setenv("PYTHONPATH", str(EXAMPLES.parent))
+    code = _execute_notebook("langgraph_agent.ipynb", tmp_path, timeout=120)
+    text = "\n".join(o.get("text", "") for c in code for o in c.outputs)
+    assert "recalled for alice: ['I love sushi']" in text
+    assert "bob sees of alice: [] [Item(namespace=['users', 'bob', 'memories']" in text
+    assert "bob writing alice's memory: RememberIdentityError" in text
+    assert "remember:v2:user:alice:langgraph:users/memories:m0" in text
+    assert "any memory in clear: False" in text
+    assert "alice after erase: []" in text and "bob after erase: ['hi, I am Bob']" in text
 
 
 # -- the web examples ----------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""``import remember_sync`` works without Flask or Django (STYLE.md item 8).
+"""``import remember_sync`` works without Flask, Django or LangGraph (STYLE.md item 8).
 
-A subprocess hides both frameworks (and Werkzeug) behind a meta-path finder
-that answers "not installed", then imports every module of the package except
-the two framework integrations, which must fail with an install hint.
+A subprocess hides the frameworks (and Werkzeug, LangChain's core) behind a
+meta-path finder that answers "not installed", then imports every module of the
+package except the three framework integrations, which must fail with an install hint.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     """
     import importlib, importlib.abc, pkgutil, sys
 
-    HIDDEN = {"flask", "django", "werkzeug"}
+    HIDDEN = {"flask", "django", "werkzeug", "langgraph", "langchain_core"}
 
     class NotInstalled(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
@@ -35,7 +35,8 @@ SCRIPT = textwrap.dedent(
 
     import remember_sync
     from remember_sync import RememberPlugin, Identity
-    framework = {"remember_sync.integrations.flask", "remember_sync.integrations.django"}
+    framework = {"remember_sync.integrations.flask", "remember_sync.integrations.django",
+                 "remember_sync.integrations.langgraph"}
     imported = []
     for info in pkgutil.walk_packages(remember_sync.__path__, "remember_sync."):
         if info.name not in framework and not info.name.endswith(".__main__"):
@@ -77,4 +78,8 @@ def test_import_without_flask_or_django() -> None:
     assert lines[2] == (
         "remember_sync.integrations.flask -> remember_sync.integrations.flask needs Flask: "
         "pip install 'remember-sync[flask]'"
+    )
+    assert lines[3] == (
+        "remember_sync.integrations.langgraph -> remember_sync.integrations.langgraph needs "
+        "LangGraph: pip install 'remember-sync[langgraph]'"
     )

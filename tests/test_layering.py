@@ -95,6 +95,8 @@ DRIVERS = {
     "flask": {"integrations"},
     "django": {"integrations"},
     "mcp": {"integrations"},
+    "langgraph": {"integrations"},
+    "langchain_core": {"integrations"},
     "jwt": {"mcp"},
     "limits": {"mcp"},
     "opentelemetry": {"_metrics"},

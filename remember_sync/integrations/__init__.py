@@ -4,6 +4,8 @@
   of each request.
 * :mod:`remember_sync.integrations.flask` -- ``init_app`` and ``REMEMBER_*`` config.
 * :mod:`remember_sync.integrations.django` -- middleware and ``settings.REMEMBER``.
+* :mod:`remember_sync.integrations.langgraph` -- a LangGraph ``BaseStore``
+  (``RememberStore``) kept per person.
 * :mod:`remember_sync.integrations.fastmcp` -- the memory tools on an ``mcp``
   SDK server (``MCPServer``).
 

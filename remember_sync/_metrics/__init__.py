@@ -3,18 +3,18 @@
 Every instrument is declared once, at the bottom of this module, in one line
 (name, kind, unit, description, attribute names).  Measurements are kept here,
 in process memory, as exact cumulative counts (and fixed-bucket latency
-histograms), and read by two views:
+histograms: a count and a sum per bucket), and read by three views:
 
 * OpenTelemetry (the ``metrics`` extra, ``opentelemetry-api``): :func:`start`
-  registers observable instruments on the global meter provider, so any SDK
-  reader or exporter the application configures sees them.  Counters become
-  ``ObservableCounter``; a histogram becomes two of them, ``<name>.sum`` and
-  ``<name>.bucket`` (attribute ``le``, cumulative, as Prometheus' classic
-  layout).  The API has no way to report a histogram aggregated beforehand,
-  and recording every operation through the SDK costs about as much as a
-  memory-store ``set`` itself (``docs/limits-and-metrics.rst``).
+  registers instruments on the global meter provider (:mod:`._otel`).  Counters
+  are observable counters; each latency histogram is a real ``Histogram``
+  named by the semantic conventions, fed at each collection with what was
+  recorded since the last one, so the operation itself never calls the SDK.
 * Prometheus text (:func:`prometheus_text`), which ``remember-sync serve
   --metrics`` serves; histograms are real Prometheus histograms there.
+* Several processes (:mod:`._shared`): with ``PROMETHEUS_MULTIPROC_DIR`` set,
+  a server publishes its counts there after every request and a scrape adds up
+  every process's, so one scrape of any gunicorn worker covers them all.
 
 Recording is off until :func:`start` turns it on; off, each hook is one test
 of a module-level flag.  Attribute values are bounded (stores, operation
@@ -22,7 +22,7 @@ names, outcomes, error codes); an instrument keeps at most
 :data:`MAX_SERIES` attribute sets and counts any further one under
 ``code="OTHER"`` so a stream of unexpected codes cannot grow memory.
 
-This module imports nothing from the package (hooks live in every layer).
+This package imports nothing else from the package (hooks live in every layer).
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ from __future__ import annotations
 import bisect
 import functools
 import importlib
-import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 #: Upper bounds (seconds) of the latency buckets; one more bucket, ``+Inf``, holds the rest.
@@ -57,6 +56,8 @@ class _State:
 
     on = False
     otel = False
+    #: Where the processes of this server share their counts (:func:`share`).
+    shared: Any = None
 
 
 STATE = _State()
@@ -117,6 +118,8 @@ class Histogram(_Instrument):
         name (with every attribute), so one record per operation feeds both.
     :param count_only: attributes the counter has and the histogram leaves out
         (an error code: its latency is the outcome's).
+    :param otel: the OpenTelemetry histogram's name, description and attribute
+        mapping, when a semantic convention names it differently.
     """
 
     kind = "histogram"
@@ -130,11 +133,15 @@ class Histogram(_Instrument):
         *,
         counter: tuple[str, str, str] | None = None,
         count_only: tuple[str, ...] = (),
+        otel: tuple[str, str, Callable[[tuple[str, ...]], dict[str, str]]] | None = None,
     ) -> None:
         super().__init__(name, unit, description, labels)
         self.counter = counter  # (name, unit, description)
+        #: (name, description, attribute values -> attributes) in OpenTelemetry, when they
+        #: differ from the Prometheus view's (a semantic convention applies).
+        self.otel = otel or (name, description, self.attributes)
         self._kept = tuple(i for i, label in enumerate(labels) if label not in count_only)
-        # attribute values -> count per bucket (len(BUCKETS_S) + 1), then the sum
+        # attribute values -> count per bucket (len(BUCKETS_S) + 1), then the sum per bucket
         self._values: dict[tuple[str, ...], list[float]] = {}
 
     def record(self, value: float, *values: str) -> None:
@@ -156,17 +163,18 @@ class Histogram(_Instrument):
         lock = self._lock
         lock.acquire()
         series[index] += 1
-        series[-1] += value
+        series[index + BUCKET_COUNT] += value
         lock.release()
 
     def snapshot(self) -> dict[tuple[str, ...], list[float]]:
-        """Every attribute set: the count in each bucket (not cumulative), then the sum."""
+        """Every attribute set: the count in each bucket (not cumulative), then the sum of
+        each bucket's observations."""
         with self._lock:
             return {k: list(v) for k, v in self._values.items()}
 
     def counts(self) -> dict[tuple[str, ...], int]:
         """Every attribute set (all of :attr:`labels`) and its number of observations."""
-        return {k: int(sum(v[:-1])) for k, v in self.snapshot().items()}
+        return {k: int(sum(v[:BUCKET_COUNT])) for k, v in self.snapshot().items()}
 
     def merged(self) -> dict[tuple[str, ...], list[float]]:
         """:meth:`snapshot` without the count-only attributes (their series added up)."""
@@ -183,7 +191,9 @@ class Histogram(_Instrument):
         return dict(zip((self.labels[i] for i in self._kept), values, strict=True))
 
 
-_SLOTS = len(BUCKETS_S) + 2  # the buckets, +Inf, the sum
+#: Buckets of a latency histogram: one per bound of :data:`BUCKETS_S`, then ``+Inf``.
+BUCKET_COUNT = len(BUCKETS_S) + 1
+_SLOTS = 2 * BUCKET_COUNT  # the count in each bucket, then the sum of each
 
 
 _INSTRUMENTS: list[_Instrument] = []
@@ -205,13 +215,18 @@ def _counter(name: str, unit: str, description: str, *labels: str) -> Counter:
 
 
 def _timed(
-    name: str, description: str, counter: str, counter_description: str, *labels: str
+    name: str,
+    description: str,
+    counter: str,
+    counter_description: str,
+    *labels: str,
+    otel: tuple[str, str, Callable[[tuple[str, ...]], dict[str, str]]],
 ) -> Histogram:
     """A latency histogram (seconds) whose observations are also counted as *counter*,
-    with a ``code`` attribute on the counter only."""
+    with a ``code`` attribute on the counter only; *otel* as :class:`Histogram` takes it."""
     made = Histogram(
         name, "s", description, (*labels, "code"),
-        counter=(counter, "{call}", counter_description), count_only=("code",),
+        counter=(counter, "{call}", counter_description), count_only=("code",), otel=otel,
     )  # fmt: skip
     _INSTRUMENTS.append(made)
     return made
@@ -223,6 +238,10 @@ def instruments() -> list[_Instrument]:
 
 
 # -- turning recording on -------------------------------------------------------------------
+
+#: The directory a server's processes share their counts through (``prometheus_client``'s
+#: multiprocess mode; :mod:`._shared`).
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def active() -> bool:
@@ -255,133 +274,50 @@ def stop() -> None:
 def _register_otel() -> bool:
     try:
         # The optional ``metrics`` extra, imported by name: nothing of it is in the types here.
-        metrics: Any = importlib.import_module("opentelemetry.metrics")
+        api: Any = importlib.import_module("opentelemetry.metrics")
     except ImportError:
         return False
-    meter = metrics.get_meter("remember_sync")
-    make = metrics.Observation
+    from . import _otel
 
-    def observable(name: str, unit: str, description: str, read: Callable[[], Any]) -> None:
-        def callback(options: Any) -> list[Any]:
-            return [make(value, attributes) for value, attributes in read()]
-
-        meter.create_observable_counter(
-            name, callbacks=[callback], unit=unit, description=description
-        )
-
-    for instrument in _INSTRUMENTS:
-        if isinstance(instrument, Counter):
-            observable(
-                instrument.name, instrument.unit, instrument.description,
-                functools.partial(_counter_points, instrument),
-            )  # fmt: skip
-            continue
-        assert isinstance(instrument, Histogram)
-        if instrument.counter is not None:
-            observable(*instrument.counter, functools.partial(_count_points, instrument))
-        observable(
-            instrument.name + ".sum", instrument.unit,
-            f"{instrument.description} (sum of the observations)",
-            functools.partial(_sum_points, instrument),
-        )  # fmt: skip
-        observable(
-            instrument.name + ".bucket", "{observation}",
-            f"{instrument.description} (observations <= le, cumulative)",
-            functools.partial(_bucket_points, instrument),
-        )  # fmt: skip
+    _otel.register(api)
     return True
 
 
-_Points = list[tuple[float, dict[str, str]]]
+def share(environ: Mapping[str, str]) -> str | None:
+    """Share counts with the other processes of this server when *environ* names
+    :data:`MULTIPROCESS_ENV`: from now on :func:`publish` writes this process's counts
+    there and :func:`prometheus_text` reads every process's.
+
+    :returns: why the directory cannot be used (``None``: it can, or none is named).
+    """
+    path = environ.get(MULTIPROCESS_ENV)
+    if not path:
+        return None
+    with _start_lock:
+        if STATE.shared is None or STATE.shared.path != path:
+            from . import _shared
+
+            opened = _shared.open_directory(path)
+            if isinstance(opened, str):
+                return opened
+            STATE.shared = opened
+    return None
 
 
-def _counter_points(instrument: Counter) -> _Points:
-    return [(n, instrument.attributes(v)) for v, n in instrument.snapshot().items()]
-
-
-def _count_points(instrument: Histogram) -> _Points:
-    return [(n, instrument.attributes(v)) for v, n in instrument.counts().items()]
-
-
-def _sum_points(instrument: Histogram) -> _Points:
-    return [(s[-1], instrument.histogram_attributes(v)) for v, s in instrument.merged().items()]
-
-
-def _bucket_points(instrument: Histogram) -> _Points:
-    points: _Points = []
-    for values, slots in instrument.merged().items():
-        attributes = instrument.histogram_attributes(values)
-        points.extend((n, {**attributes, "le": le}) for le, n in _cumulative(slots))
-    return points
-
-
-def _cumulative(slots: list[float]) -> Iterator[tuple[str, int]]:
-    """(``le``, observations at or below it) for every bucket, ``+Inf`` last."""
-    running = 0
-    for bound, count in zip((*BUCKETS_S, math.inf), slots, strict=False):
-        running += int(count)
-        yield ("+Inf" if bound == math.inf else repr(bound)), running
-
-
-# -- the Prometheus text view ---------------------------------------------------------------
-
-_UNITS = {"s": "seconds", "By": "bytes"}
-
-
-def _prometheus_name(name: str, unit: str, kind: str) -> str:
-    name = name.replace(".", "_")
-    suffix = _UNITS.get(unit)
-    if suffix and not name.endswith(suffix):
-        name += "_" + suffix
-    return name + ("_total" if kind == "counter" else "")
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(pairs: Mapping[str, str]) -> str:
-    if not pairs:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs.items()) + "}"
-
-
-def _family(lines: list[str], name: str, kind: str, description: str) -> None:
-    lines.append(f"# HELP {name} {description}")
-    lines.append(f"# TYPE {name} {kind}")
+def publish() -> None:
+    """Hand what this process counted to the shared directory (after each request), if any."""
+    shared = STATE.shared
+    if shared is not None and STATE.on:
+        shared.publish()
 
 
 def prometheus_text() -> str:
-    """Every instrument in the Prometheus text exposition format (version 0.0.4)."""
-    lines: list[str] = []
-    for instrument in _INSTRUMENTS:
-        if isinstance(instrument, Counter):
-            name = _prometheus_name(instrument.name, instrument.unit, "counter")
-            _family(lines, name, "counter", instrument.description)
-            for n, attributes in sorted(_counter_points(instrument), key=_by_attributes):
-                lines.append(f"{name}{_labels(attributes)} {n}")
-            continue
-        assert isinstance(instrument, Histogram)
-        if instrument.counter is not None:
-            counter, unit, description = instrument.counter
-            name = _prometheus_name(counter, unit, "counter")
-            _family(lines, name, "counter", description)
-            for n, attributes in sorted(_count_points(instrument), key=_by_attributes):
-                lines.append(f"{name}{_labels(attributes)} {n}")
-        name = _prometheus_name(instrument.name, instrument.unit, "histogram")
-        _family(lines, name, "histogram", instrument.description)
-        for values, slots in sorted(instrument.merged().items()):
-            attributes = instrument.histogram_attributes(values)
-            running = 0
-            for le, running in _cumulative(slots):
-                lines.append(f"{name}_bucket{_labels({**attributes, 'le': le})} {running}")
-            lines.append(f"{name}_sum{_labels(attributes)} {slots[-1]!r}")
-            lines.append(f"{name}_count{_labels(attributes)} {running}")
-    return "\n".join(lines) + "\n"
+    """Every instrument in the Prometheus text exposition format (version 0.0.4): every
+    process's counts when :func:`share` named a directory, else this process's."""
+    from ._views import live_readings, render
 
-
-def _by_attributes(point: tuple[float, dict[str, str]]) -> list[str]:
-    return list(point[1].values())
+    shared = STATE.shared
+    return render(live_readings() if shared is None else shared.readings())
 
 
 # -- hooks --------------------------------------------------------------------------------
@@ -440,7 +376,7 @@ def measured(operation: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
             lock = OPERATIONS._lock
             lock.acquire()
             series[index] += 1
-            series[-1] += elapsed
+            series[index + BUCKET_COUNT] += elapsed
             lock.release()
             return result
 
@@ -451,17 +387,50 @@ def measured(operation: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
 
 # -- the instruments (one line each) ----------------------------------------------------------
 
+#: ``db.system.name`` of each ``store`` attribute value (Vercel KV is Upstash's Redis).
+_DB_SYSTEMS = {"redis": "redis", "redis-cluster": "redis", "vercel-kv": "redis"}
+
+
+def _failure(outcome: str, code: str) -> dict[str, str]:
+    """The semantic conventions' ``error.type``: set on a failure only."""
+    return {} if outcome == "ok" else {"error.type": code or "OTHER"}
+
+
+def _db_attributes(values: tuple[str, ...]) -> dict[str, str]:
+    """``remember_sync.operation.duration``'s attribute values as
+    ``db.client.operation.duration``'s attributes."""
+    store, operation, outcome, code = values
+    return {
+        "db.system.name": _DB_SYSTEMS.get(store, store), "db.operation.name": operation,
+        "remember_sync.store": store, **_failure(outcome, code),
+    }  # fmt: skip
+
+
+def _mcp_attributes(values: tuple[str, ...]) -> dict[str, str]:
+    """``remember_sync.tool_call.duration``'s attribute values as
+    ``mcp.server.operation.duration``'s attributes."""
+    store, tool, outcome, code = values
+    return {
+        "mcp.method.name": "tools/call", "gen_ai.tool.name": tool,
+        "remember_sync.store": store, **_failure(outcome, code),
+    }  # fmt: skip
+
+
 OPERATIONS = _timed(
     "remember_sync.operation.duration", "how long memory operations took",
     "remember_sync.operations",
     "memory operations by store, operation, outcome (ok, error) and error code",
     "store", "operation", "outcome",
+    otel=("db.client.operation.duration", "Duration of remember_sync memory operations.",
+          _db_attributes),
 )  # fmt: skip
 TOOL_CALLS = _timed(
     "remember_sync.tool_call.duration", "how long memory tool calls took",
     "remember_sync.tool_calls",
     "memory tool calls by store, tool, outcome (ok, error) and error code",
     "store", "tool", "outcome",
+    otel=("mcp.server.operation.duration", "Duration of remember_sync memory tool calls.",
+          _mcp_attributes),
 )  # fmt: skip
 # Per-store counters: (name below remember_sync., unit, description).
 UNREADABLE, CAS_RETRIES, CAS_CONFLICTS, EVICTIONS = (

@@ -1343,7 +1343,14 @@ GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
     "7c": ("tools/call under gunicorn", rows_gunicorn),
     "8": ("modify / increment vs get + update", rows_modify),
     "9": ("reindex of older entries", rows_reindex),
+    "metrics": ("metrics on vs off", lambda env, sizes: _metrics_rows(env, sizes)),
 }
+
+
+def _metrics_rows(env: Environment, sizes: Sizes) -> list[Row]:
+    from .metrics import rows_metrics  # imported when the group runs
+
+    return rows_metrics(env, sizes)
 
 
 def all_rows(

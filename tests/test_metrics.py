@@ -453,19 +453,24 @@ def test_unexpected_attribute_values_cannot_grow_memory(tmp_path: Path) -> None:
 
 
 def test_the_cost_benchmark_runs_and_reports_both_stores(tmp_path: Path) -> None:
-    """``python -m benchmarks.metrics --json`` (tiny): a memory and a Redis row, each with its
-    ratio, the spread of the pair ratios and the server's version (exit 1 only for a missed
-    target, which a run this short does not judge)."""
+    """``python -m benchmarks --only metrics --quick --json``: a memory and a Redis row, each
+    with its ratio and target, the spread of the pair ratios, the OpenTelemetry collection's
+    cost per observation, and the server's version (exit 1 only for a missed target, which a
+    run this short does not judge)."""
     repo = Path(__file__).resolve().parent.parent
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.metrics", "--seconds", "0.3", "--json"], cwd=repo,
-        env=child_env(), capture_output=True, text=True, timeout=180,
+        [sys.executable, "-m", "benchmarks", "--only", "metrics", "--quick", "--json", "--quiet"],
+        cwd=repo, env=child_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["redis_version"].count(".") == 2
+    report = json.loads(done.stdout)
+    assert report["meta"]["redis_server"].count(".") == 2
     rows = {row["store"]: row for row in report["rows"]}
     assert set(rows) == {"memory", "redis"}
+    assert {row["group"] for row in report["rows"]} == {"metrics"}
+    assert rows["memory"]["target"] == 1.15 and rows["redis"]["target"] == 1.1
     for row in rows.values():
-        assert row["target"] == 1.1 and row["ratio"] > 0
+        assert row["ratio"] > 0 and row["ratio_kind"] == "time"
         assert row["extra"]["ratio_q1"] <= row["ratio"] <= row["extra"]["ratio_q3"]
+        # the SDK's share, paid when its reader collects
+        assert row["extra"]["collect_us"] > 0 and row["extra"]["ratio_with_collection"] > 0

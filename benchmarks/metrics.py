@@ -125,17 +125,21 @@ def _on_off(
 def run(seconds: float = 3.0, redis_url: str | None = None) -> tuple[list[Row], str]:
     """The two rows and the Redis server's version (a throw-away one unless *redis_url*)."""
     reader = _sdk_reader()
+    was_on = _metrics.active()
     if not _metrics.start():
         raise SystemExit("the metrics benchmark needs opentelemetry-sdk (the test extra)")
     rows: list[Row] = []
-    with _plugin() as plugin:
-        rows.append(_on_off(plugin, "memory", seconds, 1.15, reader))
-    with RedisServer() if redis_url is None else _Given(redis_url) as server:
-        client = server.client()
-        version = str(client.info("server")["redis_version"])
-        client.close()
-        with _plugin(type="redis", config={"url": server.url}) as plugin:
-            rows.append(_on_off(plugin, "redis", seconds, 1.1, reader))
+    try:
+        with _plugin() as plugin:
+            rows.append(_on_off(plugin, "memory", seconds, 1.15, reader))
+        with RedisServer() if redis_url is None else _Given(redis_url) as server:
+            client = server.client()
+            version = str(client.info("server")["redis_version"])
+            client.close()
+            with _plugin(type="redis", config={"url": server.url}) as plugin:
+                rows.append(_on_off(plugin, "redis", seconds, 1.1, reader))
+    finally:
+        _metrics.STATE.on = was_on  # recording is process-wide: leave it as it was
     return rows, version
 
 

@@ -85,6 +85,8 @@ EXPECTED = [
     ("8", "increment", "redis"),
     ("8", "modify", "redis"),
     ("9", "reindex of 60 older entries", "redis"),
+    ("metrics", "set, metrics on", "memory"),
+    ("metrics", "set, metrics on", "redis"),
 ]
 
 _ALL = ("memory", "redis", "redis-cluster", "vercel-kv")
@@ -115,6 +117,8 @@ TARGETED = {
     ("8", "modify", "memory"),
     ("8", "increment", "redis"),
     ("8", "modify", "redis"),
+    ("metrics", "set, metrics on", "memory"),
+    ("metrics", "set, metrics on", "redis"),
 }
 
 

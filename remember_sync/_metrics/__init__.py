@@ -180,15 +180,16 @@ class Histogram(_Instrument):
         """:meth:`snapshot` without the count-only attributes (their series added up)."""
         out: dict[tuple[str, ...], list[float]] = {}
         for values, slots in self.snapshot().items():
-            key = tuple(values[i] for i in self._kept)
+            key = self.histogram_values(values)
             into = out.setdefault(key, [0] * _SLOTS)
             for i, amount in enumerate(slots):
                 into[i] += amount
         return out
 
-    def histogram_attributes(self, values: tuple[str, ...]) -> dict[str, str]:
-        """*values* of :meth:`merged` as an attribute mapping."""
-        return dict(zip((self.labels[i] for i in self._kept), values, strict=True))
+    def histogram_values(self, values: tuple[str, ...]) -> tuple[str, ...]:
+        """*values* (all of :attr:`labels`) without the count-only attributes."""
+        return tuple(values[i] for i in self._kept)
+
 
 
 #: Buckets of a latency histogram: one per bound of :data:`BUCKETS_S`, then ``+Inf``.

@@ -24,7 +24,7 @@ import os
 import threading
 from typing import Any
 
-from . import BUCKET_COUNT, BUCKETS_S, MULTIPROCESS_ENV
+from . import BUCKET_COUNT, BUCKETS_S, MULTIPROCESS_ENV, Counter, Histogram, instruments
 from ._views import Readings, families, replayed
 
 _EXTRA = "pip install 'remember-sync[metrics]'"
@@ -57,20 +57,24 @@ class Shared:
     def __init__(self, path: str, client: Any, collector: Any) -> None:
         self.path = path
         self._collector = collector
-        self._metrics: dict[str, Any] = {}
+        # instrument -> (its counter family's metric, its histogram family's metric)
+        self._metrics: dict[str, tuple[Any, Any]] = {}
         for family in families():
+            counter, histogram = self._metrics.get(family.instrument.name, (None, None))
             if family.kind == "counter":
-                self._metrics[family.name] = client.Counter(
+                counter = client.Counter(
                     family.name.removesuffix("_total"), family.description, family.labels,
                     registry=None,
                 )  # fmt: skip
             else:
-                self._metrics[family.name] = client.Histogram(
+                histogram = client.Histogram(
                     family.name, family.description, family.labels, buckets=BUCKETS_S,
                     registry=None,
                 )  # fmt: skip
-        # (family, attribute values) -> what was published: a count, or a histogram's slots
-        self._sent: dict[tuple[str, tuple[str, ...]], Any] = {}
+            self._metrics[family.instrument.name] = (counter, histogram)
+        # (instrument, attribute values) -> what was published (a count, a histogram's
+        # slots) and the prometheus_client children it went to
+        self._sent: dict[tuple[str, tuple[str, ...]], tuple[Any, Any, Any]] = {}
         self._lock = threading.Lock()
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
@@ -80,22 +84,42 @@ class Shared:
     def publish(self) -> None:
         """Add what this process counted since the last call to its files."""
         with self._lock:
-            for family in families():
-                metric = self._metrics[family.name]
-                if family.kind == "counter":
-                    for values, n in family.counts().items():
-                        before = self._sent.get((family.name, values), 0)
-                        if n > before:
-                            (metric.labels(*values) if values else metric).inc(n - before)
-                            self._sent[(family.name, values)] = n
+            for made in instruments():
+                counter, histogram = self._metrics[made.name]
+                if isinstance(made, Counter):
+                    for values, n in made.snapshot().items():
+                        self._count(made.name, counter, values, n)
                     continue
-                for values, slots in family.slots().items():
-                    key = (family.name, values)
-                    observe = metric.labels(*values).observe
-                    for value, times in replayed(slots, self._sent.get(key)):
-                        for _ in range(times):
-                            observe(value)
-                    self._sent[key] = slots
+                assert isinstance(made, Histogram)
+                for values, slots in made.snapshot().items():
+                    self._observe(made, counter, histogram, values, slots)
+
+    def _child(self, metric: Any, values: tuple[str, ...]) -> Any:
+        return metric.labels(*values) if values else metric
+
+    def _count(self, name: str, counter: Any, values: tuple[str, ...], n: int) -> None:
+        key = (name, values)
+        sent, child, _ = self._sent.get(key) or (0, None, None)
+        if n > sent:
+            child = child or self._child(counter, values)
+            child.inc(n - sent)
+            self._sent[key] = (n, child, None)
+
+    def _observe(self, made: Histogram, counter: Any, histogram: Any, values: tuple[str, ...],
+                 slots: list[float]) -> None:  # fmt: skip
+        key = (made.name, values)
+        sent, calls, child = self._sent.get(key) or (None, None, None)
+        if sent == slots:
+            return
+        if counter is not None:
+            calls = calls or self._child(counter, values)
+            before = sum(sent[:BUCKET_COUNT]) if sent else 0
+            calls.inc(sum(slots[:BUCKET_COUNT]) - before)
+        child = child or self._child(histogram, made.histogram_values(values))
+        for value, times in replayed(slots, sent):
+            for _ in range(times):
+                child.observe(value)
+        self._sent[key] = (slots, calls, child)
 
     def readings(self) -> Readings:
         """Every process's counts (this one's published first)."""

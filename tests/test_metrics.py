@@ -204,14 +204,26 @@ def test_latency_is_an_otel_histogram_with_exact_counts_matching_the_prometheus_
     assert not any(n.endswith((".bucket", ".sum")) for n in names)
 
     scraped: Counter[tuple[str, str]] = Counter()
+    cumulative: dict[tuple[str, str], list[int]] = {}
     for family in text_string_to_metric_families(scrape):
         for sample in family.samples:
+            key = (sample.labels.get("operation", ""), sample.labels.get("outcome", ""))
             if sample.name == "remember_sync_operation_duration_seconds_count":
-                scraped[(sample.labels["operation"], sample.labels["outcome"])] += int(sample.value)
+                scraped[key] += int(sample.value)
+            if sample.name == "remember_sync_operation_duration_seconds_bucket":
+                cumulative.setdefault(key, []).append(int(sample.value))
     otel: Counter[tuple[str, str]] = Counter()
-    for (operation, error), n in expected.items():
-        otel[(operation, "error" if error else "ok")] += n
+    otel_buckets: dict[tuple[str, str], list[int]] = {}
+    for (operation, error), value in _histograms(points, "db.client.operation.duration",
+                                                 *keys).items():  # fmt: skip
+        key = (operation, "error" if error else "ok")
+        otel[key] += value["count"]
+        into = otel_buckets.setdefault(key, [0] * len(value["buckets"]))
+        otel_buckets[key] = [a + b for a, b in zip(into, value["buckets"], strict=True)]
     assert scraped == otel
+    # the same observations in the same buckets (the scrape's are cumulative, le order)
+    for key, counts in otel_buckets.items():
+        assert [sum(counts[: i + 1]) for i in range(len(counts))] == cumulative[key]
 
 
 def test_without_metrics_nothing_is_recorded(tmp_path: Path) -> None:

@@ -51,20 +51,12 @@ class MetricsGunicorn(Served):
     """``gunicorn -w 4 --threads 8 'tests.gunicorn_app:metrics_app()'`` sharing *shared*."""
 
     def __init__(self, cwd: Path, redis_url: str, shared: Path) -> None:
-        runtime = cwd / "run"
-        runtime.mkdir()
-        env = child_env(
-            REMEMBER_SECRET=SECRET,
-            REMEMBER_REDIS_URL=redis_url,
-            PROMETHEUS_MULTIPROC_DIR=str(shared),
-            XDG_RUNTIME_DIR=str(runtime),  # gunicorn's control socket: one of its own
-        )
-        argv = [
-            sys.executable, "-m", "gunicorn",
-            "-w", str(WORKERS), "--threads", str(THREADS), "-b", "127.0.0.1:0",
-            "--graceful-timeout", "5",
-            "tests.gunicorn_app:metrics_app()",
-        ]  # fmt: skip
+        (cwd / "run").mkdir()  # gunicorn's control socket: a directory of its own
+        env = child_env(REMEMBER_SECRET=SECRET, REMEMBER_REDIS_URL=redis_url,
+                        PROMETHEUS_MULTIPROC_DIR=str(shared), XDG_RUNTIME_DIR=str(cwd / "run"))
+        options = ["-w", str(WORKERS), "--threads", str(THREADS), "-b", "127.0.0.1:0",
+                   "--graceful-timeout", "5"]  # fmt: skip
+        argv = [sys.executable, "-m", "gunicorn", *options, "tests.gunicorn_app:metrics_app()"]
         super().__init__(argv, cwd, env, exact_env=True)
 
 

@@ -417,21 +417,20 @@ def _mcp_attributes(values: tuple[str, ...]) -> dict[str, str]:
     }  # fmt: skip
 
 
-OPERATIONS = _timed(
-    "remember_sync.operation.duration", "how long memory operations took",
-    "remember_sync.operations",
-    "memory operations by store, operation, outcome (ok, error) and error code",
-    "store", "operation", "outcome",
-    otel=("db.client.operation.duration", "Duration of remember_sync memory operations.",
-          _db_attributes),
-)  # fmt: skip
-TOOL_CALLS = _timed(
-    "remember_sync.tool_call.duration", "how long memory tool calls took",
-    "remember_sync.tool_calls",
-    "memory tool calls by store, tool, outcome (ok, error) and error code",
-    "store", "tool", "outcome",
-    otel=("mcp.server.operation.duration", "Duration of remember_sync memory tool calls.",
-          _mcp_attributes),
+# Latencies: (name below remember_sync., what is timed, its attribute, the OpenTelemetry
+# histogram's name and attributes); each also counts its calls as remember_sync.<name>s.
+OPERATIONS, TOOL_CALLS = (
+    _timed(
+        f"remember_sync.{name}.duration", f"how long memory {what} took",
+        f"remember_sync.{name}s",
+        f"memory {what} by store, {label}, outcome (ok, error) and error code",
+        "store", label, "outcome",
+        otel=(otel_name, f"Duration of remember_sync memory {what}.", attributes),
+    )
+    for name, what, label, otel_name, attributes in (
+        ("operation", "operations", "operation", "db.client.operation.duration", _db_attributes),
+        ("tool_call", "tool calls", "tool", "mcp.server.operation.duration", _mcp_attributes),
+    )
 )  # fmt: skip
 # Per-store counters: (name below remember_sync., unit, description).
 UNREADABLE, CAS_RETRIES, CAS_CONFLICTS, EVICTIONS = (

@@ -184,3 +184,35 @@ def test_a_directory_that_cannot_be_shared_stops_the_start(tmp_path: Path) -> No
     done = _python(late + start, {})
     assert done.returncode == 0, done.stderr
     assert "prometheus_client was imported before PROMETHEUS_MULTIPROC_DIR" in done.stdout
+
+
+def test_a_worker_creating_its_file_does_not_fail_a_scrape(tmp_path: Path) -> None:
+    """A worker starting up creates its file empty and sizes it a moment later: a scrape in
+    between (here: the empty file of a worker that is still starting) reports the counts of
+    the others and of itself, and no error."""
+    shared = tmp_path / "prometheus"
+    shared.mkdir()
+    (shared / "counter_999999.db").touch()
+    (shared / "histogram_999999.db").touch()
+    done = _python(
+        """
+        from remember_sync import Identity, RememberPlugin
+        from remember_sync.mcp import McpServer
+        plugin = RememberPlugin.init(skip_legacy_purge=True)
+        app = McpServer(plugin, metrics_path="/metrics")
+        plugin.accessor(Identity(session_id="s")).set("k", 1)
+        seen = []
+        body = app({"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics",
+                    "REMOTE_ADDR": "127.0.0.1"}, lambda status, headers: seen.append(status))
+        print(seen[0])
+        print(b"".join(body).decode())
+        """,
+        {"PROMETHEUS_MULTIPROC_DIR": str(shared)},
+    )
+    assert done.returncode == 0, done.stderr
+    status, text = done.stdout.split("\n", 1)
+    assert status.startswith("200"), text
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    assert _by(samples, "remember_sync_operations_total", "operation", "outcome") == {
+        ("set", "ok"): 1.0
+    }

@@ -18,6 +18,7 @@ operator's job, before the server starts.
 from __future__ import annotations
 
 import bisect
+import glob
 import importlib
 import math
 import os
@@ -28,6 +29,8 @@ from . import BUCKET_COUNT, BUCKETS_S, MULTIPROCESS_ENV, Counter, Histogram, ins
 from ._views import Readings, families, replayed
 
 _EXTRA = "pip install 'remember-sync[metrics]'"
+#: Bytes of a multiprocess file's header (how much of it is used).
+_HEADER = 8
 
 
 def open_directory(path: str) -> Shared | str:
@@ -126,7 +129,7 @@ class Shared:
         self.publish()
         kinds = {family.name: family for family in families()}
         out = Readings()
-        for metric in self._collector.collect():
+        for metric in self._collect():
             for sample in metric.samples:
                 _read(out, kinds, sample.name, sample.labels, sample.value)
         for counts, _ in (series for family in out.histograms.values()
@@ -135,6 +138,19 @@ class Shared:
             for index in range(len(counts) - 1, 0, -1):
                 counts[index] -= counts[index - 1]
         return out
+
+    def _collect(self) -> list[Any]:
+        """The directory's metrics, as ``MultiProcessCollector.collect`` reads them, without
+        the files still empty: a worker starting up creates its file empty and sizes it a
+        moment later (it holds no value before), and an empty file has no header to read."""
+        files = []
+        for name in glob.glob(os.path.join(self.path, "*.db")):
+            try:
+                if os.path.getsize(name) >= _HEADER:
+                    files.append(name)
+            except FileNotFoundError:  # removed by the operator meanwhile
+                continue
+        return list(self._collector.merge(files, accumulate=True))
 
 
 def _read(out: Readings, kinds: dict[str, Any], name: str, labels: dict[str, str],

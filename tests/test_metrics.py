@@ -226,6 +226,42 @@ def test_latency_is_an_otel_histogram_with_exact_counts_matching_the_prometheus_
         assert [sum(counts[: i + 1]) for i in range(len(counts))] == cumulative[key]
 
 
+def test_a_meter_provider_set_after_init_gets_the_histograms_from_the_start(
+    tmp_path: Path,
+) -> None:
+    """``metrics=True`` before the application sets its SDK provider (the API's proxy meter):
+    the first collection still holds every operation since recording started, in histograms
+    with this package's bucket bounds."""
+    seen = _python(
+        """
+        import json
+        from remember_sync import Identity, RememberPlugin
+        plugin = RememberPlugin.init(metrics=True, skip_legacy_purge=True)
+        mem = plugin.accessor(Identity(session_id="s"))
+        for n in range(3):
+            mem.set("k", n)
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        mem.get("k")
+        print(json.dumps([
+            [m.name, p.attributes["db.operation.name"], p.count, list(p.explicit_bounds)]
+            for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+            for m in sm.metrics if m.name == "db.client.operation.duration"
+            for p in m.data.data_points
+        ]))
+        """,
+        tmp_path,
+    )
+    bounds = list(_metrics.BUCKETS_S)
+    assert sorted(seen) == [
+        ["db.client.operation.duration", "get", 1, bounds],
+        ["db.client.operation.duration", "set", 3, bounds],
+    ]
+
+
 def test_without_metrics_nothing_is_recorded(tmp_path: Path) -> None:
     """Metrics are opt-in: a plugin without ``metrics=True`` reports nothing to OpenTelemetry,
     and a ``/metrics`` view started afterwards lists every family with no sample in it."""

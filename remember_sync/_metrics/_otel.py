@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import BUCKETS_S, Counter, Histogram, instruments
+from ._instruments import BUCKETS_S, Counter, Histogram, instruments
 from ._views import replayed
 
 _Points = list[tuple[float, dict[str, str]]]

@@ -25,7 +25,7 @@ import os
 import threading
 from typing import Any
 
-from . import BUCKET_COUNT, BUCKETS_S, MULTIPROCESS_ENV, Counter, Histogram, instruments
+from ._instruments import BUCKET_COUNT, BUCKETS_S, MULTIPROCESS_ENV, Counter, Histogram, instruments
 from ._views import Readings, families, replayed
 
 _EXTRA = "pip install 'remember-sync[metrics]'"

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from . import _INSTRUMENTS, BUCKET_COUNT, BUCKETS_S, Counter, Histogram, _Instrument
+from ._instruments import _INSTRUMENTS, BUCKET_COUNT, BUCKETS_S, Counter, Histogram, _Instrument
 
 _UNITS = {"s": "seconds", "By": "bytes"}
 

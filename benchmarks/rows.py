@@ -1346,6 +1346,7 @@ GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
     "9": ("reindex of older entries", rows_reindex),
     "peer": ("set/get vs cachelib's RedisCache", lambda env, sizes: _peer_rows(env, sizes)),
     "langgraph": ("RememberStore vs LangGraph's InMemoryStore", rows_langgraph),
+    "metrics": ("metrics on vs off", lambda env, sizes: _metrics_rows(env, sizes)),
 }
 
 
@@ -1353,6 +1354,12 @@ def _peer_rows(env: Environment, sizes: Sizes) -> list[Row]:
     from .peers import rows_peer  # imports this module
 
     return rows_peer(env, sizes)
+
+
+def _metrics_rows(env: Environment, sizes: Sizes) -> list[Row]:
+    from .metrics import rows_metrics  # imported when the group runs
+
+    return rows_metrics(env, sizes)
 
 
 def all_rows(

@@ -92,6 +92,8 @@ EXPECTED = [
         for kind in ("memory", "redis")
         for op in ("put", "get", "search", "search (query)")
     ),
+    ("metrics", "set, metrics on", "memory"),
+    ("metrics", "set, metrics on", "redis"),
 ]
 
 _ALL = ("memory", "redis", "redis-cluster", "vercel-kv")
@@ -124,6 +126,8 @@ TARGETED = {
     ("8", "modify", "redis"),
     ("peer", "set", "redis"),
     ("peer", "get", "redis"),
+    ("metrics", "set, metrics on", "memory"),
+    ("metrics", "set, metrics on", "redis"),
 }
 
 

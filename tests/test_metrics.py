@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from remember_sync import RememberPlugin
+from remember_sync import RememberPlugin, _metrics
 from remember_sync.mcp import McpServer
 from remember_sync.mcp.auth import StaticTokenVerifier
 from tests.conftest import TEST_SECRET
@@ -50,10 +50,11 @@ _LIBRARY_WORKLOAD = """
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from remember_sync import Identity, RememberConflictError, RememberPlugin
+    from remember_sync.mcp import McpServer
     from remember_sync.stores.memory import MemoryStore
 
-    reader = InMemoryMetricReader()
-    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    reader, other_reader = InMemoryMetricReader(), InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader, other_reader]))
 
     class LosingStore(MemoryStore):
         # A store another writer keeps beating: its first `lose` compare-and-sets fail.
@@ -97,24 +98,52 @@ _LIBRARY_WORKLOAD = """
     mem.get("theirs")                    # the same key again: still 1
     mem.list()                           # 1 list ok
 
-    points = []
-    for rm in reader.get_metrics_data().resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                for p in metric.data.data_points:
-                    points.append([metric.name, dict(p.attributes), p.value])
-    print(json.dumps(points))
+    def collect(reader):
+        points = []
+        for rm in reader.get_metrics_data().resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    for p in metric.data.data_points:
+                        if hasattr(p, "bucket_counts"):
+                            value = {"count": p.count, "sum": p.sum,
+                                     "bounds": list(p.explicit_bounds),
+                                     "buckets": list(p.bucket_counts)}
+                        else:
+                            value = p.value
+                        points.append([metric.name, dict(p.attributes), value])
+        return points
+
+    first = collect(reader)
+    tools = RememberPlugin.init(store=MemoryStore(), tools={"enabled": True},
+                                encryption={"secrets": ["c" * 32]}, skip_legacy_purge=True)
+    caller = Identity(session_id="s-2")
+    tools.call_tool("remember_this", {"key": "t", "value": 1}, identity=caller)
+    for _ in range(3):
+        tools.call_tool("recall", {"key": "t"}, identity=caller)   # 3 get_entry ok
+    tools.call_tool("recall", {"key": ""}, identity=caller)        # invalid input
+    mem.get("k0")
+    server = McpServer(tools, metrics_path="/metrics")
+    body = b"".join(server({"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics",
+                            "REMOTE_ADDR": "127.0.0.1"}, lambda status, headers: None))
+    print(json.dumps([first, collect(reader), collect(other_reader), body.decode()]))
 """
+
+
+def _histograms(points: list[Any], name: str, *keys: str) -> dict[tuple[str, ...], Any]:
+    """The histogram points called *name*, by the attribute values *keys* (missing: "")."""
+    return {
+        tuple(a.get(k, "") for k in keys): v for n, a, v in points if n == name
+    }  # fmt: skip
 
 
 def test_the_library_reports_exact_counts_to_an_otel_in_memory_reader(tmp_path: Path) -> None:
     """``metrics=True`` (recording is process-wide: the second plugin is measured too):
     operations by operation/outcome/code, the latency histogram's counts,
     evictions, CAS retries and conflicts, unreadable entries -- each equal to what was done."""
-    points = _python(_LIBRARY_WORKLOAD, tmp_path)
+    first, points, other, _ = _python(_LIBRARY_WORKLOAD, tmp_path)
     ops = {
         (a["operation"], a["outcome"], a["code"]): v
-        for name, a, v in points if name == "remember_sync.operations"
+        for name, a, v in first if name == "remember_sync.operations"
     }  # fmt: skip
     assert ops == {
         ("set", "ok", ""): 6,
@@ -125,25 +154,112 @@ def test_the_library_reports_exact_counts_to_an_otel_in_memory_reader(tmp_path: 
         ("update", "error", "REMEMBER_CONFLICT"): 1,
         ("list", "ok", ""): 1,
     }
-    assert {a["store"] for name, a, _ in points if name == "remember_sync.operations"} == {
+    assert {a["store"] for name, a, _ in first if name == "remember_sync.operations"} == {
         "memory"
     }
-    buckets = {
-        (a["operation"], a["outcome"]): v
-        for name, a, v in points
-        if name == "remember_sync.operation.duration.bucket" and a["le"] == "+Inf"
-    }
-    assert buckets == {("set", "ok"): 6, ("get", "ok"): 7, ("set", "error"): 2,
-                       ("get", "error"): 1, ("increment", "ok"): 2, ("update", "error"): 1,
-                       ("list", "ok"): 1}  # fmt: skip
-    sums = [v for name, _, v in points if name == "remember_sync.operation.duration.sum"]
-    assert sums and all(v > 0 for v in sums)
-    single = {name: v for name, a, v in points if "operation" not in a and "le" not in a}
+    single = {name: v for name, a, v in first if "operation" not in a and "tool" not in a}
     # 5 keys, "n", "theirs" and alice's owner record of session s-1 (3 kept).
     assert single["remember_sync.evictions"] == 2 + 1 + 1 + 1
     assert single["remember_sync.cas.retries"] == 2 + 64
     assert single["remember_sync.cas.conflicts"] == 1
     assert single["remember_sync.unreadable_entries"] == 1
+
+
+def test_latency_is_an_otel_histogram_with_exact_counts_matching_the_prometheus_scrape(
+    tmp_path: Path,
+) -> None:
+    """Operation and tool-call latency reach the SDK as histogram points named by the
+    semantic conventions (``db.client.operation.duration``, ``mcp.server.operation.duration``,
+    unit s, this package's bucket bounds): one point per operation/outcome with the exact
+    number of calls, cumulative across collections, seen once by each of two readers, and
+    equal to the ``_count`` of the Prometheus scrape of the same process."""
+    first, points, other, scrape = _python(_LIBRARY_WORKLOAD, tmp_path)
+    keys = ("db.operation.name", "error.type")
+    assert _histograms(first, "db.client.operation.duration", *keys).keys() == {
+        ("set", ""), ("get", ""), ("set", "REMEMBER_INVALID_INPUT"),
+        ("get", "REMEMBER_INVALID_SCOPE"), ("increment", ""), ("update", "REMEMBER_CONFLICT"),
+        ("list", ""),
+    }  # fmt: skip
+    expected = {
+        ("set", ""): 6, ("get", ""): 7 + 1, ("set", "REMEMBER_INVALID_INPUT"): 2,
+        ("get", "REMEMBER_INVALID_SCOPE"): 1, ("increment", ""): 2,
+        ("update", "REMEMBER_CONFLICT"): 1, ("list", ""): 1, ("get_entry", ""): 3,
+    }  # fmt: skip
+    for seen in (points, other):
+        operations = _histograms(seen, "db.client.operation.duration", *keys)
+        assert {k: v["count"] for k, v in operations.items()} == expected
+        for value in operations.values():
+            assert value["bounds"] == list(_metrics.BUCKETS_S)
+            assert sum(value["buckets"]) == value["count"] and value["sum"] > 0
+        systems = {(a["db.system.name"], a["remember_sync.store"])
+                   for n, a, _ in seen if n == "db.client.operation.duration"}  # fmt: skip
+        assert systems == {("memory", "memory")}
+        tools = _histograms(seen, "mcp.server.operation.duration", "gen_ai.tool.name",
+                            "error.type", "mcp.method.name")  # fmt: skip
+        assert {k: v["count"] for k, v in tools.items()} == {
+            ("remember_this", "", "tools/call"): 1, ("recall", "", "tools/call"): 3,
+            ("recall", "REMEMBER_INVALID_INPUT", "tools/call"): 1,
+        }  # fmt: skip
+    names = {n for n, _, _ in points}
+    assert not any(n.endswith((".bucket", ".sum")) for n in names)
+
+    scraped: Counter[tuple[str, str]] = Counter()
+    cumulative: dict[tuple[str, str], list[int]] = {}
+    for family in text_string_to_metric_families(scrape):
+        for sample in family.samples:
+            key = (sample.labels.get("operation", ""), sample.labels.get("outcome", ""))
+            if sample.name == "remember_sync_operation_duration_seconds_count":
+                scraped[key] += int(sample.value)
+            if sample.name == "remember_sync_operation_duration_seconds_bucket":
+                cumulative.setdefault(key, []).append(int(sample.value))
+    otel: Counter[tuple[str, str]] = Counter()
+    otel_buckets: dict[tuple[str, str], list[int]] = {}
+    for (operation, error), value in _histograms(points, "db.client.operation.duration",
+                                                 *keys).items():  # fmt: skip
+        key = (operation, "error" if error else "ok")
+        otel[key] += value["count"]
+        into = otel_buckets.setdefault(key, [0] * len(value["buckets"]))
+        otel_buckets[key] = [a + b for a, b in zip(into, value["buckets"], strict=True)]
+    assert scraped == otel
+    # the same observations in the same buckets (the scrape's are cumulative, le order)
+    for key, counts in otel_buckets.items():
+        assert [sum(counts[: i + 1]) for i in range(len(counts))] == cumulative[key]
+
+
+def test_a_meter_provider_set_after_init_gets_the_histograms_from_the_start(
+    tmp_path: Path,
+) -> None:
+    """``metrics=True`` before the application sets its SDK provider (the API's proxy meter):
+    the first collection still holds every operation since recording started, in histograms
+    with this package's bucket bounds."""
+    seen = _python(
+        """
+        import json
+        from remember_sync import Identity, RememberPlugin
+        plugin = RememberPlugin.init(metrics=True, skip_legacy_purge=True)
+        mem = plugin.accessor(Identity(session_id="s"))
+        for n in range(3):
+            mem.set("k", n)
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        mem.get("k")
+        print(json.dumps([
+            [m.name, p.attributes["db.operation.name"], p.count, list(p.explicit_bounds)]
+            for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+            for m in sm.metrics if m.name == "db.client.operation.duration"
+            for p in m.data.data_points
+        ]))
+        """,
+        tmp_path,
+    )
+    bounds = list(_metrics.BUCKETS_S)
+    assert sorted(seen) == [
+        ["db.client.operation.duration", "get", 1, bounds],
+        ["db.client.operation.duration", "set", 3, bounds],
+    ]
 
 
 def test_without_metrics_nothing_is_recorded(tmp_path: Path) -> None:
@@ -385,19 +501,24 @@ def test_unexpected_attribute_values_cannot_grow_memory(tmp_path: Path) -> None:
 
 
 def test_the_cost_benchmark_runs_and_reports_both_stores(tmp_path: Path) -> None:
-    """``python -m benchmarks.metrics --json`` (tiny): a memory and a Redis row, each with its
-    ratio, the spread of the pair ratios and the server's version (exit 1 only for a missed
-    target, which a run this short does not judge)."""
+    """``python -m benchmarks --only metrics --quick --json``: a memory and a Redis row, each
+    with its ratio and target, the spread of the pair ratios, the OpenTelemetry collection's
+    cost per observation, and the server's version (exit 1 only for a missed target, which a
+    run this short does not judge)."""
     repo = Path(__file__).resolve().parent.parent
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.metrics", "--seconds", "0.3", "--json"], cwd=repo,
-        env=child_env(), capture_output=True, text=True, timeout=180,
+        [sys.executable, "-m", "benchmarks", "--only", "metrics", "--quick", "--json", "--quiet"],
+        cwd=repo, env=child_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["redis_version"].count(".") == 2
+    report = json.loads(done.stdout)
+    assert report["meta"]["redis_server"].count(".") == 2
     rows = {row["store"]: row for row in report["rows"]}
     assert set(rows) == {"memory", "redis"}
+    assert {row["group"] for row in report["rows"]} == {"metrics"}
+    assert rows["memory"]["target"] == 1.15 and rows["redis"]["target"] == 1.1
     for row in rows.values():
-        assert row["target"] == 1.1 and row["ratio"] > 0
+        assert row["ratio"] > 0 and row["ratio_kind"] == "time"
         assert row["extra"]["ratio_q1"] <= row["ratio"] <= row["extra"]["ratio_q3"]
+        # the SDK's share, paid when its reader collects
+        assert row["extra"]["collect_us"] > 0 and row["extra"]["ratio_with_collection"] > 0

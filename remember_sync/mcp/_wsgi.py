@@ -256,6 +256,7 @@ class HttpEndpoint:
         except Exception:  # noqa: BLE001 - the WSGI boundary: never a traceback on the wire
             log.exception("remember-sync MCP: request failed")
             response = _Response.error(500, "Internal server error", code=INTERNAL_ERROR)
+        _metrics.publish()  # before the reply leaves: a scrape by another worker then counts it
         headers = list(response.headers)
         if self.cors_origins:
             headers.extend(self._cors_headers(environ))

@@ -15,6 +15,7 @@ is bound with :func:`remember_sync.identity` and reset afterwards.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
@@ -25,7 +26,12 @@ from .._clock import Clock, system_clock
 from .._config import DEFAULT_PATH
 from .._secrets import keyring_or_resolved
 from .._sessions import SessionSigner
-from ..errors import JsonRpcError, RememberInputError, RememberInputTypeError
+from ..errors import (
+    JsonRpcError,
+    RememberConfigurationError,
+    RememberInputError,
+    RememberInputTypeError,
+)
 from ..identity import identity as bind_identity
 from ..plugin import RememberPlugin
 from ..types import Identity
@@ -162,7 +168,10 @@ class McpServer:
         Prometheus text format at this path (``serve --metrics``:
         ``/metrics``), and start recording them.  Only a loopback peer that
         came through no proxy gets them, and only with a valid token when this
-        server checks callers.  ``None`` (default): no such path.
+        server checks callers.  ``None`` (default): no such path.  With
+        ``PROMETHEUS_MULTIPROC_DIR`` set (``prometheus_client``'s multiprocess
+        mode), every process of the server shares its counts there, so the path
+        reports them all.
     """
 
     def __init__(
@@ -240,6 +249,9 @@ class McpServer:
             )
         if metrics_path is not None:
             _metrics.start(require_otel=False)
+            problem = _metrics.share(os.environ)
+            if problem is not None:
+                raise RememberConfigurationError(problem)
         self._owns_plugin = owns_plugin
         self._user_tools: dict[str, UserTool] = {}
         self._listing: list[dict[str, Any]] | None = None

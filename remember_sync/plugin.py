@@ -9,6 +9,7 @@ here (and by named store constructors), never deep inside a store.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 from collections.abc import Mapping
@@ -86,12 +87,18 @@ def _check_dict(value: object, option: str, allowed: frozenset[str]) -> dict[str
         return {}
     if not isinstance(value, Mapping):
         raise _config_error(option, f"must be a dict; got {type(value).__name__}")
-    unknown = sorted(set(value) - allowed)
+    unknown = set(value) - allowed
     if unknown:
-        raise _config_error(
-            option, f"unknown key(s) {', '.join(map(repr, unknown))}; allowed: {sorted(allowed)}"
-        )
+        names = _options.unknown_names(unknown, allowed)
+        raise _config_error(option, f"unknown key(s) {names}; allowed: {sorted(allowed)}")
     return dict(value)
+
+
+@functools.cache
+def _init_options() -> tuple[str, ...]:
+    """The keyword options of :meth:`RememberPlugin.init`."""
+    parameters = inspect.signature(RememberPlugin.init).parameters.values()
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 class RememberPlugin:
@@ -232,7 +239,7 @@ class RememberPlugin:
         if unknown:
             raise RememberConfigurationError(
                 "RememberPlugin.init got unknown option(s) "
-                + ", ".join(map(repr, sorted(unknown)))
+                + _options.unknown_names(unknown, _init_options())
             )
         options: dict[str, Any] = {
             "config": config,

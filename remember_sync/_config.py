@@ -69,6 +69,8 @@ BOUND_ENV = {
 }
 #: Where ``serve`` and ``create_app`` answer MCP requests.
 DEFAULT_PATH = "/mcp"
+#: Where ``serve --metrics`` serves the Prometheus text.
+METRICS_PATH = "/metrics"
 #: ``audit=True`` when ``init`` is not given ``audit``.
 AUDIT_ENV = "REMEMBER_AUDIT"
 #: Per-principal quotas read by ``serve`` and ``create_app`` (``--quota-entries``/``-bytes``).

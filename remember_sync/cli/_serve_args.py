@@ -18,6 +18,7 @@ from .._config import (
     DEFAULT_PATH,
     ENDED_ENV,
     MAX_VALUE_BYTES_ENV,
+    METRICS_PATH,
     QUOTA_BYTES_ENV,
     QUOTA_ENTRIES_ENV,
     RATE_LIMIT_ENV,
@@ -78,10 +79,6 @@ def _origin(text: str) -> str:
             f"must be a browser origin scheme://host[:port] (http or https, a valid port, no "
             f"path or wildcard); got {text!r}"
         ) from None
-
-
-#: Where ``--metrics`` serves the Prometheus text.
-METRICS_PATH = "/metrics"
 
 
 def _rate(text: str) -> str:

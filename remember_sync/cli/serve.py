@@ -23,6 +23,7 @@ from typing import Any
 
 from .._config import (
     DEFAULT_PATH,
+    METRICS_PATH,
     RATE_LIMIT_ENV,
     StoreSettings,
     env_rate_limit,
@@ -47,7 +48,6 @@ from ..mcp.server import McpServer
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 from ._common import PROG
-from ._serve_args import METRICS_PATH
 
 __all__ = ["run_serve", "run_server"]
 

@@ -6,6 +6,7 @@ ruff and mypy (strict) are gates of ``.ci/run``, not tests.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ CORE = {
 # module (first dotted part below remember_sync) -> internal modules it may import.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
-    "types": {"errors"},
+    "types": {"errors", "_clock"},
     "_glob": set(),
     "_fork": set(),
     "_clock": set(),
@@ -177,6 +178,17 @@ def test_public_all_is_sorted_and_exported() -> None:
     assert remember_sync.__all__ == sorted(remember_sync.__all__)
     for name in remember_sync.__all__:
         assert getattr(remember_sync, name) is not None
+
+
+def test_private_modules_have_no_all() -> None:
+    """``__all__`` is the public surface: a private module (any ``_`` part) has none."""
+    found = [
+        _module_name(path) for path in _modules()
+        if any(part.startswith("_") and part != "__init__.py"
+               for part in path.relative_to(PACKAGE).parts)
+        and re.search(r"^__all__\b", path.read_text(encoding="utf-8"), re.M)
+    ]  # fmt: skip
+    assert found == []
 
 
 def test_py_typed_marker_present() -> None:

@@ -25,8 +25,6 @@ from .._search import (
 from ..errors import RememberConfigurationError, RememberDecryptionError
 from .walk import Item, Report, walk_entries
 
-__all__ = ["EmbedResult", "embed_entries", "embedder_settings"]
-
 #: The members of the entry JSON written from its fields (the rest are kept as read).
 _FIELDS = frozenset({"value", "brand", "createdAt", "updatedAt", "expiresAt", "metadata"})
 

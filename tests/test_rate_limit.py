@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from remember_sync import Identity, RememberConfigurationError, RememberPlugin
+from remember_sync.errors import RateLimitOptionError
 from remember_sync.mcp import McpServer, create_app
 from remember_sync.mcp.auth import StaticTokenVerifier
 from remember_sync.mcp.httpd import make_server
@@ -246,10 +247,12 @@ def test_a_store_failure_while_counting_is_503_never_a_free_pass(
 
 @pytest.mark.parametrize("rate", ["", "sixty", "60/fortnight", "0/minute", "1/second;2/minute"])
 def test_a_bad_rate_is_refused(rate: str) -> None:
-    """Anything but one rate is a configuration error naming the form expected."""
+    """Anything but one rate is a configuration error naming the form expected; being bad
+    input, it is a ValueError too (and never a bare one)."""
     with RememberPlugin.init(encryption={"secrets": [TEST_SECRET]}) as plugin:
-        with pytest.raises(RememberConfigurationError, match="60/minute"):
+        with pytest.raises(RememberConfigurationError, match="60/minute") as info:
             McpServer(plugin, rate_limit=rate)
+    assert isinstance(info.value, RateLimitOptionError) and isinstance(info.value, ValueError)
 
 
 def test_vercel_kv_has_no_shared_counter(kv_emulator: Any) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import _metrics
 from .._crypto import Keyring, b64url_encode
-from ..errors import RememberConfigurationError, RememberUnavailableError
+from ..errors import RateLimitOptionError, RememberConfigurationError, RememberUnavailableError
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 
@@ -53,19 +53,20 @@ def check_rate(text: object, source: str = "rate limit") -> Any:
     """*text* (``"60/minute"``, ``"20/second"``, ``"1000 per hour"``) as a ``limits`` item.
 
     :param source: what gave it, for the message (``"--rate-limit"``, a variable name).
-    :raises RememberConfigurationError: not one rate, or the extra is missing.
+    :raises RateLimitOptionError: not one rate (a :class:`ValueError` too).
+    :raises RememberConfigurationError: the ``limits`` extra is missing.
     """
     limits = _limits()
-    try:
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(text)
-        items = limits.parse_many(text.strip())
-    except ValueError:
-        items = []
+    items = []
+    if isinstance(text, str) and text.strip():
+        try:
+            items = limits.parse_many(text.strip())
+        except ValueError:
+            items = []
     if len(items) != 1 or items[0].amount < 1:
         what = f"{source} must" if source else "must"
-        raise RememberConfigurationError(
-            f"{what} be one rate like 60/minute, 20/second or 1000/hour; got {text!r}"
+        raise RateLimitOptionError(
+            f"{what} be one rate like 60/minute, 20/second or 1000/hour; got {text!r}", source
         )
     return items[0]
 

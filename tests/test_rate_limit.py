@@ -29,6 +29,7 @@ from remember_sync.mcp.auth import StaticTokenVerifier
 from remember_sync.mcp.httpd import make_server
 from remember_sync.stores.base import Store
 from tests.conftest import TEST_SECRET, require_component
+from tests.test_memory_bounds import start_serve  # noqa: F401 - the fixture, by name
 from tests.test_gunicorn_workers import (
     START_SECONDS,
     Gunicorn,
@@ -135,32 +136,65 @@ def test_a_caller_over_the_limit_gets_429_with_retry_after_and_others_do_not(
     assert server.app.plugin.accessor(who).get("a") == 1
 
 
-def test_anonymous_callers_are_counted_by_session_and_opening_sessions_does_not_escape(
-    serve_app: Any,
+def _from(port: int, source: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+    """POST *body* to ``/mcp`` from the loopback address *source*; (status, headers)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    try:
+        conn.request("POST", "/mcp", json.dumps(body), {**HEADERS, **(headers or {})})
+        reply = conn.getresponse()
+        reply.read()
+        return reply.status, dict(reply.getheaders())
+    finally:
+        conn.close()
+
+
+def _new_session_and_a_call(port: int, source: str, n: int) -> list[int]:
+    """``initialize`` a new session from *source*, then one tool call in it: the statuses."""
+    status, headers = _from(port, source, INIT)
+    if status != 200:
+        return [status]
+    session = {"Mcp-Session-Id": headers["Mcp-Session-Id"], "MCP-Protocol-Version": VERSION}
+    return [status, _from(port, source, call(n), session)[0]]
+
+
+def test_one_address_opening_any_number_of_sessions_is_served_at_most_the_limit(
+    request: pytest.FixtureRequest,
 ) -> None:
-    """Without a principal, a session's requests count on that session; requests without one
-    (initialize) count on the address, so a caller cannot open sessions without limit."""
+    """``serve --allow-anonymous --rate-limit 4/minute`` (a real process, over HTTP): one
+    client address opening a new session for every call is served 4 requests in the window,
+    then only 429s; another address has its own 4."""
+    served = request.getfixturevalue("start_serve")("--rate-limit", "4/minute")
+    port = int(served.url.split(":")[2].split("/")[0])
+    statuses = [s for n in range(10) for s in _new_session_and_a_call(port, "127.0.0.1", n)]
+    assert statuses.count(200) == 4 and statuses[:4] == [200] * 4, statuses
+    assert set(statuses[4:]) == {429}, statuses
+    other = [s for n in range(3) for s in _new_session_and_a_call(port, "127.0.0.2", n)]
+    assert other[:4] == [200] * 4 and set(other[4:]) == {429}, other
+
+
+def test_an_anonymous_session_counts_on_its_address_and_on_itself(serve_app: Any) -> None:
+    """In-process: an anonymous session's requests count on the client address, so a new
+    session gets no new budget."""
     server: Running = serve_app("3/minute")
     first = server.session()  # address: 1
-    for n in range(3):
-        assert server.post(call(n), first)[0] == 200  # session: 1..3
-    assert server.post(call(9), first)[0] == 429
-    server.session()  # address: 2
-    server.session()  # address: 3
-    status, headers, _ = server.post(INIT)
+    assert server.post(call(1), first)[0] == 200  # address: 2, session: 1
+    second = server.session()  # address: 3
+    status, headers, _ = server.post(call(2), second)
     assert status == 429 and int(headers["Retry-After"]) >= 1
+    assert server.post(INIT)[0] == 429
 
 
 def test_a_batch_counts_each_of_its_messages(serve_app: Any) -> None:
     """A 2025-03-26 batch of three tool calls costs three requests: with 3/minute the next
     request is refused (counted as one, it would pass), and so is a batch over the limit."""
-    server: Running = serve_app("3/minute")
-    session = server.session()
+    verifier = StaticTokenVerifier({"tok-alice-0123456789": "alice", "tok-bob-0123456789ab": "bob"})
+    server: Running = serve_app("4/minute", token_verifier=verifier)
+    session = server.session("tok-alice-0123456789")  # 1
     session["MCP-Protocol-Version"] = "2025-03-26"
-    status, _, replies = server.post([call(1), call(2), call(3)], session)
+    status, _, replies = server.post([call(1), call(2), call(3)], session)  # 2..4
     assert status == 200 and len(replies) == 3
     assert server.post(call(4), session)[0] == 429
-    other = server.session()  # another session (the address has room for it)
+    other = server.session("tok-bob-0123456789ab")  # another principal: 1
     other["MCP-Protocol-Version"] = "2025-03-26"
     assert server.post([call(n) for n in range(4)], other)[0] == 429
 
@@ -208,10 +242,10 @@ def test_the_limit_is_counted_through_a_sentinel_primary(
     sentinels = sentinel_set_factory()
     store = RedisStore.from_url(sentinels.url)
     try:
-        server: Running = serve_app("2/minute", store=store)
-        session = server.session()  # counts on the address
-        assert server.post(call(1), session)[0] == 200
-        assert server.post(call(2), session)[0] == 200
+        server: Running = serve_app("3/minute", store=store)
+        session = server.session()  # the address: 1
+        assert server.post(call(1), session)[0] == 200  # 2
+        assert server.post(call(2), session)[0] == 200  # 3
         assert server.post(call(3), session)[0] == 429
         primary = store.client
         assert [k for k in primary.keys("remember:__ratelimit__:*")]

@@ -296,8 +296,9 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--rate-limit",
         type=_rate,
         metavar="RATE",
-        help="at most RATE requests per caller (principal; an anonymous one by session, else "
-        "address), e.g. 60/minute, in any moving window; more get 429 with Retry-After. "
+        help="at most RATE requests per caller (principal; an anonymous one by address, "
+        "however many sessions it opens), e.g. 60/minute, in any moving window; more get 429 "
+        "with Retry-After. "
         f"Shared by every worker through Redis (default: ${RATE_LIMIT_ENV}; none). Needs "
         "pip install 'remember-sync[limits]'",
     )

@@ -130,7 +130,7 @@ class RateLimiter:
     def retry_after(self, caller: str, cost: int = 1) -> int | None:
         """Count *cost* requests of *caller*; ``None`` when allowed, else seconds to wait.
 
-        :param caller: who is asking (see ``SessionGate.rate_caller`` in
+        :param caller: who is asking (see ``SessionGate.rate_callers`` in
             :mod:`remember_sync.mcp._gate`); only its keyed hash reaches the store.
         :raises RememberUnavailableError: the counts cannot be read or written.
         """

@@ -29,7 +29,6 @@ from remember_sync.mcp.auth import StaticTokenVerifier
 from remember_sync.mcp.httpd import make_server
 from remember_sync.stores.base import Store
 from tests.conftest import TEST_SECRET, require_component
-from tests.test_memory_bounds import start_serve  # noqa: F401 - the fixture, by name
 from tests.test_gunicorn_workers import (
     START_SECONDS,
     Gunicorn,
@@ -37,6 +36,7 @@ from tests.test_gunicorn_workers import (
     tool_call,
     worker_pids,
 )
+from tests.test_memory_bounds import start_serve  # noqa: F401 - the fixture, by name
 
 VERSION = "2025-11-25"
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}

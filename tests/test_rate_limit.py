@@ -289,12 +289,51 @@ def test_a_bad_rate_is_refused(rate: str) -> None:
     assert isinstance(info.value, RateLimitOptionError) and isinstance(info.value, ValueError)
 
 
-def test_vercel_kv_has_no_shared_counter(kv_emulator: Any) -> None:
-    """The limits package cannot count in Vercel KV: said so at start, not at the first call."""
-    plugin = RememberPlugin.init(type="vercel-kv", url=kv_emulator.url, token=kv_emulator.token,
-                                 encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True)
-    with plugin, pytest.raises(RememberConfigurationError, match="VercelKVStore"):
-        McpServer(plugin, rate_limit="60/minute")
+def _kv_store(kv_emulator: Any) -> Store:
+    from remember_sync.stores.vercel_kv import VercelKVStore
+    from tests.fixtures_kv import KV_TEST_TOKEN
+
+    return VercelKVStore(kv_emulator.url, KV_TEST_TOKEN, environ={})
+
+
+def test_the_limit_is_shared_through_vercel_kv(
+    serve_app: Any, kv_emulator: Any, kv_redis: redis.Redis
+) -> None:
+    """Two servers over one Vercel KV share a caller's count (the store's REST client runs
+    the moving-window scripts); the counts sit under the reserved, hashed names."""
+    store = _kv_store(kv_emulator)
+    try:
+        verifier = StaticTokenVerifier({"tok-erin-0123456789ab": "erin"})
+        one: Running = serve_app("4/minute", store=store, token_verifier=verifier)
+        two: Running = serve_app("4/minute", store=store, token_verifier=verifier)
+        session = one.session("tok-erin-0123456789ab")  # 1
+        assert one.post(call(1), session)[0] == 200  # 2
+        assert two.post(call(2), session)[0] == 200  # 3
+        assert one.post(call(3), session)[0] == 200  # 4
+        status, headers, _ = two.post(call(4), session)
+        assert status == 429 and 1 <= int(headers["Retry-After"]) <= 60
+        keys = [k.decode() for k in kv_redis.keys("*")]
+        limiter = [k for k in keys if k.startswith("remember:__ratelimit__:")]
+        assert limiter and not [k for k in limiter if "erin" in k], keys
+    finally:
+        store.close()
+
+
+def test_a_vercel_kv_failure_while_counting_is_503_never_a_free_pass(
+    serve_app: Any, kv_emulator: Any, kv_redis: redis.Redis
+) -> None:
+    """The REST API failing while a request is counted: 503, nothing served."""
+    store = _kv_store(kv_emulator)
+    try:
+        server: Running = serve_app("50/minute", store=store)
+        session = server.session()
+        kv_emulator.inject(status=500, times=None)
+        status, headers, _ = server.post(call(1, "remember_this", key="k", value=1), session)
+        kv_emulator.clear_faults()
+        assert status == 503 and headers["Retry-After"]
+        assert not [k for k in kv_redis.keys("remember:v2:*")]
+    finally:
+        store.close()
 
 
 def test_the_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -388,3 +427,43 @@ def test_the_accepted_rate_across_4_gunicorn_workers_is_within_10_percent_of_the
     assert {r.pid for r in replies} <= workers
     for reply in refused:
         assert "Too many requests" in reply.json()["error"]["message"]
+
+
+def test_vercel_kv_accepts_exactly_the_limit_per_window_across_4_gunicorn_workers(
+    tmp_path: Path, kv_emulator: Any, kv_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``REMEMBER_RATE_LIMIT=60/minute`` on Vercel KV, a real ``gunicorn -w 4``: one caller
+    sending 20 requests a second for 6 s over new connections (so every worker answers) is
+    served exactly 60 in the window, the opening two included, and refused the rest; both
+    answers come from several workers (a count per worker would accept up to four times
+    as many)."""
+    from tests.fixtures_kv import KV_TEST_TOKEN
+
+    require_component("gunicorn", find_spec("gunicorn") is not None, "pip install gunicorn")
+    monkeypatch.setenv("REMEMBER_RATE_LIMIT", "60/minute")
+    server = Gunicorn(tmp_path, None, KV_REST_API_URL=kv_emulator.url,
+                      KV_REST_API_TOKEN=KV_TEST_TOKEN)  # fmt: skip
+    try:
+        server.wait_ready(START_SECONDS)
+        workers = worker_pids(server.port)  # GETs: refused before the limit, not counted
+        session = initialize(server.port)  # initialize + notifications/initialized: 2
+        began = time.monotonic()
+
+        def paced(n: int) -> Any:
+            time.sleep(max(0.0, began + n / 20 - time.monotonic()))  # pacing, not syncing
+            return tool_call(server.port, session, "recall", {"key": "k"}, n)
+
+        with ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(paced, range(120)))
+        elapsed = time.monotonic() - began
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output, server.output
+    assert elapsed < 50, "the requests did not fit in one window"
+    accepted = [r for r in replies if r.status == 200]
+    refused = [r for r in replies if r.status == 429]
+    assert len(accepted) + len(refused) == len(replies), {r.status for r in replies}
+    assert 2 + len(accepted) == 60, (len(accepted), len(refused))
+    assert len({r.pid for r in accepted}) >= 2 and len({r.pid for r in refused}) >= 2
+    assert {r.pid for r in replies} <= workers
+    assert [k for k in kv_redis.keys("remember:__ratelimit__:*")]

@@ -298,9 +298,8 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="RATE",
         help="at most RATE requests per caller (principal; an anonymous one by address, "
         "however many sessions it opens), e.g. 60/minute, in any moving window; more get 429 "
-        "with Retry-After. "
-        f"Shared by every worker through Redis (default: ${RATE_LIMIT_ENV}; none). Needs "
-        "pip install 'remember-sync[limits]'",
+        "with Retry-After. Shared by every worker through Redis or Vercel KV "
+        f"(default: ${RATE_LIMIT_ENV}; none). Needs pip install 'remember-sync[limits]'",
     )
     parser.add_argument(
         "--metrics",

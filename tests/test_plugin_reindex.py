@@ -1,0 +1,118 @@
+"""``plugin.reindex()``: the public rebuild-and-prune of every namespace's listing index.
+
+On every store that keeps an index (memory, Redis, the 3-node Cluster, the Vercel KV
+emulator): after a namespace's index key is deleted behind the plugin's back, listing
+that namespace through the index shows nothing; ``plugin.reindex()`` brings its entries
+back, drops the members of a deleted entry, and reports what it did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from remember_sync import Identity, RememberConfigurationError, RememberPlugin
+from remember_sync._keys import index_key_of
+from remember_sync.stores.base import Store
+from remember_sync.stores.memory import MemoryStore
+from tests.conftest import TEST_SECRET
+
+P = "remember:"
+ALICE = Identity(session_id="s-alice", user_id="alice")
+BOB = Identity(session_id="s-bob", user_id="bob")
+
+
+def _plugin(store: Store) -> RememberPlugin:
+    return RememberPlugin.init(
+        store=store, encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True,
+        background_reindex=False,
+    )  # fmt: skip
+
+
+def _index_of(store: Store, who: Identity) -> str:
+    """The index key of *who*'s user namespace (the one holding their notes)."""
+    found = {index_key_of(P, k) for k in store.scan(P + "v2:*") if f":{who.user_id}" in k}
+    found.discard(None)
+    assert len(found) == 1, found
+    return str(found.pop())
+
+
+@pytest.mark.parametrize("kind", ["redis", "redis_cluster", "vercel_kv"])
+def test_reindex_restores_a_namespace_whose_index_key_was_deleted(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The index key of Alice's user namespace deleted: her listing is empty until
+    ``plugin.reindex()``, which lists her notes again and leaves Bob's as they were."""
+    store: Store = request.getfixturevalue(f"{kind}_store")
+    plugin = _plugin(store)
+    try:
+        alice, bob = plugin.accessor(ALICE), plugin.accessor(BOB)
+        for i in range(5):
+            alice.set(f"note-{i}", i, scope="user")
+        bob.set("mine", 1, scope="user")
+        first = plugin.reindex()  # records that the fleet is indexed: listing uses the index
+        assert (first.entries, first.indexed, first.pruned) == (6, 6, 0)
+        assert plugin.listing == "index"
+        assert store.delete(_index_of(store, ALICE)) == 1
+        assert alice.list(scope="user") == []  # what the index says
+        report = plugin.reindex()
+        assert (report.entries, report.indexed) == (6, 6) and report.seconds >= 0
+        assert alice.list(scope="user") == [f"note-{i}" for i in range(5)]
+        assert bob.list(scope="user") == ["mine"]
+    finally:
+        plugin.close()
+
+
+def test_reindex_on_the_memory_store_reports_its_entries() -> None:
+    """The memory store keeps its index as it writes: reindex finds it complete."""
+    plugin = _plugin(MemoryStore())
+    try:
+        for i in range(3):
+            plugin.accessor(ALICE).set(f"k{i}", i, scope="session")
+        report = plugin.reindex()
+        assert (report.entries, report.indexed, report.pruned) == (3, 3, 0)
+        assert plugin.accessor(ALICE).list() == ["k0", "k1", "k2"]
+    finally:
+        plugin.close()
+
+
+class _PlainStore:
+    """A store of one's own with the base operations only (no listing index)."""
+
+    def __init__(self) -> None:
+        self._inner = MemoryStore()
+
+    def get(self, key: str) -> str | None:
+        return self._inner.get(key)
+
+    def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        return self._inner.get_many(keys)
+
+    def set(self, key: str, value: str, *, ttl_ms: int | None = None,
+            only_if_absent: bool = False) -> bool:  # fmt: skip
+        return self._inner.set(key, value, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
+
+    def compare_and_set(self, key: str, expected: str, value: str, *,
+                        ttl_ms: int | None = None) -> bool:  # fmt: skip
+        return self._inner.compare_and_set(key, expected, value, ttl_ms=ttl_ms)
+
+    def delete(self, *keys: str) -> int:
+        return self._inner.delete(*keys)
+
+    def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
+        return self._inner.scan(pattern, count=count)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def test_reindex_on_a_store_without_an_index_says_so() -> None:
+    """A store of one's own that keeps no index: a configuration error naming it."""
+    plugin = _plugin(_PlainStore())
+    try:
+        assert plugin.listing == "scan"
+        with pytest.raises(RememberConfigurationError, match="_PlainStore keeps no listing index"):
+            plugin.reindex()
+    finally:
+        plugin.close()

@@ -8,15 +8,19 @@ back, drops the members of a deleted entry, and reports what it did.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from remember_sync import Identity, RememberConfigurationError, RememberPlugin
+from remember_sync import Identity, RememberConfigurationError, RememberPlugin, RememberStoreError
 from remember_sync._keys import index_key_of
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
 from tests.conftest import TEST_SECRET
+from tests.test_cli import child_env, run_cli
 
 P = "remember:"
 ALICE = Identity(session_id="s-alice", user_id="alice")
@@ -116,3 +120,58 @@ def test_reindex_on_a_store_without_an_index_says_so() -> None:
             plugin.reindex()
     finally:
         plugin.close()
+
+
+def _cluster_url(cluster: Any, user_info: str = "") -> str:
+    nodes = ",".join(f"{host}:{port}" for host, port in cluster.startup_nodes)
+    return f"redis+cluster://{user_info}{nodes}"
+
+
+def test_the_cli_reindexes_a_cluster_named_by_a_url(
+    redis_cluster: Any, redis_cluster_store: Store, tmp_path: Path
+) -> None:
+    """``remember-sync reindex --redis-url redis+cluster://node,node,node`` (no secret, a
+    real process) restores the listing of a namespace whose index key was deleted."""
+    plugin = _plugin(redis_cluster_store)
+    try:
+        alice = plugin.accessor(ALICE)
+        for i in range(4):
+            alice.set(f"note-{i}", i, scope="user")
+        plugin.reindex()
+        assert redis_cluster_store.delete(_index_of(redis_cluster_store, ALICE)) == 1
+        assert alice.list(scope="user") == []
+        done = run_cli("reindex", "--redis-url", _cluster_url(redis_cluster), "--json",
+                       env=child_env(), cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["indexed"] == 4
+        assert alice.list(scope="user") == [f"note-{i}" for i in range(4)]
+    finally:
+        plugin.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis+cluster://", "names no cluster node"),
+        ("redis+cluster://127.0.0.1:7000/1", "database 0 only"),
+        ("redis+cluster://127.0.0.1:99999", "bad port"),
+        ("redis+cluster://u:hunter2-secret@127.0.0.1:7000?x=1", "query strings"),
+    ],
+)
+def test_a_bad_cluster_url_is_named_without_its_password(url: str, says: str) -> None:
+    """A malformed cluster URL: a configuration error saying what is wrong, never the
+    password."""
+    from remember_sync.stores.redis import RedisStore
+
+    with pytest.raises(RememberConfigurationError, match=says) as info:
+        RedisStore.from_url(url)
+    assert "hunter2" not in str(info.value)
+
+
+def test_an_unreachable_cluster_is_a_store_error(tmp_path: Path) -> None:
+    """No node answers: a store error naming the cluster URL (redacted), not a hang."""
+    from remember_sync.stores.redis import RedisStore
+
+    with pytest.raises(RememberStoreError, match="cannot reach the Redis Cluster") as info:
+        RedisStore.from_url("redis+cluster://u:hunter2-secret@127.0.0.1:1", socket_timeout=0.5)
+    assert "hunter2" not in str(info.value)

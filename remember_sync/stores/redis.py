@@ -49,6 +49,7 @@ from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, script_input
 from ._owned_redis import OwnedRedisWrites
 from ._redis_cas import key_slot, new_token, slot_tag
 from ._redis_connect import (
+    CLUSTER_SCHEMES,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
     DEFAULT_SOCKET_TIMEOUT,
@@ -61,6 +62,7 @@ from ._redis_connect import (
     check_sentinels,
     check_url_userinfo,
     connection_retry,
+    parse_cluster_url,
     parse_sentinel_url,
     redacted_url,
     sentinel_master,
@@ -441,9 +443,12 @@ class RedisStore(OwnedRedisWrites):
         query may hold only the options in ``URL_OPTIONS`` of
         ``_redis_connect`` (``?socket_timeout=2``, ``?ssl_cert_reqs=none`` in a
         ``rediss://`` URL, ...), each checked like the keyword argument; any
-        other name is a :class:`RedisOptionError` naming it.  The
-        store owns the client.  For Redis Cluster build a
-        :class:`redis.cluster.RedisCluster` yourself and pass it as ``client=``.
+        other name is a :class:`RedisOptionError` naming it.
+        ``redis+cluster://[[user]:password@]host[:port][,host[:port]...]``
+        (``rediss+cluster://`` for TLS) names Redis Cluster nodes to start from
+        (database 0, no query).  The store owns the client.  For other Cluster
+        settings build a :class:`redis.cluster.RedisCluster` yourself and pass
+        it as ``client=``.
         """
         if not isinstance(url, str) or not url:
             raise RememberConfigurationError("Redis url must be a non-empty string")
@@ -465,6 +470,8 @@ class RedisStore(OwnedRedisWrites):
             timeouts["wait_timeout_ms"] = wait_timeout_ms
         if scheme in SENTINEL_SCHEMES:
             return cls._from_sentinel_url(url, timeouts, client_options)
+        if scheme in CLUSTER_SCHEMES:
+            return cls._from_cluster_url(url, timeouts, client_options)
         if "sentinel_kwargs" in client_options:
             raise RedisOptionError("sentinel_kwargs", "only applies with a redis+sentinel:// URL")
         tls = scheme == "rediss" or client_options.get("ssl") is True
@@ -525,6 +532,47 @@ class RedisStore(OwnedRedisWrites):
             **timeouts,
             **options,
         )
+
+    @classmethod
+    def _from_cluster_url(
+        cls, url: str, timeouts: dict[str, Any], client_options: dict[str, Any]
+    ) -> RedisStore:
+        try:
+            parsed = parse_cluster_url(url)
+        except ValueError as exc:
+            raise RememberConfigurationError(
+                f"invalid Redis url {redacted_url(url)!r}: {exc}"
+            ) from None
+        allowed = {"password", "username", "ssl_check_hostname", *TLS_FILES}
+        unknown = sorted(set(client_options) - allowed)
+        if unknown:
+            raise RedisOptionError(unknown[0], "not accepted with a redis+cluster:// URL")
+        options = dict(client_options)
+        for name in ("password", "username"):  # the URL wins, as with other URLs
+            if getattr(parsed, name) is not None:
+                options[name] = getattr(parsed, name)
+        check_options({**options, **timeouts}, tls=parsed.ssl)
+        nodes = [
+            redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+            for host, port in parsed.nodes
+        ]
+        try:
+            # The client asks a startup node for the slot map as it is built.
+            client = redis.cluster.RedisCluster(
+                startup_nodes=nodes, ssl=parsed.ssl, decode_responses=False,
+                socket_timeout=timeouts["socket_timeout"],
+                socket_connect_timeout=timeouts["socket_connect_timeout"], **options,
+            )  # fmt: skip
+        except (rx.RedisError, rx.RedisClusterException) as exc:
+            raise RememberStoreError(
+                f"cannot reach the Redis Cluster at {redacted_url(url)!r} "
+                f"({type(exc).__name__}: {redacted_url(str(exc))})"
+            ) from None
+        store = cls.__new__(cls)
+        store._init(
+            client, True, wait=(timeouts["wait_replicas"], timeouts.get("wait_timeout_ms"))
+        )
+        return store
 
     # -- introspection ------------------------------------------------------------
 

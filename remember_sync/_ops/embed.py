@@ -37,9 +37,7 @@ class EmbedResult(Report):
     embedded: int = 0
     current: int = 0
     expired: int = 0
-    unreadable: int = 0
     contended: int = 0
-    unreadable_keys: list[str] = field(default_factory=list)
     contended_keys: list[str] = field(default_factory=list)
 
 

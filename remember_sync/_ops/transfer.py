@@ -44,8 +44,6 @@ class ExportResult(Report):
 
     exported: int = 0
     expired: int = 0
-    unreadable: int = 0
-    unreadable_keys: list[str] = field(default_factory=list)
     #: Of the unreadable, those sealed with a person's own key (the envelope names a
     #: subject key, ``skid``) while no keystore is configured.
     need_keystore: int = 0
@@ -143,9 +141,7 @@ class ImportResult(Report):
     imported: int = 0
     existing: int = 0
     expired: int = 0
-    unreadable: int = 0
     existing_keys: list[str] = field(default_factory=list)
-    unreadable_keys: list[str] = field(default_factory=list)
     #: Entries not written: they would take their principal over its quota.
     over_quota: int = 0
     over_quota_keys: list[str] = field(default_factory=list)

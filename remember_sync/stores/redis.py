@@ -26,7 +26,7 @@ import functools
 import logging
 import ssl
 from collections.abc import Callable, Iterator, Mapping, MutableSet, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.cluster
@@ -56,7 +56,9 @@ from ._redis_connect import (
     DEFAULT_WAIT_TIMEOUT_MS,
     SENTINEL_SCHEMES,
     TLS_FILES,
+    ClusterURL,
     NoPrimaryFound,
+    SentinelURL,
     check_connection_options,
     check_options,
     check_sentinels,
@@ -242,6 +244,36 @@ def _matching(members: list[Any], pattern: bytes) -> list[tuple[Any, str]]:
         except AttributeError:  # a client built with decode_responses=True
             return [(m, m) for m in members if matches(m)]
     return [(m, _s(m)) for m in members if matches(_b(_s(m)).decode("latin-1"))]
+
+
+_Parsed = TypeVar("_Parsed", SentinelURL, ClusterURL)
+
+
+def _parsed_url(url: str, parse: Callable[[str], _Parsed]) -> _Parsed:
+    """*url* parsed by *parse*; a malformed one is named without its password."""
+    try:
+        return parse(url)
+    except ValueError as exc:
+        raise RememberConfigurationError(
+            f"invalid Redis url {redacted_url(url)!r}: {exc}"
+        ) from None
+
+
+def _options_beside(
+    parsed: SentinelURL | ClusterURL, given: Mapping[str, Any], also: set[str], kind: str
+) -> dict[str, Any]:
+    """The keyword options given beside a ``redis+<kind>://`` URL (credentials, TLS
+    files, and *also*), with what the URL says winning, as with ``redis://`` URLs."""
+    allowed = {"password", "username", "ssl_check_hostname", *TLS_FILES, *also}
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise RedisOptionError(unknown[0], f"not accepted with a redis+{kind}:// URL")
+    options = dict(given)
+    for name in ("password", "username", "db"):
+        value = getattr(parsed, name, None)
+        if value is not None:
+            options[name] = value
+    return options
 
 
 class RedisStore(OwnedRedisWrites):
@@ -509,22 +541,8 @@ class RedisStore(OwnedRedisWrites):
     def _from_sentinel_url(
         cls, url: str, timeouts: dict[str, Any], client_options: dict[str, Any]
     ) -> RedisStore:
-        try:
-            parsed = parse_sentinel_url(url)
-        except ValueError as exc:
-            raise RememberConfigurationError(
-                f"invalid Redis url {redacted_url(url)!r}: {exc}"
-            ) from None
-        allowed = {"password", "username", "db", "sentinel_kwargs", *TLS_FILES}
-        allowed.add("ssl_check_hostname")
-        unknown = sorted(set(client_options) - allowed)
-        if unknown:
-            raise RedisOptionError(unknown[0], "not accepted with a redis+sentinel:// URL")
-        options = dict(client_options)
-        # As with redis:// URLs, what the URL says wins over the keyword arguments.
-        for name in ("password", "username", "db"):
-            if getattr(parsed, name) is not None:
-                options[name] = getattr(parsed, name)
+        parsed = _parsed_url(url, parse_sentinel_url)
+        options = _options_beside(parsed, client_options, {"db", "sentinel_kwargs"}, "sentinel")
         return cls(
             sentinels=parsed.sentinels,
             service_name=parsed.service_name,
@@ -537,20 +555,8 @@ class RedisStore(OwnedRedisWrites):
     def _from_cluster_url(
         cls, url: str, timeouts: dict[str, Any], client_options: dict[str, Any]
     ) -> RedisStore:
-        try:
-            parsed = parse_cluster_url(url)
-        except ValueError as exc:
-            raise RememberConfigurationError(
-                f"invalid Redis url {redacted_url(url)!r}: {exc}"
-            ) from None
-        allowed = {"password", "username", "ssl_check_hostname", *TLS_FILES}
-        unknown = sorted(set(client_options) - allowed)
-        if unknown:
-            raise RedisOptionError(unknown[0], "not accepted with a redis+cluster:// URL")
-        options = dict(client_options)
-        for name in ("password", "username"):  # the URL wins, as with other URLs
-            if getattr(parsed, name) is not None:
-                options[name] = getattr(parsed, name)
+        parsed = _parsed_url(url, parse_cluster_url)
+        options = _options_beside(parsed, client_options, set(), "cluster")
         check_options({**options, **timeouts}, tls=parsed.ssl)
         nodes = [
             redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]

@@ -172,6 +172,36 @@ def test_one_address_opening_any_number_of_sessions_is_served_at_most_the_limit(
     assert other[:4] == [200] * 4 and set(other[4:]) == {429}, other
 
 
+def _forwarded(port: int, client: str) -> int:
+    """``initialize`` through a proxy on 127.0.0.1 that says it forwards *client*."""
+    return int(_from(port, "127.0.0.1", INIT, {"X-Forwarded-For": client})[0])
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget(
+    request: pytest.FixtureRequest,
+) -> None:
+    """``serve --trusted-proxy 127.0.0.1 --rate-limit 2/minute``: anonymous callers are
+    counted by the address the proxy forwards (the last X-Forwarded-For hop), so one
+    client's requests never use another's budget, and a client cannot pick its address by
+    prefixing hops of its own."""
+    served = request.getfixturevalue("start_serve")(
+        "--rate-limit", "2/minute", "--trusted-proxy", "127.0.0.1"
+    )
+    port = int(served.url.split(":")[2].split("/")[0])
+    assert [_forwarded(port, "203.0.113.5") for _ in range(3)] == [200, 200, 429]
+    assert _forwarded(port, "203.0.113.6") == 200
+    assert _forwarded(port, "198.51.100.1, 203.0.113.5") == 429  # the proxy's hop counts
+
+
+def test_without_a_trusted_proxy_x_forwarded_for_is_ignored(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Without ``--trusted-proxy`` a client writing X-Forwarded-For gains no budget."""
+    served = request.getfixturevalue("start_serve")("--rate-limit", "2/minute")
+    port = int(served.url.split(":")[2].split("/")[0])
+    assert [_forwarded(port, f"203.0.113.{n}") for n in range(3)] == [200, 200, 429]
+
+
 def test_an_anonymous_session_counts_on_its_address_and_on_itself(serve_app: Any) -> None:
     """In-process: an anonymous session's requests count on the client address, so a new
     session gets no new budget."""

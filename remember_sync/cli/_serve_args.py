@@ -8,6 +8,7 @@ Building the CLI's parser imports this module only; the MCP server
 from __future__ import annotations
 
 import argparse
+import ipaddress
 
 from .._config import (
     BOUND_ENV,
@@ -89,6 +90,13 @@ def _rate(text: str) -> str:
     except RememberError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
     return text
+
+
+def _address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an IP address; got {text!r}") from None
 
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -300,6 +308,17 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "however many sessions it opens), e.g. 60/minute, in any moving window; more get 429 "
         "with Retry-After. Shared by every worker through Redis or Vercel KV "
         f"(default: ${RATE_LIMIT_ENV}; none). Needs pip install 'remember-sync[limits]'",
+    )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        type=_address,
+        metavar="ADDR",
+        help="a reverse proxy in front of the server (repeatable): for requests from ADDR "
+        "the client's address is the last X-Forwarded-For entry that is not a trusted "
+        "proxy (the rate limit counts anonymous callers by it); without it, "
+        "X-Forwarded-For is ignored",
     )
     parser.add_argument(
         "--metrics",

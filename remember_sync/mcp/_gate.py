@@ -117,8 +117,9 @@ class SessionGate:
         A signed-in caller: its principal (:func:`~remember_sync.identity.principal_of`),
         the one its quota is charged to, wherever it connects from.  An anonymous
         caller: its network address (``REMOTE_ADDR``: behind a reverse proxy, the
-        address the proxy forwards, once the WSGI stack trusts it, e.g. werkzeug's
-        ``ProxyFix``), so opening sessions never adds to its budget; and, once it
+        address the proxy forwards, once the server trusts it -- ``serve
+        --trusted-proxy``, werkzeug's ``ProxyFix``), so opening sessions never adds
+        to its budget; and, once it
         has a verified session, that session's principal too, so a session shared
         between addresses has no more than one budget either.
         """

@@ -9,9 +9,8 @@ back, drops the members of a deleted entry, and reports what it did.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -85,35 +84,14 @@ class _PlainStore:
     """A store of one's own with the base operations only (no listing index)."""
 
     def __init__(self) -> None:
-        self._inner = MemoryStore()
-
-    def get(self, key: str) -> str | None:
-        return self._inner.get(key)
-
-    def get_many(self, keys: Sequence[str]) -> list[str | None]:
-        return self._inner.get_many(keys)
-
-    def set(self, key: str, value: str, *, ttl_ms: int | None = None,
-            only_if_absent: bool = False) -> bool:  # fmt: skip
-        return self._inner.set(key, value, ttl_ms=ttl_ms, only_if_absent=only_if_absent)
-
-    def compare_and_set(self, key: str, expected: str, value: str, *,
-                        ttl_ms: int | None = None) -> bool:  # fmt: skip
-        return self._inner.compare_and_set(key, expected, value, ttl_ms=ttl_ms)
-
-    def delete(self, *keys: str) -> int:
-        return self._inner.delete(*keys)
-
-    def scan(self, pattern: str, *, count: int = 1000) -> Iterator[str]:
-        return self._inner.scan(pattern, count=count)
-
-    def close(self) -> None:
-        self._inner.close()
+        inner = MemoryStore()
+        for name in ("get", "get_many", "set", "compare_and_set", "delete", "scan", "close"):
+            setattr(self, name, getattr(inner, name))
 
 
 def test_reindex_on_a_store_without_an_index_says_so() -> None:
     """A store of one's own that keeps no index: a configuration error naming it."""
-    plugin = _plugin(_PlainStore())
+    plugin = _plugin(cast(Store, _PlainStore()))
     try:
         assert plugin.listing == "scan"
         with pytest.raises(RememberConfigurationError, match="_PlainStore keeps no listing index"):

@@ -249,18 +249,24 @@ def test_limiter_keys_are_reserved_and_hashed_on_redis(
     assert not [k for k in keys if not k.startswith("remember:")]
 
 
-def test_the_limit_is_shared_through_a_redis_cluster(
-    serve_app: Any, redis_cluster_store: Store
-) -> None:
-    """Two servers over one Cluster share a caller's count (the store's own cluster client)."""
+@pytest.mark.parametrize("kind", ["redis_cluster", "vercel_kv"])
+def test_the_limit_is_shared_through_the_store(kind: str, request: pytest.FixtureRequest) -> None:
+    """Two servers over one Redis Cluster (its own cluster client) or one Vercel KV (its REST
+    client running the moving-window scripts) share a caller's count; the counts sit under
+    the reserved names, hashed."""
+    store: Store = request.getfixturevalue(f"{kind}_store")
+    serve_app = request.getfixturevalue("serve_app")
     verifier = StaticTokenVerifier({"tok-dan-0123456789ab": "dan"})
-    one: Running = serve_app("4/minute", store=redis_cluster_store, token_verifier=verifier)
-    two: Running = serve_app("4/minute", store=redis_cluster_store, token_verifier=verifier)
+    one: Running = serve_app("4/minute", store=store, token_verifier=verifier)
+    two: Running = serve_app("4/minute", store=store, token_verifier=verifier)
     session = one.session("tok-dan-0123456789ab")  # 1
     assert one.post(call(1), session)[0] == 200  # 2
     assert two.post(call(2), session)[0] == 200  # 3
     assert one.post(call(3), session)[0] == 200  # 4
-    assert two.post(call(4), session)[0] == 429
+    status, headers, _ = two.post(call(4), session)
+    assert status == 429 and 1 <= int(headers["Retry-After"]) <= 60
+    limiter = list(store.scan("remember:__ratelimit__:*"))
+    assert limiter and not [k for k in limiter if "dan" in k]
 
 
 def test_the_limit_is_counted_through_a_sentinel_primary(
@@ -319,51 +325,17 @@ def test_a_bad_rate_is_refused(rate: str) -> None:
     assert isinstance(info.value, RateLimitOptionError) and isinstance(info.value, ValueError)
 
 
-def _kv_store(kv_emulator: Any) -> Store:
-    from remember_sync.stores.vercel_kv import VercelKVStore
-    from tests.fixtures_kv import KV_TEST_TOKEN
-
-    return VercelKVStore(kv_emulator.url, KV_TEST_TOKEN, environ={})
-
-
-def test_the_limit_is_shared_through_vercel_kv(
-    serve_app: Any, kv_emulator: Any, kv_redis: redis.Redis
-) -> None:
-    """Two servers over one Vercel KV share a caller's count (the store's REST client runs
-    the moving-window scripts); the counts sit under the reserved, hashed names."""
-    store = _kv_store(kv_emulator)
-    try:
-        verifier = StaticTokenVerifier({"tok-erin-0123456789ab": "erin"})
-        one: Running = serve_app("4/minute", store=store, token_verifier=verifier)
-        two: Running = serve_app("4/minute", store=store, token_verifier=verifier)
-        session = one.session("tok-erin-0123456789ab")  # 1
-        assert one.post(call(1), session)[0] == 200  # 2
-        assert two.post(call(2), session)[0] == 200  # 3
-        assert one.post(call(3), session)[0] == 200  # 4
-        status, headers, _ = two.post(call(4), session)
-        assert status == 429 and 1 <= int(headers["Retry-After"]) <= 60
-        keys = [k.decode() for k in kv_redis.keys("*")]
-        limiter = [k for k in keys if k.startswith("remember:__ratelimit__:")]
-        assert limiter and not [k for k in limiter if "erin" in k], keys
-    finally:
-        store.close()
-
-
 def test_a_vercel_kv_failure_while_counting_is_503_never_a_free_pass(
-    serve_app: Any, kv_emulator: Any, kv_redis: redis.Redis
+    serve_app: Any, vercel_kv_store: Store, kv_emulator: Any, kv_redis: redis.Redis
 ) -> None:
     """The REST API failing while a request is counted: 503, nothing served."""
-    store = _kv_store(kv_emulator)
-    try:
-        server: Running = serve_app("50/minute", store=store)
-        session = server.session()
-        kv_emulator.inject(status=500, times=None)
-        status, headers, _ = server.post(call(1, "remember_this", key="k", value=1), session)
-        kv_emulator.clear_faults()
-        assert status == 503 and headers["Retry-After"]
-        assert not [k for k in kv_redis.keys("remember:v2:*")]
-    finally:
-        store.close()
+    server: Running = serve_app("50/minute", store=vercel_kv_store)
+    session = server.session()
+    kv_emulator.inject(status=500, times=None)
+    status, headers, _ = server.post(call(1, "remember_this", key="k", value=1), session)
+    kv_emulator.clear_faults()
+    assert status == 503 and headers["Retry-After"]
+    assert not [k for k in kv_redis.keys("remember:v2:*")]
 
 
 def test_the_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -142,3 +142,15 @@ def test_the_rate_limiter_never_counts_an_unverified_session_as_the_caller(
     status, _, _ = running.post(call(2), forged)
     assert status == 404
     assert _counted(running.app, "address\x00127.0.0.1") == 1
+
+
+def test_every_anonymous_caller_shares_one_group_and_each_user_has_its_own() -> None:
+    """The unit of fair sharing (eviction, the ended-session table): a user is its own,
+    every anonymous session and the sessionless caller share ``"anonymous"``."""
+    from remember_sync.identity import sharing_group
+
+    alice, bob = principal_of("alice", "s-1"), principal_of("bob", None)
+    assert sharing_group(alice) == alice != sharing_group(bob) == bob
+    sessions = {sharing_group(principal_of(None, f"s-{n}")) for n in range(5)}
+    assert sessions == {sharing_group(None)} == {sharing_group(principal_of("anon:x", None))}
+    assert sessions == {"anonymous"}

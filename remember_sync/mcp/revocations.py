@@ -43,7 +43,7 @@ from .._config import DEFAULT_MAX_ENDED_PER_PRINCIPAL, DEFAULT_MAX_ENDED_SESSION
 from .._keys import ended_session_key
 from .._sessions import session_digest
 from ..errors import RememberInputError, RememberQuotaError, RememberStoreError
-from ..identity import principal_of
+from ..identity import principal_of, sharing_group
 from ..stores.base import OwnedWrite, Store
 from ..stores.memory import MemoryStore
 
@@ -127,8 +127,8 @@ class EndedSessions:
             return
         # The share is counted by the table itself, under an owner that is a hash of
         # the principal (in-process only; nothing of it is shown).
-        who = principal_of(principal, None) or "anonymous"
-        owner = hashlib.sha256(f"ended by\x00{who}".encode()).hexdigest()
+        group = sharing_group(principal_of(principal, None))
+        owner = hashlib.sha256(f"ended by\x00{group}".encode()).hexdigest()
         try:
             self._table.write_owned(OwnedWrite(
                 self._key(session_id), _LOCAL_RECORD, owner, ttl_ms=ttl_ms,

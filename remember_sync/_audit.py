@@ -312,7 +312,7 @@ class Recorder:
             outcome = f"error:{getattr(exc, 'code', None) or type(exc).__name__}"
         trail, ident = self.trail, self.ident
         assert ident is not None  # resolved by __enter__
-        trail.push((trail.clock(), self.op, self.scope, self.key, ident, self.brand, self.ttl,
+        trail._push((trail.clock(), self.op, self.scope, self.key, ident, self.brand, self.ttl,
                     outcome, self.count, self.ref))
 
 
@@ -408,7 +408,7 @@ class AuditTrail:
         with Recorder(self, op, ident, scope, None, None, None) as recorder:
             recorder.outcome, recorder.count = outcome, count
 
-    def push(self, event: _Pending) -> None:
+    def _push(self, event: _Pending) -> None:
         """Buffer *event*; append the buffer when it holds ``batch`` events.
 
         Only a tuple is built per operation: hashing, sealing and MACs happen

@@ -69,6 +69,8 @@ BOUND_ENV = {
 }
 #: Where ``serve`` and ``create_app`` answer MCP requests.
 DEFAULT_PATH = "/mcp"
+#: Where ``serve --metrics`` serves the Prometheus text.
+METRICS_PATH = "/metrics"
 #: ``audit=True`` when ``init`` is not given ``audit``.
 AUDIT_ENV = "REMEMBER_AUDIT"
 #: Per-principal quotas read by ``serve`` and ``create_app`` (``--quota-entries``/``-bytes``).
@@ -107,7 +109,10 @@ DEFAULT_MAX_ENDED_PER_PRINCIPAL = 10_000
 #: Older secrets that still decrypt, comma-separated, newest first (after the current one).
 PREVIOUS_SECRETS_ENV = "REMEMBER_PREVIOUS_SECRETS"  # noqa: S105 - a variable name
 #: The URL schemes a Redis URL may have (:func:`check_redis_url`).
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://")
+REDIS_SCHEMES = (
+    "redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://",
+    "redis+cluster://", "rediss+cluster://",
+)
 
 StoreKind = Literal["memory", "redis", "vercel-kv"]
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -244,7 +249,8 @@ def check_redis_url(url: str, source: str) -> str:
     if not url.startswith(REDIS_SCHEMES):
         raise _named_error(
             source,
-            "must be a redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel:// URL",
+            "must be a redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, "
+            "redis+cluster:// or rediss+cluster:// URL",
         )
     return url
 

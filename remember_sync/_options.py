@@ -10,8 +10,9 @@ callers that build their options dynamically.
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from .types import Scope
@@ -125,3 +126,16 @@ class QuotaOptions(TypedDict, total=False):
 
     entries: int | None
     bytes: int | None
+
+
+def unknown_names(unknown: Iterable[str], known: Collection[str]) -> str:
+    """*unknown* names, each with the nearest of *known* when one is close.
+
+    ``'defualt_ttl' (did you mean 'default_ttl'?), 'x'``: for the message of a
+    misspelled option or key.
+    """
+    parts = []
+    for name in sorted(unknown):
+        near = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+        parts.append(f"{name!r} (did you mean {near[0]!r}?)" if near else repr(name))
+    return ", ".join(parts)

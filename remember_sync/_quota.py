@@ -29,7 +29,7 @@ from typing import Any
 from ._bounded import BoundedCache
 from ._crypto import Keyring, b64url_encode
 from .errors import RememberConfigurationError
-from .identity import current_identity, principal_of
+from .identity import current_identity, principal_of, sharing_group
 from .stores.base import Quota
 from .types import Identity, Namespace
 
@@ -114,7 +114,7 @@ class Owners:
             # A session or tool namespace always has a session (resolve_namespace).
             principal = principal_of(user, ns.session) or "session\x00"
             tag = self.tag(principal)
-            found = (tag, tag if principal.startswith("user") else self.anonymous)
+            found = (tag, tag if sharing_group(principal) == principal else self.anonymous)
             self._tags.put(cache_key, found)
         return found
 

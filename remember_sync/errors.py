@@ -13,6 +13,7 @@ __all__ = [
     "DemoFailed",
     "JsonRpcError",
     "LayoutMarkerError",
+    "RateLimitOptionError",
     "RedisOptionError",
     "RememberConfigurationError",
     "RememberConflictError",
@@ -64,6 +65,15 @@ class RedisOptionError(RememberConfigurationError):
         super().__init__(f"Redis option {option!r}: {detail}")
         self.option = option
         self.detail = detail
+
+
+class RateLimitOptionError(RememberConfigurationError, ValueError):
+    """A rate limit (``serve --rate-limit``, ``REMEMBER_RATE_LIMIT``, ``rate_limit=``) is
+    not one rate like ``60/minute``; ``source`` names where it came from."""
+
+    def __init__(self, message: str, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
 
 
 class RememberIdentityError(RememberError):

@@ -29,6 +29,7 @@ __all__ = [
     "principal_of",
     "resolve_namespace",
     "session_identity",
+    "sharing_group",
 ]
 
 #: The session id stateless transports inject into every request; never an identity.
@@ -94,6 +95,19 @@ def principal_of(user_id: str | None, session_id: str | None) -> str | None:
     if session_id and session_id != STATELESS_SESSION_ID:
         return "session\x00" + session_id
     return None
+
+
+def sharing_group(principal: str | None) -> str:
+    """The unit *principal* (as :func:`principal_of` names it) shares room in fairly:
+    the memory store's fair eviction and the MCP server's table of ended sessions.
+
+    A signed-in user is a group of its own; every anonymous caller (each session a
+    principal of its own, and one client may open any number of them) shares the
+    one group ``"anonymous"``, so opening sessions never makes a caller look small.
+    """
+    if principal is not None and principal.startswith("user\x00"):
+        return principal
+    return "anonymous"
 
 
 def session_identity(ident: Identity) -> str | None:

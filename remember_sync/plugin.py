@@ -9,6 +9,7 @@ here (and by named store constructors), never deep inside a store.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 from collections.abc import Mapping
@@ -32,7 +33,7 @@ from ._crypto import Keyring
 from ._erasure import check_receipt, erase
 from ._integrity import INTEGRITY_MODES, Verifier, in_process, witness_from
 from ._keys import storage_namespace
-from ._purge import DoubledPrefixCheck, IndexBackfill, KeyIdCheck, LegacyPurge
+from ._purge import DoubledPrefixCheck, IndexBackfill, KeyIdCheck, LegacyPurge, reindex_store
 from ._quota import Owners, check_quota
 from ._search import build_settings
 from ._secrets import resolve_keyring
@@ -50,6 +51,7 @@ from .types import (
     Identity,
     KeyCheck,
     MasterSecrets,
+    ReindexCounts,
 )
 
 __all__ = ["STORE_TYPES", "RememberPlugin"]
@@ -86,12 +88,18 @@ def _check_dict(value: object, option: str, allowed: frozenset[str]) -> dict[str
         return {}
     if not isinstance(value, Mapping):
         raise _config_error(option, f"must be a dict; got {type(value).__name__}")
-    unknown = sorted(set(value) - allowed)
+    unknown = set(value) - allowed
     if unknown:
-        raise _config_error(
-            option, f"unknown key(s) {', '.join(map(repr, unknown))}; allowed: {sorted(allowed)}"
-        )
+        names = _options.unknown_names(unknown, allowed)
+        raise _config_error(option, f"unknown key(s) {names}; allowed: {sorted(allowed)}")
     return dict(value)
+
+
+@functools.cache
+def _init_options() -> tuple[str, ...]:
+    """The keyword options of :meth:`RememberPlugin.init`."""
+    parameters = inspect.signature(RememberPlugin.init).parameters.values()
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 class RememberPlugin:
@@ -232,7 +240,7 @@ class RememberPlugin:
         if unknown:
             raise RememberConfigurationError(
                 "RememberPlugin.init got unknown option(s) "
-                + ", ".join(map(repr, sorted(unknown)))
+                + _options.unknown_names(unknown, _init_options())
             )
         options: dict[str, Any] = {
             "config": config,
@@ -604,6 +612,29 @@ class RememberPlugin:
         ``None`` when listing scans or the index was complete at once (memory).
         """
         return self._backfill
+
+    def reindex(self) -> ReindexCounts:
+        """Rebuild and prune the listing index of every namespace under :attr:`key_prefix`.
+
+        One walk of the store (keys only: no value is read or decrypted) puts every
+        entry into its namespace's index, records that the fleet is indexed, then
+        runs the prune pass: index members whose entry is gone are dropped and each
+        index's expiry is set from its live entries.  Every store that keeps an
+        index -- memory, Redis (standalone, Sentinel, Cluster), Vercel KV; what
+        ``remember-sync reindex`` does, for a deployment that runs no background
+        pass (``background_reindex=False``) or reaches its store only through a
+        ``client=``.  Idempotent and safe beside running writers; it runs on the
+        calling thread (``docs/redis.rst``, "Reindex and prune").
+
+        :returns: what it did: ``keys``, ``entries``, ``indexed``, ``pruned``, ``seconds``.
+        :raises RememberConfigurationError: the store keeps no listing index.
+        :raises RememberStoreError: the store failed (the pass is not recorded).
+        """
+        core = self._core
+        result = reindex_store(core.store, core.prefix, clock=core.clock)
+        if core.listing == "index":
+            core.index_ready = True
+        return result
 
     def _start_backfill(self) -> None:
         """In index mode, bring the fleet's older entries into the index once, in the background.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
+from ._clock import Clock
 from .errors import RememberInputError
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "BackgroundPurge",
     "BackgroundReindex",
     "Brand",
+    "Clock",
     "ErasureReceipt",
     "Identity",
     "JSONValue",
@@ -372,6 +374,10 @@ class ReindexCounts(Protocol):
     @property
     def seconds(self) -> float:
         """How long the pass took."""
+
+    @property
+    def pruned(self) -> int:
+        """Index members whose entry was gone, dropped by the prune pass at its end."""
 
 
 class BackgroundReindex(Protocol):

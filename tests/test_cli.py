@@ -212,6 +212,27 @@ def test_demo_exits_0_prints_refusal_and_envelope(cli: Run, tmp_path: Path) -> N
     assert elapsed < 10
 
 
+def test_demo_names_every_operator_command(cli: Run) -> None:
+    """The demo's closing list names every command ``--help`` lists (demo and secret aside)."""
+    listed = cli("--help", secret=None).stdout
+    commands = re.findall(r"^    ([a-z][a-z-]+)\b", listed.split("commands:", 1)[1], re.M)
+    assert {"verify", "erase", "audit", "reindex"} <= set(commands), commands
+    closing = cli("demo", secret=None).stdout.split("Next:", 1)[1]
+    missing = [c for c in commands if c not in ("demo", "secret") and c not in closing]
+    assert missing == [], closing
+
+
+def test_a_plain_reindex_runs_without_any_secret_as_its_help_says(
+    cli: Run, redis_url: str
+) -> None:
+    """``reindex --help`` says the index is rebuilt without a secret, and it is."""
+    text = " ".join(cli("reindex", "--help", secret=None).stdout.split())
+    assert "rebuilt without any secret" in text
+    done = cli("reindex", "--redis-url", redis_url, "--json", secret=None)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["pruned"] == 0
+
+
 def test_console_script_runs(tmp_path: Path) -> None:
     """The installed `remember-sync` console script reaches the same entry point."""
     script = Path(sys.executable).with_name("remember-sync")

@@ -473,6 +473,37 @@ def test_offline_cli_tools_find_the_keystore_in_the_environment(
         plugin.close()
 
 
+def test_export_without_the_keystore_names_it(
+    redis_store: RedisStore, redis_url: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    """``export`` without REMEMBER_KEYSTORE on entries sealed with subject keys says the
+    keystore is missing (their envelopes name a ``skid``), not only "do not decrypt"."""
+    plugin = RememberPlugin.init(
+        store=redis_store, clock=clock, skip_legacy_purge=True, background_reindex=False,
+        encryption={"secrets": [TEST_SECRET]}, keystore=str(tmp_path / "keys.sqlite"),
+    )
+    try:
+        _populate(plugin)
+        sealed = sum(
+            '"skid":"' in (redis_store.get(k) or "") for k in redis_store.scan("remember:v2:*")
+        )
+        assert sealed > 0
+        env = {"REMEMBER_SECRET": TEST_SECRET, "PATH": "/usr/bin:/bin",
+               "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        export = [sys.executable, "-m", "remember_sync", "export", "--redis-url", redis_url]
+        done = subprocess.run(export, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 1, done.stderr
+        assert f"{sealed} of them are sealed with a person's own key" in done.stderr
+        assert "set REMEMBER_KEYSTORE" in done.stderr
+        # With the keystore, nothing is reported missing.
+        env["REMEMBER_KEYSTORE"] = str(tmp_path / "keys.sqlite")
+        done = subprocess.run(export, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "REMEMBER_KEYSTORE" not in done.stderr
+    finally:
+        plugin.close()
+
+
 def test_serve_keystore_flag_reaches_init(tmp_path: Path) -> None:
     """``serve --keystore FILE`` builds the plugin with it: a file others can read is
     refused at start, naming the option; nothing starts."""

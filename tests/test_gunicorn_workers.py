@@ -61,12 +61,15 @@ class Reply:
 class Gunicorn(Served):
     """A gunicorn master on 127.0.0.1:<port chosen by the kernel> and everything it printed."""
 
-    def __init__(self, cwd: Path, redis_url: str) -> None:
+    def __init__(self, cwd: Path, redis_url: str | None, **store_env: str) -> None:
+        """*redis_url*: the store; ``None`` for the one *store_env* names (Vercel KV)."""
         runtime = cwd / "run"
         runtime.mkdir()
+        if redis_url is not None:
+            store_env = {"REMEMBER_REDIS_URL": redis_url, **store_env}
         env = child_env(
             REMEMBER_SECRET=SECRET,
-            REMEMBER_REDIS_URL=redis_url,
+            **store_env,
             # gunicorn >= 24 opens a control socket under XDG_RUNTIME_DIR (else ~/.gunicorn):
             # one of its own, so concurrent runs never share one.
             XDG_RUNTIME_DIR=str(runtime),

@@ -6,6 +6,7 @@ ruff and mypy (strict) are gates of ``.ci/run``, not tests.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ CORE = {
 # module (first dotted part below remember_sync) -> internal modules it may import.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
-    "types": {"errors"},
+    "types": {"errors", "_clock"},
     "_glob": set(),
     "_fork": set(),
     "_clock": set(),
@@ -181,6 +182,17 @@ def test_public_all_is_sorted_and_exported() -> None:
         assert getattr(remember_sync, name) is not None
 
 
+def test_private_modules_have_no_all() -> None:
+    """``__all__`` is the public surface: a private module (any ``_`` part) has none."""
+    found = [
+        _module_name(path) for path in _modules()
+        if any(part.startswith("_") and part != "__init__.py"
+               for part in path.relative_to(PACKAGE).parts)
+        and re.search(r"^__all__\b", path.read_text(encoding="utf-8"), re.M)
+    ]  # fmt: skip
+    assert found == []
+
+
 def test_py_typed_marker_present() -> None:
     """The package ships py.typed."""
     assert (PACKAGE / "py.typed").is_file()
@@ -191,14 +203,13 @@ def _module_name(path: Path) -> str:
     return ".".join(["remember_sync", *(rel.parts[:-1] if rel.name == "__init__" else rel.parts)])
 
 
-def test_no_import_cycles() -> None:
-    """No module reaches itself through module-level imports (imports inside functions are
-    made at call time and cannot deadlock the package's loading)."""
+def _import_graph(*, lazy: bool) -> dict[str, set[str]]:
+    """Each module's package imports; with *lazy*, those inside functions too."""
     modules = {_module_name(p): p for p in _modules()}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        lazy = {
+        inside = set() if lazy else {
             line
             for node in ast.walk(tree)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -207,19 +218,59 @@ def test_no_import_cycles() -> None:
         graph[name] = {
             max((m for m in modules if target == m or target.startswith(m + ".")), key=len)
             for target, line in _imports(path)
-            if line not in lazy and target.startswith("remember_sync")
+            if line not in inside and target.startswith("remember_sync")
         } - {name}
-    done: set[str] = set()
+    return graph
 
-    def visit(name: str, path: list[str]) -> None:
-        assert name not in path, "import cycle: " + " -> ".join(path[path.index(name):] + [name])
-        if name not in done:
-            for target in sorted(graph[name]):
-                visit(target, [*path, name])
-            done.add(name)
+
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every import circle of *graph* (one per strongly connected group), as text."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[str] = []
+
+    def connect(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for target in sorted(graph.get(name, ())):
+            if target not in index:
+                connect(target)
+                low[name] = min(low[name], low[target])
+            elif target in stack:
+                low[name] = min(low[name], index[target])
+        if low[name] == index[name]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == name:
+                    break
+            if len(group) > 1:
+                found.append(" <-> ".join(sorted(group)))
 
     for name in sorted(graph):
-        visit(name, [])
+        if name not in index:
+            connect(name)
+    return sorted(found)
+
+
+def test_no_import_cycles() -> None:
+    """No module reaches itself through module-level imports: loading the package never
+    depends on the order modules happen to be imported in."""
+    assert _cycles(_import_graph(lazy=False)) == []
+
+
+def test_no_import_cycles_through_function_level_imports() -> None:
+    """Not even through an import made inside a function: a module that imports the
+    module importing it is one design in two files."""
+    assert _cycles(_import_graph(lazy=True)) == []
+
+
+def test_the_cycle_check_sees_a_circle() -> None:
+    """Two modules importing each other, and a longer loop, are each reported once."""
+    graph = {"a": {"b"}, "b": {"a", "c"}, "c": set(), "x": {"y"}, "y": {"z"}, "z": {"x"}}
+    assert _cycles(graph) == ["a <-> b", "x <-> y <-> z"]
 
 
 # The private attributes that hold the core and the memory tools: each object reads

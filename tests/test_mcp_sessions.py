@@ -116,10 +116,12 @@ def test_sessions_and_their_ends_follow_the_servers_clock(
         assert http.tools_list(live) == 404
 
 
-def test_a_full_in_process_table_refuses_to_end_more_and_forgets_nothing(
+def test_a_caller_at_its_share_is_refused_and_nothing_of_it_is_forgotten(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """At max_ended_sessions a DELETE gets 503 (session left live); every ended one stays 404."""
+    """One caller filling the table (its share is the whole table here): its next DELETE gets
+    503 (session left live); every session it ended stays 404 -- a caller's own DELETE never
+    makes room by bringing back one of its ended sessions."""
     monkeypatch.setenv("REMEMBER_SECRET", TEST_SECRET)
     with threaded(create_app(max_ended_sessions=4)) as client:
         victim = client.initialize()
@@ -129,7 +131,7 @@ def test_a_full_in_process_table_refuses_to_end_more_and_forgets_nothing(
             assert client.end(sid).status_code == 204
         refused = client.end(own[3])
         assert refused.status_code == 503, refused.text
-        assert FULL_CODE not in refused.text and "limit" in refused.text
+        assert FULL_CODE not in refused.text and "its share" in refused.text
         assert refused.headers["Retry-After"]
         assert client.tools_list(own[3]) == 200  # not ended, and the caller was told so
         assert client.tools_list(victim) == 404

@@ -49,6 +49,25 @@ def test_bad_options_name_the_option(options: dict[str, Any], named: str) -> Non
     assert named in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"defualt_ttl": 60}, "'defualt_ttl' (did you mean 'default_ttl'?)"),
+        ({"key_prefx": "x:"}, "'key_prefx' (did you mean 'key_prefix'?)"),
+        ({"encryption": {"secrts": ["s" * 32]}}, "'secrts' (did you mean 'secrets'?)"),
+        ({"tools": {"enabeld": True}}, "'enabeld' (did you mean 'enabled'?)"),
+        ({"zzzzzz": 1}, "unknown option(s) 'zzzzzz'"),
+    ],
+)
+def test_a_misspelled_option_names_the_nearest_one(options: dict[str, Any], said: str) -> None:
+    """An unknown option or key suggests the nearest known name, and only when one is near."""
+    with pytest.raises(RememberConfigurationError) as info:
+        RememberPlugin.init(**options)
+    assert said in str(info.value)
+    if "zzzzzz" in options:
+        assert "did you mean" not in str(info.value)
+
+
 def test_global_store_without_config_has_its_code() -> None:
     """global-store with nothing configured: code GLOBAL_CONFIG_NOT_FOUND, says what to set."""
     with pytest.raises(RememberConfigurationError) as info:

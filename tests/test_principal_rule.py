@@ -5,8 +5,8 @@ quota and a rate limit, on the threaded server over HTTP) sees -- a static token
 principal, a host's signed-in user, an OAuth ``sub`` (a local issuer), an anonymous
 caller's session -- the writes are
 charged to the ledger of :func:`~remember_sync.identity.principal_of` and the requests are
-counted under that very name; an anonymous caller's ``initialize`` (no session yet) is
-counted by its address.
+counted under that very name; an anonymous caller is also counted by its address, for
+every request (opening sessions adds no budget).
 """
 
 from __future__ import annotations
@@ -117,9 +117,9 @@ def test_an_oauth_sub_is_one_principal_for_quota_and_rate_limit(
 def test_an_anonymous_caller_is_its_session_for_quota_and_rate_limit(
     server: Callable[..., Running],
 ) -> None:
-    """An anonymous caller is charged and counted as its verified session (its session
-    chain: every session is a principal of its own); its ``initialize`` is counted by
-    address."""
+    """An anonymous caller is charged and counted as its verified session (every session
+    is a principal of its own); every request of it, ``initialize`` included, is counted by
+    its address as well, so opening sessions adds no budget."""
     running = server()
     sessions = [running.session(), running.session()]
     _writes(running, sessions[0])
@@ -128,7 +128,8 @@ def test_an_anonymous_caller_is_its_session_for_quota_and_rate_limit(
         assert expected == "session\x00" + session["Mcp-Session-Id"]
         assert _charged(running.app, expected) == (WRITES if n == 0 else 0)
         assert _counted(running.app, expected) == (WRITES if n == 0 else 0)
-    assert _counted(running.app, "address\x00127.0.0.1") == 2  # the two initialize requests
+    # The two initialize requests and the writes.
+    assert _counted(running.app, "address\x00127.0.0.1") == 2 + WRITES
     assert principal_of(None, None) is None and principal_of("anon:x", None) is None
 
 
@@ -141,3 +142,15 @@ def test_the_rate_limiter_never_counts_an_unverified_session_as_the_caller(
     status, _, _ = running.post(call(2), forged)
     assert status == 404
     assert _counted(running.app, "address\x00127.0.0.1") == 1
+
+
+def test_every_anonymous_caller_shares_one_group_and_each_user_has_its_own() -> None:
+    """The unit of fair sharing (eviction, the ended-session table): a user is its own,
+    every anonymous session and the sessionless caller share ``"anonymous"``."""
+    from remember_sync.identity import sharing_group
+
+    alice, bob = principal_of("alice", "s-1"), principal_of("bob", None)
+    assert sharing_group(alice) == alice != sharing_group(bob) == bob
+    sessions = {sharing_group(principal_of(None, f"s-{n}")) for n in range(5)}
+    assert sessions == {sharing_group(None)} == {sharing_group(principal_of("anon:x", None))}
+    assert sessions == {"anonymous"}

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
+import re
 import typing
 from collections.abc import Iterator
 from types import ModuleType
@@ -80,7 +82,7 @@ def _signatures(name: str, obj: object) -> Iterator[tuple[str, Any]]:
     if not inspect.isclass(obj):
         return
     for attr, value in vars(obj).items():
-        if attr.startswith("_") and attr != "__init__":
+        if attr.startswith("_") and attr not in ("__init__", "__call__"):
             continue
         if isinstance(value, property) and value.fget is not None:
             yield f"{name}.{attr}", value.fget
@@ -102,13 +104,47 @@ def _hints(function: Any) -> dict[str, Any]:
             stand_ins[exc.name] = object
 
 
+def _private_aliases(exported: set[int]) -> dict[int, str]:
+    """``id -> "module.Name"`` of every type alias (``Clock = Callable[[], int]``) a private
+    module defines and no public module exports.  Resolving a hint loses an alias's name,
+    so a signature is also read as written."""
+    import remember_sync
+
+    found: dict[int, str] = {}
+    for info in pkgutil.walk_packages(remember_sync.__path__, "remember_sync."):
+        parts = info.name.split(".")[1:]
+        if "__main__" in parts or not any(part.startswith("_") for part in parts):
+            continue
+        module = importlib.import_module(info.name)
+        source = inspect.getsource(module)
+        for attr, value in vars(module).items():
+            defined_here = re.search(rf"^{attr}\b[^=\n]*=", source, re.M)
+            if typing.get_origin(value) is not None and id(value) not in exported and defined_here:
+                found[id(value)] = f"{info.name}.{attr}"
+    return found
+
+
+def _aliases_written(function: Any, aliases: dict[int, str]) -> Iterator[tuple[str, str]]:
+    """``(parameter, "module.Alias")`` for each private alias a signature names as written."""
+    namespace = getattr(function, "__globals__", {})
+    for parameter, written in getattr(function, "__annotations__", {}).items():
+        text = written if isinstance(written, str) else ""
+        for word in re.findall(r"[A-Za-z_]\w*", text):
+            value = namespace.get(word)
+            if value is not None and id(value) in aliases:
+                yield parameter, aliases[id(value)]
+
+
 def _private_types_in_public_signatures() -> list[str]:
     modules = _modules()
     exported = _exported_ids(modules)
+    aliases = _private_aliases(exported)
     found: set[str] = set()
     for module in modules:
         for name in _public_names(module):
             for label, function in _signatures(f"{module.__name__}.{name}", getattr(module, name)):
+                for parameter, alias in _aliases_written(function, aliases):
+                    found.add(f"{label} {parameter}: {alias}")
                 hints = _hints(function)
                 for parameter, annotation in hints.items():
                     for kind in _types_in(annotation):
@@ -138,6 +174,24 @@ def test_the_check_sees_a_private_type(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(types_module, "leaky", leaky, raising=False)
     monkeypatch.setattr(types_module, "__all__", [*types_module.__all__, "leaky"])
     assert "remember_sync.types.leaky cache: remember_sync._bounded.BoundedCache" in (
+        _private_types_in_public_signatures()
+    )
+
+
+def test_the_check_sees_a_private_type_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A public function annotated with a private alias (``StartResponse``) is reported
+    by the alias's name, which resolving the hint would lose."""
+    types_module = importlib.import_module("remember_sync.types")
+    from remember_sync.mcp._wsgi import StartResponse
+
+    def leaky(start_response: StartResponse) -> None:
+        """A public function taking a private alias."""
+
+    leaky.__module__ = types_module.__name__
+    monkeypatch.setattr(types_module, "leaky", leaky, raising=False)
+    monkeypatch.setattr(types_module, "__all__", [*types_module.__all__, "leaky"])
+    monkeypatch.setitem(leaky.__globals__, "StartResponse", StartResponse)
+    assert "remember_sync.types.leaky start_response: remember_sync.mcp._wsgi.StartResponse" in (
         _private_types_in_public_signatures()
     )
 

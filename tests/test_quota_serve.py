@@ -166,6 +166,35 @@ def test_filling_ones_share_of_ended_sessions_never_stops_another_caller(
     _fill_mallorys_share_then_alice_ends_hers(served.url, 10)
 
 
+def test_many_principals_never_fill_the_ended_session_table_for_another(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """serve --max-ended-sessions 50 --max-ended-per-principal 10: Mallory, with 20 tokens,
+    ends 200 sessions (10 per principal, each 204); the full table makes room from the
+    principal holding the most, so every DELETE of Alice's in between is 204 (never 503)
+    and the session she ended last stays ended."""
+    mallories = {f"mallory-{n:02d}-token-0123456789": f"mallory-{n:02d}" for n in range(20)}
+    tokens = write_tokens(tmp_path / "many-tokens", {ALICE: "alice", **mallories})
+    served = request.getfixturevalue("start_serve")(
+        "--auth-tokens", str(tokens),
+        "--max-ended-sessions", "50", "--max-ended-per-principal", "10",
+    )  # fmt: skip
+    ended_by_alice = []
+    for n in range(200):
+        token = list(mallories)[n % 20]
+        mallory = Caller(served.url, token)
+        assert _delete(served.url, mallory.headers["Mcp-Session-Id"], token) == 204, n
+        mallory.close()
+        if n % 40 == 39:
+            alice = Caller(served.url, ALICE)
+            sid = alice.headers["Mcp-Session-Id"]
+            assert _delete(served.url, sid, ALICE) == 204, n
+            alice.close()
+            ended_by_alice.append(sid)
+    assert len(ended_by_alice) == 5
+    assert _delete(served.url, ended_by_alice[-1], ALICE) == 404
+
+
 def test_serve_reads_the_ended_session_caps_from_the_environment(
     request: pytest.FixtureRequest, tokens_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

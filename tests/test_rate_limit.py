@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from remember_sync import Identity, RememberConfigurationError, RememberPlugin
+from remember_sync.errors import RateLimitOptionError
 from remember_sync.mcp import McpServer, create_app
 from remember_sync.mcp.auth import StaticTokenVerifier
 from remember_sync.mcp.httpd import make_server
@@ -35,6 +36,7 @@ from tests.test_gunicorn_workers import (
     tool_call,
     worker_pids,
 )
+from tests.test_memory_bounds import start_serve  # noqa: F401 - the fixture, by name
 
 VERSION = "2025-11-25"
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -134,32 +136,95 @@ def test_a_caller_over_the_limit_gets_429_with_retry_after_and_others_do_not(
     assert server.app.plugin.accessor(who).get("a") == 1
 
 
-def test_anonymous_callers_are_counted_by_session_and_opening_sessions_does_not_escape(
-    serve_app: Any,
+def _from(port: int, source: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+    """POST *body* to ``/mcp`` from the loopback address *source*; (status, headers)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    try:
+        conn.request("POST", "/mcp", json.dumps(body), {**HEADERS, **(headers or {})})
+        reply = conn.getresponse()
+        reply.read()
+        return reply.status, dict(reply.getheaders())
+    finally:
+        conn.close()
+
+
+def _new_session_and_a_call(port: int, source: str, n: int) -> list[int]:
+    """``initialize`` a new session from *source*, then one tool call in it: the statuses."""
+    status, headers = _from(port, source, INIT)
+    if status != 200:
+        return [status]
+    session = {"Mcp-Session-Id": headers["Mcp-Session-Id"], "MCP-Protocol-Version": VERSION}
+    return [status, _from(port, source, call(n), session)[0]]
+
+
+def test_one_address_opening_any_number_of_sessions_is_served_at_most_the_limit(
+    request: pytest.FixtureRequest,
 ) -> None:
-    """Without a principal, a session's requests count on that session; requests without one
-    (initialize) count on the address, so a caller cannot open sessions without limit."""
+    """``serve --allow-anonymous --rate-limit 4/minute`` (a real process, over HTTP): one
+    client address opening a new session for every call is served 4 requests in the window,
+    then only 429s; another address has its own 4."""
+    served = request.getfixturevalue("start_serve")("--rate-limit", "4/minute")
+    port = int(served.url.split(":")[2].split("/")[0])
+    statuses = [s for n in range(10) for s in _new_session_and_a_call(port, "127.0.0.1", n)]
+    assert statuses.count(200) == 4 and statuses[:4] == [200] * 4, statuses
+    assert set(statuses[4:]) == {429}, statuses
+    other = [s for n in range(3) for s in _new_session_and_a_call(port, "127.0.0.2", n)]
+    assert other[:4] == [200] * 4 and set(other[4:]) == {429}, other
+
+
+def _forwarded(port: int, client: str) -> int:
+    """``initialize`` through a proxy on 127.0.0.1 that says it forwards *client*."""
+    return int(_from(port, "127.0.0.1", INIT, {"X-Forwarded-For": client})[0])
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget(
+    request: pytest.FixtureRequest,
+) -> None:
+    """``serve --trusted-proxy 127.0.0.1 --rate-limit 2/minute``: anonymous callers are
+    counted by the address the proxy forwards (the last X-Forwarded-For hop), so one
+    client's requests never use another's budget, and a client cannot pick its address by
+    prefixing hops of its own."""
+    served = request.getfixturevalue("start_serve")(
+        "--rate-limit", "2/minute", "--trusted-proxy", "127.0.0.1"
+    )
+    port = int(served.url.split(":")[2].split("/")[0])
+    assert [_forwarded(port, "203.0.113.5") for _ in range(3)] == [200, 200, 429]
+    assert _forwarded(port, "203.0.113.6") == 200
+    assert _forwarded(port, "198.51.100.1, 203.0.113.5") == 429  # the proxy's hop counts
+
+
+def test_without_a_trusted_proxy_x_forwarded_for_is_ignored(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Without ``--trusted-proxy`` a client writing X-Forwarded-For gains no budget."""
+    served = request.getfixturevalue("start_serve")("--rate-limit", "2/minute")
+    port = int(served.url.split(":")[2].split("/")[0])
+    assert [_forwarded(port, f"203.0.113.{n}") for n in range(3)] == [200, 200, 429]
+
+
+def test_an_anonymous_session_counts_on_its_address_and_on_itself(serve_app: Any) -> None:
+    """In-process: an anonymous session's requests count on the client address, so a new
+    session gets no new budget."""
     server: Running = serve_app("3/minute")
     first = server.session()  # address: 1
-    for n in range(3):
-        assert server.post(call(n), first)[0] == 200  # session: 1..3
-    assert server.post(call(9), first)[0] == 429
-    server.session()  # address: 2
-    server.session()  # address: 3
-    status, headers, _ = server.post(INIT)
+    assert server.post(call(1), first)[0] == 200  # address: 2, session: 1
+    second = server.session()  # address: 3
+    status, headers, _ = server.post(call(2), second)
     assert status == 429 and int(headers["Retry-After"]) >= 1
+    assert server.post(INIT)[0] == 429
 
 
 def test_a_batch_counts_each_of_its_messages(serve_app: Any) -> None:
     """A 2025-03-26 batch of three tool calls costs three requests: with 3/minute the next
     request is refused (counted as one, it would pass), and so is a batch over the limit."""
-    server: Running = serve_app("3/minute")
-    session = server.session()
+    verifier = StaticTokenVerifier({"tok-alice-0123456789": "alice", "tok-bob-0123456789ab": "bob"})
+    server: Running = serve_app("4/minute", token_verifier=verifier)
+    session = server.session("tok-alice-0123456789")  # 1
     session["MCP-Protocol-Version"] = "2025-03-26"
-    status, _, replies = server.post([call(1), call(2), call(3)], session)
+    status, _, replies = server.post([call(1), call(2), call(3)], session)  # 2..4
     assert status == 200 and len(replies) == 3
     assert server.post(call(4), session)[0] == 429
-    other = server.session()  # another session (the address has room for it)
+    other = server.session("tok-bob-0123456789ab")  # another principal: 1
     other["MCP-Protocol-Version"] = "2025-03-26"
     assert server.post([call(n) for n in range(4)], other)[0] == 429
 
@@ -184,18 +249,24 @@ def test_limiter_keys_are_reserved_and_hashed_on_redis(
     assert not [k for k in keys if not k.startswith("remember:")]
 
 
-def test_the_limit_is_shared_through_a_redis_cluster(
-    serve_app: Any, redis_cluster_store: Store
-) -> None:
-    """Two servers over one Cluster share a caller's count (the store's own cluster client)."""
+@pytest.mark.parametrize("kind", ["redis_cluster", "vercel_kv"])
+def test_the_limit_is_shared_through_the_store(kind: str, request: pytest.FixtureRequest) -> None:
+    """Two servers over one Redis Cluster (its own cluster client) or one Vercel KV (its REST
+    client running the moving-window scripts) share a caller's count; the counts sit under
+    the reserved names, hashed."""
+    store: Store = request.getfixturevalue(f"{kind}_store")
+    serve_app = request.getfixturevalue("serve_app")
     verifier = StaticTokenVerifier({"tok-dan-0123456789ab": "dan"})
-    one: Running = serve_app("4/minute", store=redis_cluster_store, token_verifier=verifier)
-    two: Running = serve_app("4/minute", store=redis_cluster_store, token_verifier=verifier)
+    one: Running = serve_app("4/minute", store=store, token_verifier=verifier)
+    two: Running = serve_app("4/minute", store=store, token_verifier=verifier)
     session = one.session("tok-dan-0123456789ab")  # 1
     assert one.post(call(1), session)[0] == 200  # 2
     assert two.post(call(2), session)[0] == 200  # 3
     assert one.post(call(3), session)[0] == 200  # 4
-    assert two.post(call(4), session)[0] == 429
+    status, headers, _ = two.post(call(4), session)
+    assert status == 429 and 1 <= int(headers["Retry-After"]) <= 60
+    limiter = list(store.scan("remember:__ratelimit__:*"))
+    assert limiter and not [k for k in limiter if "dan" in k]
 
 
 def test_the_limit_is_counted_through_a_sentinel_primary(
@@ -207,10 +278,10 @@ def test_the_limit_is_counted_through_a_sentinel_primary(
     sentinels = sentinel_set_factory()
     store = RedisStore.from_url(sentinels.url)
     try:
-        server: Running = serve_app("2/minute", store=store)
-        session = server.session()  # counts on the address
-        assert server.post(call(1), session)[0] == 200
-        assert server.post(call(2), session)[0] == 200
+        server: Running = serve_app("3/minute", store=store)
+        session = server.session()  # the address: 1
+        assert server.post(call(1), session)[0] == 200  # 2
+        assert server.post(call(2), session)[0] == 200  # 3
         assert server.post(call(3), session)[0] == 429
         primary = store.client
         assert [k for k in primary.keys("remember:__ratelimit__:*")]
@@ -246,18 +317,25 @@ def test_a_store_failure_while_counting_is_503_never_a_free_pass(
 
 @pytest.mark.parametrize("rate", ["", "sixty", "60/fortnight", "0/minute", "1/second;2/minute"])
 def test_a_bad_rate_is_refused(rate: str) -> None:
-    """Anything but one rate is a configuration error naming the form expected."""
+    """Anything but one rate is a configuration error naming the form expected; being bad
+    input, it is a ValueError too (and never a bare one)."""
     with RememberPlugin.init(encryption={"secrets": [TEST_SECRET]}) as plugin:
-        with pytest.raises(RememberConfigurationError, match="60/minute"):
+        with pytest.raises(RememberConfigurationError, match="60/minute") as info:
             McpServer(plugin, rate_limit=rate)
+    assert isinstance(info.value, RateLimitOptionError) and isinstance(info.value, ValueError)
 
 
-def test_vercel_kv_has_no_shared_counter(kv_emulator: Any) -> None:
-    """The limits package cannot count in Vercel KV: said so at start, not at the first call."""
-    plugin = RememberPlugin.init(type="vercel-kv", url=kv_emulator.url, token=kv_emulator.token,
-                                 encryption={"secrets": [TEST_SECRET]}, skip_legacy_purge=True)
-    with plugin, pytest.raises(RememberConfigurationError, match="VercelKVStore"):
-        McpServer(plugin, rate_limit="60/minute")
+def test_a_vercel_kv_failure_while_counting_is_503_never_a_free_pass(
+    serve_app: Any, vercel_kv_store: Store, kv_emulator: Any, kv_redis: redis.Redis
+) -> None:
+    """The REST API failing while a request is counted: 503, nothing served."""
+    server: Running = serve_app("50/minute", store=vercel_kv_store)
+    session = server.session()
+    kv_emulator.inject(status=500, times=None)
+    status, headers, _ = server.post(call(1, "remember_this", key="k", value=1), session)
+    kv_emulator.clear_faults()
+    assert status == 503 and headers["Retry-After"]
+    assert not [k for k in kv_redis.keys("remember:v2:*")]
 
 
 def test_the_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -351,3 +429,43 @@ def test_the_accepted_rate_across_4_gunicorn_workers_is_within_10_percent_of_the
     assert {r.pid for r in replies} <= workers
     for reply in refused:
         assert "Too many requests" in reply.json()["error"]["message"]
+
+
+def test_vercel_kv_accepts_exactly_the_limit_per_window_across_4_gunicorn_workers(
+    tmp_path: Path, kv_emulator: Any, kv_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``REMEMBER_RATE_LIMIT=60/minute`` on Vercel KV, a real ``gunicorn -w 4``: one caller
+    sending 20 requests a second for 6 s over new connections (so every worker answers) is
+    served exactly 60 in the window, the opening two included, and refused the rest; both
+    answers come from several workers (a count per worker would accept up to four times
+    as many)."""
+    from tests.fixtures_kv import KV_TEST_TOKEN
+
+    require_component("gunicorn", find_spec("gunicorn") is not None, "pip install gunicorn")
+    monkeypatch.setenv("REMEMBER_RATE_LIMIT", "60/minute")
+    server = Gunicorn(tmp_path, None, KV_REST_API_URL=kv_emulator.url,
+                      KV_REST_API_TOKEN=KV_TEST_TOKEN)  # fmt: skip
+    try:
+        server.wait_ready(START_SECONDS)
+        workers = worker_pids(server.port)  # GETs: refused before the limit, not counted
+        session = initialize(server.port)  # initialize + notifications/initialized: 2
+        began = time.monotonic()
+
+        def paced(n: int) -> Any:
+            time.sleep(max(0.0, began + n / 20 - time.monotonic()))  # pacing, not syncing
+            return tool_call(server.port, session, "recall", {"key": "k"}, n)
+
+        with ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(paced, range(120)))
+        elapsed = time.monotonic() - began
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output, server.output
+    assert elapsed < 50, "the requests did not fit in one window"
+    accepted = [r for r in replies if r.status == 200]
+    refused = [r for r in replies if r.status == 429]
+    assert len(accepted) + len(refused) == len(replies), {r.status for r in replies}
+    assert 2 + len(accepted) == 60, (len(accepted), len(refused))
+    assert len({r.pid for r in accepted}) >= 2 and len({r.pid for r in refused}) >= 2
+    assert {r.pid for r in replies} <= workers
+    assert [k for k in kv_redis.keys("remember:__ratelimit__:*")]

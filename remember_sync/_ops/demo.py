@@ -147,5 +147,6 @@ def _walkthrough(s: _Script, clock: FakeClock) -> None:
     s.say("   is bound to its storage key, so a value copied to another key will not open.")
 
     s.say()
-    s.say("Next: `remember-sync --help` lists the operator commands (stats, doctor, export,")
-    s.say("import, rotate, reindex, purge-legacy); `remember-sync serve` runs an MCP server.")
+    s.say("Next: `remember-sync --help` lists the operator commands (list, get, set, forget,")
+    s.say("stats, doctor, export, import, rotate, reindex, purge-legacy, verify, erase, audit);")
+    s.say("`remember-sync serve` runs an MCP server.")

@@ -25,8 +25,6 @@ from .._search import (
 from ..errors import RememberConfigurationError, RememberDecryptionError
 from .walk import Item, Report, walk_entries
 
-__all__ = ["EmbedResult", "embed_entries", "embedder_settings"]
-
 #: The members of the entry JSON written from its fields (the rest are kept as read).
 _FIELDS = frozenset({"value", "brand", "createdAt", "updatedAt", "expiresAt", "metadata"})
 
@@ -39,9 +37,7 @@ class EmbedResult(Report):
     embedded: int = 0
     current: int = 0
     expired: int = 0
-    unreadable: int = 0
     contended: int = 0
-    unreadable_keys: list[str] = field(default_factory=list)
     contended_keys: list[str] = field(default_factory=list)
 
 

@@ -59,8 +59,6 @@ class StoreStats(Report):
     expired: int = 0
     #: Readable, but sealed by a previous secret or in the other envelope form.
     stale: int = 0
-    unreadable: int = 0
-    unreadable_keys: list[str] = field(default_factory=list)
     legacy: int = 0
     marker: bool = False
     other: int = 0

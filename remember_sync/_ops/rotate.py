@@ -42,8 +42,6 @@ class RotateResult(Report):
     current: int = 0
     expired: int = 0
     vanished: int = 0
-    unreadable: int = 0
-    unreadable_keys: list[str] = field(default_factory=list)
     contended: int = 0
     contended_keys: list[str] = field(default_factory=list)
     #: Doubled-prefix entries moved into the single layout (also counted in ``rotated``).

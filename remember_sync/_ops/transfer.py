@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 from .._codec import check_json_value
 from .._core import AccessorCore
-from .._crypto import Keyring
+from .._crypto import Keyring, parse_envelope
 from .._keys import check_key, parse_storage_key, storage_key
 from .._progress import Progress
 from .._sessions import SessionSigner
@@ -44,8 +44,9 @@ class ExportResult(Report):
 
     exported: int = 0
     expired: int = 0
-    unreadable: int = 0
-    unreadable_keys: list[str] = field(default_factory=list)
+    #: Of the unreadable, those sealed with a person's own key (the envelope names a
+    #: subject key, ``skid``) while no keystore is configured.
+    need_keystore: int = 0
     #: Doubled-prefix keys not read because ``read_doubled_prefix`` is off.
     doubled_unread: int = 0
 
@@ -61,6 +62,14 @@ def _decrypted_record(
     }
     # A scope's unused identity parts are None (Namespace), and so are absent options.
     return {k: v for k, v in record.items() if v is not None or k == "value"}
+
+
+def _names_subject_key(stored: str) -> bool:
+    """Whether *stored* is an envelope sealed with a person's own key (it names a ``skid``)."""
+    try:
+        return parse_envelope(stored).skid is not None
+    except RememberDecryptionError:
+        return False
 
 
 def export_entries(
@@ -79,6 +88,7 @@ def export_entries(
     """
     result = ExportResult()
     prefix = core.prefix
+    keyring = core.codec.keyring
     result.doubled_unread, items = walk_entries(
         core, label="export", progress_stream=progress_stream
     )
@@ -87,6 +97,8 @@ def export_entries(
             continue  # shadowed: the application reads (and we export) its twin
         if item.entry is None:
             result.note("unreadable", item.stored_at)
+            if keyring is not None and keyring.subjects is None and _names_subject_key(item.raw):
+                result.need_keystore += 1
             continue
         now = core.clock()
         entry = item.entry
@@ -129,9 +141,7 @@ class ImportResult(Report):
     imported: int = 0
     existing: int = 0
     expired: int = 0
-    unreadable: int = 0
     existing_keys: list[str] = field(default_factory=list)
-    unreadable_keys: list[str] = field(default_factory=list)
     #: Entries not written: they would take their principal over its quota.
     over_quota: int = 0
     over_quota_keys: list[str] = field(default_factory=list)

@@ -40,8 +40,6 @@ from ..stores.base import Store
 from ..types import Namespace
 from .walk import BATCH, MAX_LISTED
 
-__all__ = ["VerifyResult", "eviction_warning", "open_witness", "verify_store"]
-
 
 @dataclass
 class VerifyResult:

@@ -15,7 +15,7 @@ reads them.  A doubled-prefix key whose single-layout twin also exists is
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TextIO
 
 from .._codec import EntryCodec
@@ -48,9 +48,16 @@ def list_keys(store: Store, prefix: str) -> list[str]:
     return sorted(seen)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Report:
-    """Base of the operators' reports: counters, and the keys behind some of them."""
+    """Base of the operators' reports: counters, and the keys behind some of them.
+
+    Every report counts the entries no configured secret opens (``unreadable``)
+    and names the first of them (``unreadable_keys``).
+    """
+
+    unreadable: int = 0
+    unreadable_keys: list[str] = field(default_factory=list)
 
     def note(self, kind: str, key: str) -> None:
         """Count one more *kind* (``unreadable``...) and name *key* in ``<kind>_keys``.

@@ -88,7 +88,8 @@ def _store_options() -> argparse.ArgumentParser:
         metavar="URL",
         type=_redis_url,
         help=f"Redis server, redis://[[user]:password@]host[:port][/db], or Sentinel, "
-        f"redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db] (default: "
+        f"redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db], or "
+        f"Cluster, redis+cluster://[[user]:password@]host:port[,host:port...] (default: "
         f"${REDIS_URL_ENV} if set)",
     )
     group.add_argument(

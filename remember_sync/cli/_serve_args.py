@@ -8,6 +8,7 @@ Building the CLI's parser imports this module only; the MCP server
 from __future__ import annotations
 
 import argparse
+import ipaddress
 
 from .._config import (
     BOUND_ENV,
@@ -18,6 +19,7 @@ from .._config import (
     DEFAULT_PATH,
     ENDED_ENV,
     MAX_VALUE_BYTES_ENV,
+    METRICS_PATH,
     QUOTA_BYTES_ENV,
     QUOTA_ENTRIES_ENV,
     RATE_LIMIT_ENV,
@@ -80,10 +82,6 @@ def _origin(text: str) -> str:
         ) from None
 
 
-#: Where ``--metrics`` serves the Prometheus text.
-METRICS_PATH = "/metrics"
-
-
 def _rate(text: str) -> str:
     from ..mcp._ratelimit import check_rate
 
@@ -92,6 +90,13 @@ def _rate(text: str) -> str:
     except RememberError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
     return text
+
+
+def _address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an IP address; got {text!r}") from None
 
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -299,10 +304,21 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--rate-limit",
         type=_rate,
         metavar="RATE",
-        help="at most RATE requests per caller (principal; an anonymous one by session, else "
-        "address), e.g. 60/minute, in any moving window; more get 429 with Retry-After. "
-        f"Shared by every worker through Redis (default: ${RATE_LIMIT_ENV}; none). Needs "
-        "pip install 'remember-sync[limits]'",
+        help="at most RATE requests per caller (principal; an anonymous one by address, "
+        "however many sessions it opens), e.g. 60/minute, in any moving window; more get 429 "
+        "with Retry-After. Shared by every worker through Redis or Vercel KV "
+        f"(default: ${RATE_LIMIT_ENV}; none). Needs pip install 'remember-sync[limits]'",
+    )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        type=_address,
+        metavar="ADDR",
+        help="a reverse proxy in front of the server (repeatable): for requests from ADDR "
+        "the client's address is the last X-Forwarded-For entry that is not a trusted "
+        "proxy (the rate limit counts anonymous callers by it); without it, "
+        "X-Forwarded-For is ignored",
     )
     parser.add_argument(
         "--metrics",

@@ -69,10 +69,11 @@ def add_maintenance_commands(c: Commands) -> None:
             "namespace's listing index (entries written by FrontMCP 1.8.0, by releases before "
             "the index, or by a plugin with listing='scan' are in none), then record that the "
             "fleet is indexed: plugins then list each namespace without scanning the database. "
-            "Idempotent and safe beside running applications. Without --embeddings it needs no "
-            "secret: values are not read. With --embeddings, it also seals a search vector into "
-            "every entry that has none for the model: that needs --embedder and the secret, "
-            "from the sources below.")
+            "Idempotent and safe beside running applications. Values are not read, so the "
+            "index is rebuilt without any secret.\n\nWith --embeddings it also seals a search "
+            "vector into every entry that has none for the model; only that reads values, so "
+            "the secret options and the secret sources below are for --embeddings (with "
+            "--embedder).")
     p.add_argument("--embeddings", action="store_true",
                    help="also embed entries for search (see docs/search.rst)")
     p.add_argument("--embedder", metavar="MODULE:NAME",

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .._config import QUOTA_BYTES_ENV, QUOTA_ENTRIES_ENV, quota_settings
+from .._config import KEYSTORE_ENV, QUOTA_BYTES_ENV, QUOTA_ENTRIES_ENV, quota_settings
 from ..errors import DemoFailed, RememberDecryptionError
 from ..types import BRANDS, RememberEntry
 from ._common import (
@@ -307,6 +307,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
         _stderr(
             f"{PROG}: {result.unreadable} entries do not decrypt with the configured secrets and "
             f"were NOT exported: {_listed(result.unreadable_keys, result.unreadable)}"
+        )
+    if result.need_keystore:
+        _stderr(
+            f"{PROG}: {result.need_keystore} of them are sealed with a person's own key (their "
+            f"envelope names a subject key, \"skid\") and no keystore is configured: set "
+            f"{KEYSTORE_ENV} to the keystore the application uses (docs/audit.rst)"
         )
     if result.doubled_unread:
         _stderr(

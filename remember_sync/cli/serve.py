@@ -17,12 +17,14 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from .._config import (
     DEFAULT_PATH,
+    METRICS_PATH,
     RATE_LIMIT_ENV,
     StoreSettings,
     env_rate_limit,
@@ -47,7 +49,6 @@ from ..mcp.server import McpServer
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 from ._common import PROG
-from ._serve_args import METRICS_PATH
 
 __all__ = ["run_serve", "run_server"]
 
@@ -238,6 +239,7 @@ def run_serve(args: argparse.Namespace) -> int:
             port=args.port,
             store=_store_description(chosen, plugin.store),
             access=access,
+            trusted_proxies=frozenset(args.trusted_proxy),
         )
     finally:
         plugin.close()
@@ -278,6 +280,24 @@ def _describe(app: McpServer, store: str | None, access: Access) -> list[str]:
     return lines
 
 
+def _behind(app: WSGIApp, trusted: frozenset[str]) -> WSGIApp:
+    """*app* behind the reverse proxies at *trusted* addresses: for a request one of them
+    sends, ``REMOTE_ADDR`` becomes the last ``X-Forwarded-For`` entry that is not itself a
+    trusted proxy (the nearest client no trusted hop vouches for); any other request's
+    ``X-Forwarded-For`` is ignored, since a client may write anything there."""
+
+    def forwarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("REMOTE_ADDR") in trusted:
+            header = str(environ.get("HTTP_X_FORWARDED_FOR") or "")
+            hops = [hop.strip() for hop in header.split(",") if hop.strip()]
+            client = next((hop for hop in reversed(hops) if hop not in trusted), None)
+            if client is not None:
+                environ = {**environ, "REMOTE_ADDR": client}
+        return app(environ, start_response)
+
+    return forwarded
+
+
 def run_server(
     app: McpServer | WSGIApp,
     *,
@@ -307,10 +327,11 @@ def _run(
     port: int,
     store: str | None,
     access: Access | None,
+    trusted_proxies: frozenset[str] = frozenset(),
 ) -> int:
     """:func:`run_server`; with *access* (``serve``) also the identity lines and client configs."""
     try:
-        httpd = make_server(host, port, app)
+        httpd = make_server(host, port, _behind(app, trusted_proxies) if trusted_proxies else app)
     except OSError as exc:
         sys.stderr.write(f"{PROG} serve: error: cannot listen on {host}:{port}: {exc.strerror}\n")
         return 1

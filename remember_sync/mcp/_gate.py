@@ -99,7 +99,10 @@ class SessionGate:
         if limiter is None or cost < 1:
             return None
         try:
-            wait = limiter.retry_after(self.rate_caller(request), cost)
+            for caller in self.rate_callers(request):
+                wait = limiter.retry_after(caller, cost)
+                if wait is not None:
+                    break
         except RememberUnavailableError as exc:
             log.warning("remember-sync MCP: %s", exc.message)
             return _Response.unavailable("the rate limit could not be checked")
@@ -108,16 +111,25 @@ class SessionGate:
         _metrics.RATE_LIMITED.add()
         return _Response.too_many(limiter.rate, wait)
 
-    def rate_caller(self, request: McpRequest) -> str:
-        """Whom a request counts against: the principal its quota is charged to
-        (:func:`~remember_sync.identity.principal_of`); an anonymous caller without a
-        verified session yet (``initialize``, a stateless request) by its network
-        address, which opening new sessions does not change."""
-        principal, session = request.principal, None
-        if is_anonymous(principal):
-            # Only an anonymous caller is its session: verify the one it sent.
-            sent, now = request.session_id, self.clock()
-            if sent is not None and self.session_signer.verify(sent, principal, now_ms=now):
-                session = sent
-        who = principal_of(principal, session)
-        return who if who is not None else "address\x00" + request.remote_addr
+    def rate_callers(self, request: McpRequest) -> tuple[str, ...]:
+        """Whom a request counts against, each with the whole budget.
+
+        A signed-in caller: its principal (:func:`~remember_sync.identity.principal_of`),
+        the one its quota is charged to, wherever it connects from.  An anonymous
+        caller: its network address (``REMOTE_ADDR``: behind a reverse proxy, the
+        address the proxy forwards, once the server trusts it -- ``serve
+        --trusted-proxy``, werkzeug's ``ProxyFix``), so opening sessions never adds
+        to its budget; and, once it
+        has a verified session, that session's principal too, so a session shared
+        between addresses has no more than one budget either.
+        """
+        principal = request.principal
+        if not is_anonymous(principal):
+            return (str(principal_of(principal, None)),)
+        address = "address\x00" + request.remote_addr
+        sent, now = request.session_id, self.clock()
+        if sent is not None and self.session_signer.verify(sent, principal, now_ms=now):
+            session = principal_of(principal, sent)
+            if session is not None:
+                return (address, session)
+        return (address,)

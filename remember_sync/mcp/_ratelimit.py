@@ -7,9 +7,10 @@ plugin's memory lives, so every worker sharing the store shares the limit:
 
 * Redis (standalone, Sentinel or Cluster): the store's own client, through
   ``limits``' Redis storage (one Lua script per request, one key per caller);
-* the in-process memory store: ``limits``' memory storage, per process;
-* Vercel KV: not supported (``limits`` has no Upstash REST storage):
-  :class:`~remember_sync.errors.RememberConfigurationError`.
+* Vercel KV: the same storage and the same Lua scripts, each run as one
+  ``EVAL`` through the store's REST client
+  (:meth:`~remember_sync.stores.VercelKVStore.run_script`);
+* the in-process memory store: ``limits``' memory storage, per process.
 
 The limiter's keys are ``<key prefix>__ratelimit__:...``, a name no memory key
 can take (memory keys are ``<prefix>v2:...`` and ``<prefix>global:...``), and
@@ -23,11 +24,17 @@ import importlib
 import math
 import sys
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import _metrics
 from .._crypto import Keyring, b64url_encode
-from ..errors import RememberConfigurationError, RememberUnavailableError
+from ..errors import (
+    RateLimitOptionError,
+    RememberConfigurationError,
+    RememberStoreError,
+    RememberUnavailableError,
+)
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 
@@ -53,44 +60,70 @@ def check_rate(text: object, source: str = "rate limit") -> Any:
     """*text* (``"60/minute"``, ``"20/second"``, ``"1000 per hour"``) as a ``limits`` item.
 
     :param source: what gave it, for the message (``"--rate-limit"``, a variable name).
-    :raises RememberConfigurationError: not one rate, or the extra is missing.
+    :raises RateLimitOptionError: not one rate (a :class:`ValueError` too).
+    :raises RememberConfigurationError: the ``limits`` extra is missing.
     """
     limits = _limits()
-    try:
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(text)
-        items = limits.parse_many(text.strip())
-    except ValueError:
-        items = []
+    items = []
+    if isinstance(text, str) and text.strip():
+        try:
+            items = limits.parse_many(text.strip())
+        except ValueError:
+            items = []
     if len(items) != 1 or items[0].amount < 1:
         what = f"{source} must" if source else "must"
-        raise RememberConfigurationError(
-            f"{what} be one rate like 60/minute, 20/second or 1000/hour; got {text!r}"
+        raise RateLimitOptionError(
+            f"{what} be one rate like 60/minute, 20/second or 1000/hour; got {text!r}", source
         )
     return items[0]
 
 
 def _storage(store: Store, prefix: str) -> Any:
-    """A ``limits`` storage beside *store*: its Redis client, or process memory."""
+    """A ``limits`` storage beside *store*: its Redis or REST client, or process memory."""
     limits = _limits()
     key_prefix = prefix + RESERVED_NAME
     if isinstance(store, MemoryStore):
         return limits.storage.MemoryStorage(wrap_exceptions=True)
+    kind = _metrics.store_kind(store)
     client = getattr(store, "client", None)
-    if client is None or _metrics.store_kind(store) not in ("redis", "redis-cluster"):
-        raise RememberConfigurationError(
-            f"a rate limit needs the memory store or Redis; {type(store).__name__} has no "
-            "shared counter the limits package can use (see docs/limits-and-metrics.rst)"
-        )
-    return _client_storage(limits)(client, key_prefix)
+    if kind in ("redis", "redis-cluster") and client is not None:
+        return _client_storage(limits, client, key_prefix, None)
+    if kind == "vercel-kv" and callable(getattr(store, "run_script", None)):
+        return _client_storage(limits, _RestScripts(store), key_prefix, RememberStoreError)
+    raise RememberConfigurationError(
+        f"a rate limit needs the memory store, Redis or Vercel KV; {type(store).__name__} "
+        "has no shared counter the limits package can use (see docs/limits-and-metrics.rst)"
+    )
 
 
-def _client_storage(limits: Any) -> Any:
-    """``limits``' Redis storage over an existing redis-py client (standalone, Sentinel,
-    Cluster), as its own Cluster storage does with the client it builds."""
+class _RestScripts:
+    """What ``limits``' Redis storage asks of a redis-py client for the moving window --
+    ``register_script`` -- over a Vercel KV store's REST client (one ``EVAL`` a call)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def register_script(self, script: str | bytes) -> Callable[..., Any]:
+        text = script.decode("utf-8") if isinstance(script, bytes) else script
+
+        def run(keys: Sequence[str] = (), args: Sequence[object] = ()) -> Any:
+            return self._store.run_script(text, keys, args)
+
+        return run
+
+    def ping(self) -> bool:
+        return bool(self._store.run_script("return 1") == 1)
+
+
+def _client_storage(
+    limits: Any, client: Any, key_prefix: str, failures: type[Exception] | None
+) -> Any:
+    """``limits``' Redis storage over an existing client (redis-py standalone, Sentinel,
+    Cluster, as its own Cluster storage does with the client it builds; or
+    :class:`_RestScripts`, whose *failures* are the store's errors)."""
 
     class ClientRedisStorage(limits.storage.RedisStorage):  # type: ignore[misc]
-        def __init__(self, client: Any, key_prefix: str) -> None:
+        def __init__(self) -> None:
             self.key_prefix = key_prefix
             self.target_server = "redis"
             self.dependency = self.dependencies["redis"].module
@@ -98,7 +131,11 @@ def _client_storage(limits: Any) -> Any:
             self.initialize_storage("redis://")
             limits.storage.Storage.__init__(self, None, wrap_exceptions=True)
 
-    return ClientRedisStorage
+        @property
+        def base_exceptions(self) -> Any:
+            return failures if failures is not None else super().base_exceptions
+
+    return ClientRedisStorage()
 
 
 class RateLimiter:
@@ -129,7 +166,7 @@ class RateLimiter:
     def retry_after(self, caller: str, cost: int = 1) -> int | None:
         """Count *cost* requests of *caller*; ``None`` when allowed, else seconds to wait.
 
-        :param caller: who is asking (see ``SessionGate.rate_caller`` in
+        :param caller: who is asking (see ``SessionGate.rate_callers`` in
             :mod:`remember_sync.mcp._gate`); only its keyed hash reaches the store.
         :raises RememberUnavailableError: the counts cannot be read or written.
         """

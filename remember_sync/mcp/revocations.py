@@ -15,36 +15,35 @@ Where the record lives:
   on the next request.  The key holds a digest, never the id, and is no entry:
   no scope lists it, the legacy purge and ``rotate``/``export`` leave it (the
   operator tools count it among "other keys").
-* the in-process memory store: a private, never-evicting
-  :class:`~remember_sync.stores.memory.MemoryStore` of this server.  The
-  plugin's memory store may evict (``max_entries``, ``max_bytes``), and an
-  evicted record would bring its session back.  Records expire with their
-  sessions; their number is capped (``max_local``), and so is each
-  principal's share of it (``max_per_principal``; every anonymous caller
-  together counts as one principal, since an anonymous caller can open any
-  number of sessions): one caller ending its own sessions fills its own share,
-  never the table, and every other caller can still end theirs.  When a
-  share (or the table) is full a ``DELETE`` is refused with ``503`` rather
-  than any record being dropped: an ended session never comes back, at worst
-  a caller cannot end one until its older records expire.  It is one
-  process's memory: a restart forgets it (together with every memory the
-  store held).
+* the in-process memory store: a private table of this server, apart from the
+  plugin's memory store (whose own bounds would evict records without regard
+  to whose they are).  Records expire with their sessions.  Each principal
+  (:func:`~remember_sync.identity.principal_of`; every anonymous caller
+  together counts as one, since an anonymous caller can open any number of
+  sessions) may hold ``max_per_principal`` of them: a ``DELETE`` beyond that
+  share is refused with ``503`` until its older records expire.  The table
+  holds ``max_local`` in all; when it is full, the oldest records of the
+  principal holding the most make room.  So no number of principals can fill
+  it for the others: a caller below its share can always end its session, and
+  what is given up is a record of whoever holds the most (whose ended session
+  then comes back for the rest of its signed lifetime -- for the principal it
+  was issued to only).  It is one process's memory: a restart forgets it
+  (together with every memory the store held).
 
-Nothing is ever evicted: a shared store must not be configured to evict keys
-either (Redis ``maxmemory-policy noeviction``, its default).
+A shared store holds every record until it expires: it must not be configured to
+evict keys (Redis ``maxmemory-policy noeviction``, its default).
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 
 from .._clock import Clock, system_clock
 from .._config import DEFAULT_MAX_ENDED_PER_PRINCIPAL, DEFAULT_MAX_ENDED_SESSIONS
-from .._fork import after_fork_in_child
 from .._keys import ended_session_key
 from .._sessions import session_digest
 from ..errors import RememberInputError, RememberQuotaError, RememberStoreError
+from ..identity import principal_of, sharing_group
 from ..stores.base import OwnedWrite, Store
 from ..stores.memory import MemoryStore
 
@@ -87,21 +86,14 @@ class EndedSessions:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise RememberInputError(f"{name} must be a positive int; got {value!r}")
         self.local = isinstance(store, MemoryStore)
-        # A store of its own, without a bound: a bounded one evicts, and an evicted
-        # record would bring its session back.
-        self._store: Store = MemoryStore(max_entries=None, clock=clock) if self.local else store
+        #: The in-process table, bounded by *max_local*: when it is full, its fair
+        #: eviction takes the oldest record (earliest deadline) of the owner holding the most.
+        self._table = MemoryStore(max_entries=max_local, clock=clock) if self.local else None
+        self._store: Store = store if self._table is None else self._table
         # The private table needs no prefix (it holds nothing else): shorter keys.
         self._prefix = "" if self.local else prefix
         self.max_local = max_local
         self.max_per_principal = min(max_per_principal, max_local)
-        self._lock = threading.Lock()
-        after_fork_in_child(self._after_fork_in_child)
-
-    def _after_fork_in_child(self) -> None:
-        # Another thread of the parent may have held the lock at the fork (see _fork).
-        # It only makes "count, then write" one step; the table itself is a MemoryStore,
-        # which renews its own lock.
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         where = "in-process" if self.local else "shared store"
@@ -122,42 +114,35 @@ class EndedSessions:
     ) -> None:
         """Record *session_id* as ended until *deadline_ms* (``None``: for good).
 
-        :param principal: who ends it (``None``: an anonymous caller); its share
-            of the in-process table is what it may fill.
+        :param principal: who ends it, a user id (``None``: an anonymous caller);
+            its share of the in-process table is what it may fill.
         :raises RememberStoreError: nothing was recorded (the store failed, or
-            the in-process table or the principal's share of it is full: code
+            the principal's share of the in-process table is full: code
             :data:`FULL_CODE`).
         """
         ttl_ms = None if deadline_ms is None else max(1, deadline_ms - now_ms) + CLOCK_MARGIN_MS
-        if not self.local:
+        if self._table is None:
             # When it was ended, for an operator looking at the store.
             self._store.set(self._key(session_id), f'{{"endedAt":{now_ms}}}', ttl_ms=ttl_ms)
             return
-        with self._lock:  # the count and the write together, so the cap holds
-            assert isinstance(self._store, MemoryStore)
-            if len(self._store) >= self.max_local:
-                raise RememberStoreError(
-                    f"this server already remembers {self.max_local} ended sessions, its "
-                    "limit; no more can be ended until the oldest expire",
-                    code=FULL_CODE,
-                )
-            # The share is counted by the table itself, under an owner that is a hash
-            # of the principal (in-process only; nothing of it is shown).
-            owner = hashlib.sha256(f"ended by\x00{principal or ''}".encode()).hexdigest()
-            try:
-                self._store.write_owned(OwnedWrite(
-                    self._key(session_id), _LOCAL_RECORD, owner, ttl_ms=ttl_ms,
-                    quota=(self.max_per_principal, None),
-                ))  # fmt: skip
-            except RememberQuotaError:
-                raise RememberStoreError(
-                    f"this caller already has {self.max_per_principal} ended sessions "
-                    "remembered, its share of this server's table; it can end more when the "
-                    "oldest expire",
-                    code=FULL_CODE,
-                ) from None
+        # The share is counted by the table itself, under an owner that is a hash of
+        # the principal (in-process only; nothing of it is shown).
+        group = sharing_group(principal_of(principal, None))
+        owner = hashlib.sha256(f"ended by\x00{group}".encode()).hexdigest()
+        try:
+            self._table.write_owned(OwnedWrite(
+                self._key(session_id), _LOCAL_RECORD, owner, ttl_ms=ttl_ms,
+                quota=(self.max_per_principal, None),
+            ))  # fmt: skip
+        except RememberQuotaError:
+            raise RememberStoreError(
+                f"this caller already has {self.max_per_principal} ended sessions "
+                "remembered, its share of this server's table; it can end more when the "
+                "oldest expire",
+                code=FULL_CODE,
+            ) from None
 
     def close(self) -> None:
         """Drop the in-process table (a shared store is the plugin's to close)."""
-        if self.local:
-            self._store.close()
+        if self._table is not None:
+            self._table.close()

@@ -19,7 +19,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from .. import _metrics
 from .._clock import Clock, system_clock
@@ -41,7 +41,6 @@ from ._ratelimit import RateLimiter
 from ._wsgi import (
     HttpEndpoint,
     McpRequest,
-    StartResponse,
     _Response,
     check_cors_origin,
     default_max_body_bytes,
@@ -49,6 +48,9 @@ from ._wsgi import (
 from .auth import FROM_HOST, PrincipalResolver, TokenVerifier, _FromHost, host_auth
 from .authoring import ToolContext, ToolFunction, UserTool
 from .protocol import INVALID_PARAMS
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse
 from .revocations import DEFAULT_MAX_LOCAL, DEFAULT_MAX_PER_PRINCIPAL, EndedSessions
 
 __all__ = ["McpServer"]

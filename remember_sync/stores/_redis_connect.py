@@ -51,6 +51,10 @@ DEFAULT_WAIT_TIMEOUT_MS = 100
 #: Port of a sentinel named without one in a ``redis+sentinel://`` URL.
 SENTINEL_PORT = 26379
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+#: A Redis Cluster named by its nodes: ``redis+cluster://host:port[,host:port...]``.
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+#: Port of a cluster node named without one.
+CLUSTER_PORT = 6379
 #: Connect and reply timeout (at most) of the one-off check of a sentinel, after "no master".
 PROBE_TIMEOUT = 0.5
 
@@ -224,23 +228,68 @@ class SentinelURL:
     ssl: bool
 
 
-def _host_port(text: str) -> tuple[str, int]:
+@dataclass(frozen=True)
+class ClusterURL:
+    """A parsed ``redis+cluster://`` / ``rediss+cluster://`` URL."""
+
+    nodes: list[tuple[str, int]]
+    username: str | None
+    password: str | None
+    ssl: bool
+
+
+def _host_port(text: str, what: str = "sentinel", port: int = SENTINEL_PORT) -> tuple[str, int]:
     if text.startswith("["):  # [IPv6]:port
         host, bracket, rest = text[1:].partition("]")
         if not bracket or (rest and not rest.startswith(":")):
-            raise ValueError(f"sentinel {text!r}: write an IPv6 host in brackets, [::1]:26379")
+            raise ValueError(f"{what} {text!r}: write an IPv6 host in brackets, [::1]:{port}")
         port_text = rest[1:]
     else:
         host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
         if ":" in host or "[" in host or "]" in host:
-            raise ValueError(f"sentinel {text!r}: write an IPv6 host in brackets, [::1]:26379")
+            raise ValueError(f"{what} {text!r}: write an IPv6 host in brackets, [::1]:{port}")
     if not host:
-        raise ValueError(f"sentinel {text!r} has no host")
+        raise ValueError(f"{what} {text!r} has no host")
     if not port_text:
-        return host, SENTINEL_PORT
+        return host, port
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"sentinel {text!r} has a bad port")
+        raise ValueError(f"{what} {text!r} has a bad port")
     return host, int(port_text)
+
+
+def _url_parts(url: str, schemes: Sequence[str]) -> tuple[str, str, str | None, str | None, str]:
+    """``(scheme, hosts, username, password, path)`` of a URL naming several hosts."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in schemes:
+        raise ValueError(f"not a {' or '.join(s + '://' for s in schemes)} URL")
+    check_url_userinfo(url)
+    if "?" in rest or "#" in rest:
+        raise ValueError("query strings are not supported; pass options in config")
+    netloc, _, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    return scheme.lower(), hosts, username, password, path
+
+
+def parse_cluster_url(url: str) -> ClusterURL:
+    """``redis+cluster://[user:password@]host[:port][,host[:port]...]``.
+
+    Each host is a startup node (one is enough: the client asks it for the
+    others); ``rediss+cluster://`` connects with TLS.  A cluster has database 0
+    only, so there is no path.  Raises :class:`ValueError` with a message that
+    never contains the password.
+    """
+    scheme, hosts, username, password, path = _url_parts(url, CLUSTER_SCHEMES)
+    if path.strip("/"):
+        raise ValueError("a cluster has database 0 only: the URL takes no path")
+    nodes = [_host_port(h, "node", CLUSTER_PORT) for h in hosts.split(",") if h]
+    if not nodes:
+        raise ValueError("names no cluster node")
+    return ClusterURL(nodes, username, password, scheme == "rediss+cluster")
 
 
 #: Characters that end the user-info part of a URL early unless percent-encoded.
@@ -274,19 +323,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     ``sentinel_kwargs`` for sentinels that need their own).  Raises
     :class:`ValueError` with a message that never contains the password.
     """
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() not in SENTINEL_SCHEMES:
-        raise ValueError("not a redis+sentinel:// or rediss+sentinel:// URL")
-    check_url_userinfo(url)
-    if "?" in rest or "#" in rest:
-        raise ValueError("query strings are not supported; pass options in config")
-    netloc, _, path = rest.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
+    scheme, hosts, username, password, path = _url_parts(url, SENTINEL_SCHEMES)
     sentinels = [_host_port(h) for h in hosts.split(",") if h]
     if not sentinels:
         raise ValueError("names no sentinel host")
@@ -299,7 +336,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
             raise ValueError(f"db {parts[1]!r} is not a whole number")
         db = int(parts[1])
     return SentinelURL(
-        sentinels, unquote(parts[0]), db, username, password, scheme.lower() == "rediss+sentinel"
+        sentinels, unquote(parts[0]), db, username, password, scheme == "rediss+sentinel"
     )
 
 

@@ -26,7 +26,7 @@ import functools
 import logging
 import ssl
 from collections.abc import Callable, Iterator, Mapping, MutableSet, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.cluster
@@ -49,18 +49,22 @@ from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, script_input
 from ._owned_redis import OwnedRedisWrites
 from ._redis_cas import key_slot, new_token, slot_tag
 from ._redis_connect import (
+    CLUSTER_SCHEMES,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRIES,
     DEFAULT_SOCKET_TIMEOUT,
     DEFAULT_WAIT_TIMEOUT_MS,
     SENTINEL_SCHEMES,
     TLS_FILES,
+    ClusterURL,
     NoPrimaryFound,
+    SentinelURL,
     check_connection_options,
     check_options,
     check_sentinels,
     check_url_userinfo,
     connection_retry,
+    parse_cluster_url,
     parse_sentinel_url,
     redacted_url,
     sentinel_master,
@@ -240,6 +244,36 @@ def _matching(members: list[Any], pattern: bytes) -> list[tuple[Any, str]]:
         except AttributeError:  # a client built with decode_responses=True
             return [(m, m) for m in members if matches(m)]
     return [(m, _s(m)) for m in members if matches(_b(_s(m)).decode("latin-1"))]
+
+
+_Parsed = TypeVar("_Parsed", SentinelURL, ClusterURL)
+
+
+def _parsed_url(url: str, parse: Callable[[str], _Parsed]) -> _Parsed:
+    """*url* parsed by *parse*; a malformed one is named without its password."""
+    try:
+        return parse(url)
+    except ValueError as exc:
+        raise RememberConfigurationError(
+            f"invalid Redis url {redacted_url(url)!r}: {exc}"
+        ) from None
+
+
+def _options_beside(
+    parsed: SentinelURL | ClusterURL, given: Mapping[str, Any], also: set[str], kind: str
+) -> dict[str, Any]:
+    """The keyword options given beside a ``redis+<kind>://`` URL (credentials, TLS
+    files, and *also*), with what the URL says winning, as with ``redis://`` URLs."""
+    allowed = {"password", "username", "ssl_check_hostname", *TLS_FILES, *also}
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise RedisOptionError(unknown[0], f"not accepted with a redis+{kind}:// URL")
+    options = dict(given)
+    for name in ("password", "username", "db"):
+        value = getattr(parsed, name, None)
+        if value is not None:
+            options[name] = value
+    return options
 
 
 class RedisStore(OwnedRedisWrites):
@@ -441,9 +475,12 @@ class RedisStore(OwnedRedisWrites):
         query may hold only the options in ``URL_OPTIONS`` of
         ``_redis_connect`` (``?socket_timeout=2``, ``?ssl_cert_reqs=none`` in a
         ``rediss://`` URL, ...), each checked like the keyword argument; any
-        other name is a :class:`RedisOptionError` naming it.  The
-        store owns the client.  For Redis Cluster build a
-        :class:`redis.cluster.RedisCluster` yourself and pass it as ``client=``.
+        other name is a :class:`RedisOptionError` naming it.
+        ``redis+cluster://[[user]:password@]host[:port][,host[:port]...]``
+        (``rediss+cluster://`` for TLS) names Redis Cluster nodes to start from
+        (database 0, no query).  The store owns the client.  For other Cluster
+        settings build a :class:`redis.cluster.RedisCluster` yourself and pass
+        it as ``client=``.
         """
         if not isinstance(url, str) or not url:
             raise RememberConfigurationError("Redis url must be a non-empty string")
@@ -465,6 +502,8 @@ class RedisStore(OwnedRedisWrites):
             timeouts["wait_timeout_ms"] = wait_timeout_ms
         if scheme in SENTINEL_SCHEMES:
             return cls._from_sentinel_url(url, timeouts, client_options)
+        if scheme in CLUSTER_SCHEMES:
+            return cls._from_cluster_url(url, timeouts, client_options)
         if "sentinel_kwargs" in client_options:
             raise RedisOptionError("sentinel_kwargs", "only applies with a redis+sentinel:// URL")
         tls = scheme == "rediss" or client_options.get("ssl") is True
@@ -502,22 +541,8 @@ class RedisStore(OwnedRedisWrites):
     def _from_sentinel_url(
         cls, url: str, timeouts: dict[str, Any], client_options: dict[str, Any]
     ) -> RedisStore:
-        try:
-            parsed = parse_sentinel_url(url)
-        except ValueError as exc:
-            raise RememberConfigurationError(
-                f"invalid Redis url {redacted_url(url)!r}: {exc}"
-            ) from None
-        allowed = {"password", "username", "db", "sentinel_kwargs", *TLS_FILES}
-        allowed.add("ssl_check_hostname")
-        unknown = sorted(set(client_options) - allowed)
-        if unknown:
-            raise RedisOptionError(unknown[0], "not accepted with a redis+sentinel:// URL")
-        options = dict(client_options)
-        # As with redis:// URLs, what the URL says wins over the keyword arguments.
-        for name in ("password", "username", "db"):
-            if getattr(parsed, name) is not None:
-                options[name] = getattr(parsed, name)
+        parsed = _parsed_url(url, parse_sentinel_url)
+        options = _options_beside(parsed, client_options, {"db", "sentinel_kwargs"}, "sentinel")
         return cls(
             sentinels=parsed.sentinels,
             service_name=parsed.service_name,
@@ -525,6 +550,35 @@ class RedisStore(OwnedRedisWrites):
             **timeouts,
             **options,
         )
+
+    @classmethod
+    def _from_cluster_url(
+        cls, url: str, timeouts: dict[str, Any], client_options: dict[str, Any]
+    ) -> RedisStore:
+        parsed = _parsed_url(url, parse_cluster_url)
+        options = _options_beside(parsed, client_options, set(), "cluster")
+        check_options({**options, **timeouts}, tls=parsed.ssl)
+        nodes = [
+            redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+            for host, port in parsed.nodes
+        ]
+        try:
+            # The client asks a startup node for the slot map as it is built.
+            client = redis.cluster.RedisCluster(
+                startup_nodes=nodes, ssl=parsed.ssl, decode_responses=False,
+                socket_timeout=timeouts["socket_timeout"],
+                socket_connect_timeout=timeouts["socket_connect_timeout"], **options,
+            )  # fmt: skip
+        except (rx.RedisError, rx.RedisClusterException) as exc:
+            raise RememberStoreError(
+                f"cannot reach the Redis Cluster at {redacted_url(url)!r} "
+                f"({type(exc).__name__}: {redacted_url(str(exc))})"
+            ) from None
+        store = cls.__new__(cls)
+        store._init(
+            client, True, wait=(timeouts["wait_replicas"], timeouts.get("wait_timeout_ms"))
+        )
+        return store
 
     # -- introspection ------------------------------------------------------------
 

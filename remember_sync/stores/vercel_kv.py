@@ -510,6 +510,22 @@ class VercelKVStore:
         self._index_of = merged_index_of(self._index_of, index_of)
         return False
 
+    def run_script(
+        self, script: str, keys: Sequence[str] = (), args: Sequence[object] = (),
+        *, idempotent: bool = False,
+    ) -> Any:
+        """One ``EVAL`` of *script* through this store's REST client, its reply decoded
+        (for a counter of your own beside the store, e.g. the MCP server's rate limit).
+
+        Failures are handled as for the store's own commands (see the module docs);
+        a script that is not *idempotent* is not sent again after a lost reply.
+
+        :raises RememberStoreError: the request failed or the script raised.
+        """
+        contract.check_keys(keys)
+        command = ["EVAL", script, str(len(keys)), *keys, *(str(a) for a in args)]
+        return self._command(command, idempotent=idempotent)
+
     def _number(self, command: list[str], what: str, *, idempotent: bool = True) -> int:
         """Run *command*, whose reply is a count: that count (or RememberStoreError)."""
         result = self._command(command, idempotent=idempotent)

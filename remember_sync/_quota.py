@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ._bounded import BoundedCache
 from ._crypto import Keyring, b64url_encode
-from .errors import RememberConfigurationError
-from .identity import current_identity, principal_of
-from .stores.base import Quota
+from .errors import RememberConfigurationError, RememberInputError
+from .identity import current_identity, is_anonymous, principal_of
+from .stores.base import OwnedWrites, Quota
 from .types import Identity, Namespace
 
 #: The keys of ``RememberPlugin.init(quota={...})``.
@@ -127,3 +127,24 @@ class Owners:
         else:
             digest = b64url_encode(hashlib.blake2b(data, digest_size=16).digest())
         return self._head + "{" + digest + "}"
+
+    def usage(self, store: OwnedWrites, user_id: object, session_id: object) -> dict[str, int]:
+        """``RememberPlugin.quota_usage``: the live entries and bytes charged to a principal.
+
+        :raises RememberInputError: neither or both of a signed-in *user_id* and a
+            *session_id*, or an anonymous *user_id*.
+        """
+        if isinstance(user_id, int) and not isinstance(user_id, bool):
+            user_id = str(user_id)
+        if (user_id is None) == (session_id is None):
+            raise RememberInputError("quota_usage takes exactly one of user_id and session_id")
+        if user_id is not None and (not isinstance(user_id, str) or is_anonymous(user_id)):
+            raise RememberInputError(f"user_id must name a signed-in user; got {user_id!r}")
+        if session_id is not None and not (isinstance(session_id, str) and session_id):
+            raise RememberInputError(f"session_id must be a non-empty str; got {session_id!r}")
+        if isinstance(user_id, str):
+            principal = "user\x00" + user_id
+        else:
+            principal = "session\x00" + cast(str, session_id)
+        entries, nbytes = store.owner_usage(self.tag(principal))
+        return {"entries": entries, "bytes": nbytes}

@@ -12,7 +12,7 @@ import functools
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 from . import _metrics, _options
 from ._audit import AuditTrail, audit_settings
@@ -39,7 +39,7 @@ from ._secrets import resolve_keyring
 from ._shred import SubjectKeys, keystore_from
 from .accessor import RememberAccessor, accessor_for
 from .errors import RememberConfigurationError
-from .stores.base import Store
+from .stores.base import OwnedWrites, Store
 from .stores.memory import MemoryStore
 from .tools import MemoryTools
 from .tools.results import tools_disabled_result
@@ -527,6 +527,26 @@ class RememberPlugin:
             event.outcome = "counted" if dry_run else "erased"
             event.count, event.ref = receipt.total, receipt.mac
         return receipt
+
+    def quota_usage(
+        self, *, user_id: str | int | None = None, session_id: str | None = None
+    ) -> dict[str, int]:
+        """What one principal holds against its quota: ``{"entries": N, "bytes": B}``.
+
+        The principal is a signed-in *user_id* (every session of theirs), or, for
+        an anonymous caller, its *session_id* -- the principal each write is
+        charged to (``docs/many-users.rst``).  Entries past their deadline are not
+        counted.  The keys are those of the ``quota`` option.
+
+        :raises RememberConfigurationError: the plugin charges no writes (no ``quota``).
+        :raises RememberInputError: neither or both of *user_id* and *session_id*, or
+            an anonymous *user_id*.
+        :raises RememberStoreError: the store failed.
+        """
+        charges = self._core.charges
+        if charges is None:
+            raise RememberConfigurationError("quota_usage needs a plugin built with quota=...")
+        return charges.usage(cast(OwnedWrites, self._core.store), user_id, session_id)
 
     @property
     def audit(self) -> AuditTrail | None:

@@ -36,7 +36,7 @@ from ._bounded import BoundedCache
 from ._clock import Clock
 from ._codec import EntryCodec
 from ._crypto import Keyring, b64url_encode, open_sealed, seal
-from ._keys import glob_escape, parse_storage_key
+from ._keys import CAS_HEAD, glob_escape, index_key_of, parse_storage_key
 from .errors import RememberDecryptionError, RememberInputError
 from .identity import STATELESS_USER_PREFIX, current_identity, is_anonymous
 from .stores.base import Store
@@ -349,6 +349,20 @@ def _plan(book: OwnerBook, user: str, doubled: bool) -> _Plan:
     return plan
 
 
+def _markers(store: Store, prefix: str, doomed: set[str]) -> list[str]:
+    """The compare-and-set markers (:func:`~remember_sync._keys.cas_marker_key`, with or
+    without a cluster's hash tag) of the keys in *doomed*."""
+    head = prefix + CAS_HEAD
+    found = []
+    for marker in store.scan(glob_escape(head) + "*"):
+        rest = marker[len(head) :]
+        if rest.startswith("{") and "}" in rest:
+            rest = rest[rest.index("}") + 1 :]
+        if prefix + rest in doomed:
+            found.append(marker)
+    return found
+
+
 def _unreadable(
     store: Store, codec: EntryCodec, found: Sequence[tuple[str, str, Namespace]]
 ) -> int:
@@ -398,12 +412,19 @@ def erase(
     doubled: bool,
     dry_run: bool,
     shred: Callable[[str, int, bool], int] | None = None,
+    refund: Callable[[str, Sequence[str]], None] | None = None,
 ) -> ErasureReceipt:
     """Delete every entry of *user_id* (see the module docstring); the receipt.
+
+    Besides the entries and owner records, the listing indexes of the erased
+    namespaces and the entries' compare-and-set markers go (they name the
+    entries' keys, session ids included).
 
     :param shred: with subject keys, destroys the person's keys first --
         ``shred(user_id, now, dry_run)``, how many -- so that every copy of their
         entries is unreadable even if deleting them stops half-way.
+    :param refund: with quotas, ``refund(user_id, keys)`` after the deletes: the
+        person's charges and usage ledger go.
 
     :raises RememberInputError: *user_id* is not a non-empty str, or is anonymous
         (an ``anon:`` principal is shared, nobody's to erase).
@@ -424,6 +445,15 @@ def erase(
         doomed = [full for full, _, _ in every] + plan.owner_keys
         for i in range(0, len(doomed), _BATCH):
             store.delete(*doomed[i : i + _BATCH])
+        gone = {full for full, _, _ in every}
+        # The listing indexes of the erased namespaces (a cluster prunes them only later)
+        # and the entries' compare-and-set markers: both name the person's keys.
+        indexes = {index_key_of(book.prefix, full) for full in gone} - {None}
+        leftovers = sorted(i for i in indexes if i) + _markers(store, book.prefix, gone)
+        for i in range(0, len(leftovers), _BATCH):
+            store.delete(*leftovers[i : i + _BATCH])
+        if refund is not None:
+            refund(user_id, [full for full, _, _ in every])
         book.forget_noted()
     fields: dict[str, object] = {
         "subject": subject_hashes(codec, user_id)[0],

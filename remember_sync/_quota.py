@@ -23,14 +23,15 @@ entries.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from ._bounded import BoundedCache
 from ._crypto import Keyring, b64url_encode
 from .errors import RememberConfigurationError, RememberInputError
 from .identity import current_identity, is_anonymous, principal_of
-from .stores.base import OwnedWrites, Quota
+from .stores._quota_lua import sizes_key
+from .stores.base import OwnedWrites, Quota, Store
 from .types import Identity, Namespace
 
 #: The keys of ``RememberPlugin.init(quota={...})``.
@@ -38,6 +39,7 @@ QUOTA_OPTIONS = ("entries", "bytes")
 #: Principals whose tag is kept (oldest dropped first).
 _TAGS_CACHED = 4096
 _MESSAGE = b"remember_sync quota owner\x00"
+_ERASE_BATCH = 500
 
 
 def check_quota(quota: object) -> Quota | None:
@@ -148,3 +150,12 @@ class Owners:
             principal = "session\x00" + cast(str, session_id)
         entries, nbytes = store.owner_usage(self.tag(principal))
         return {"entries": entries, "bytes": nbytes}
+
+    def erase(self, store: OwnedWrites, user_id: str, keys: Sequence[str]) -> None:
+        """Erasure's part: refund the person's erased *keys*, then drop what is left of
+        their usage ledger, so that nothing in the store lists their keys."""
+        tag = self.tag("user\x00" + user_id)
+        for start in range(0, len(keys), _ERASE_BATCH):
+            store.delete_owned(tag, *keys[start : start + _ERASE_BATCH])
+        # A ledger in the store (Redis, Vercel KV): its two keys; other stores have none.
+        cast(Store, store).delete(tag, sizes_key(tag))

@@ -496,7 +496,9 @@ class RememberPlugin:
         session and tool scope writes record the owner) unless someone else is
         recorded too; tool scope under those sessions; their ``stateless-user:``
         session; the owner records -- in our key layout and, with
-        ``read_doubled_prefix``, in 1.8.0's.  Entries there that the secrets
+        ``read_doubled_prefix``, in 1.8.0's; the listing indexes of those
+        namespaces and the entries' compare-and-set markers; with a ``quota``,
+        the person's charges and usage ledger (their quota is whole again).  Entries there that the secrets
         cannot read are deleted too (they lie in the person's namespaces) and
         counted.  Nobody else's entry is deleted.  Sessions that hold entries but
         have no recorded owner cannot be attributed: they are left and counted
@@ -523,6 +525,9 @@ class RememberPlugin:
                 doubled=core.read_doubled_prefix,
                 dry_run=dry_run,
                 shred=_shredder(subjects),
+                refund=None if (charges := core.charges) is None else functools.partial(
+                    charges.erase, cast(OwnedWrites, core.store)
+                ),
             )
             event.outcome = "counted" if dry_run else "erased"
             event.count, event.ref = receipt.total, receipt.mac

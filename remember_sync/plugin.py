@@ -499,8 +499,8 @@ class RememberPlugin:
         ``read_doubled_prefix``, in 1.8.0's; the listing indexes of those
         namespaces and the entries' compare-and-set markers; with a ``quota``,
         the person's charges and usage ledger (their quota is whole again).
-        Entries there that the secrets cannot read are deleted too (they lie in the person's namespaces) and
-        counted.  Nobody else's entry is deleted.  Sessions that hold entries but
+        Entries there that the secrets cannot read are deleted too (they lie in
+        the person's namespaces) and counted.  Nobody else's entry is deleted.  Sessions that hold entries but
         have no recorded owner cannot be attributed: they are left and counted
         (``docs/audit.rst`` says how to answer a deletion request).  With
         ``encryption={"subject_keys": True}`` the person's keys are destroyed in

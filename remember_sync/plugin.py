@@ -492,17 +492,16 @@ class RememberPlugin:
     def erase(self, *, user_id: str | int, dry_run: bool = False) -> ErasureReceipt:
         """Delete every entry of one person, in every scope; return a receipt.
 
-        What goes: the user's namespace; every session recorded as theirs (their
-        session and tool scope writes record the owner) unless someone else is
-        recorded too; tool scope under those sessions; their ``stateless-user:``
-        session; the owner records -- in our key layout and, with
-        ``read_doubled_prefix``, in 1.8.0's; the listing indexes of those
-        namespaces and the entries' compare-and-set markers; with a ``quota``,
-        the person's charges and usage ledger (their quota is whole again).
-        Entries there that the secrets cannot read are deleted too (they lie in
-        the person's namespaces) and counted.  Nobody else's entry is deleted.  Sessions that hold entries but
-        have no recorded owner cannot be attributed: they are left and counted
-        (``docs/audit.rst`` says how to answer a deletion request).  With
+        What goes: the user's namespace; every session recorded as theirs (their session
+        and tool scope writes record the owner) unless someone else is recorded too;
+        tool scope under those sessions; their ``stateless-user:`` session; the owner
+        records -- in our key layout and, with ``read_doubled_prefix``, in 1.8.0's; the
+        listing indexes of those namespaces and the entries' compare-and-set markers;
+        with a ``quota``, the person's charges and usage ledger (their quota is whole
+        again).  Entries there that the secrets cannot read are deleted too (they lie in
+        the person's namespaces) and counted.  Nobody else's entry is deleted.  Sessions
+        that hold entries but have no recorded owner cannot be attributed: they are left
+        and counted (``docs/audit.rst`` says how to answer a deletion request).  With
         ``encryption={"subject_keys": True}`` the person's keys are destroyed in
         the keystore first (``keys_destroyed``), so copies of their entries taken
         before -- backups, replicas, exports -- can no longer be opened.

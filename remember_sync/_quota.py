@@ -23,6 +23,7 @@ entries.
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -130,6 +131,19 @@ class Owners:
             digest = b64url_encode(hashlib.blake2b(data, digest_size=16).digest())
         return self._head + "{" + digest + "}"
 
+    def tags(self, principal: str) -> tuple[str, ...]:
+        """*principal*'s owner tag under every configured secret, the current one first
+        (the older ones name the ledgers charged before a rotation)."""
+        if self._keyring is None:
+            return (self.tag(principal),)
+        data = _MESSAGE + principal.encode("utf-8", "surrogatepass")
+        keys = self._keyring.purpose_keys(Keyring.SESSION_SIGNING_INFO)
+        found = [
+            self._head + "{" + b64url_encode(hmac.new(k, data, hashlib.sha256).digest()[:16]) + "}"
+            for k in keys
+        ]
+        return tuple(dict.fromkeys(found))
+
     def usage(self, store: OwnedWrites, user_id: object, session_id: object) -> dict[str, int]:
         """``RememberPlugin.quota_usage``: the live entries and bytes charged to a principal.
 
@@ -153,9 +167,11 @@ class Owners:
 
     def erase(self, store: OwnedWrites, user_id: str, keys: Sequence[str]) -> None:
         """Erasure's part: refund the person's erased *keys*, then drop what is left of
-        their usage ledger, so that nothing in the store lists their keys."""
-        tag = self.tag("user\x00" + user_id)
+        their usage ledgers (under every configured secret), so that nothing in the
+        store lists their keys."""
+        tags = self.tags("user\x00" + user_id)
         for start in range(0, len(keys), _ERASE_BATCH):
-            store.delete_owned(tag, *keys[start : start + _ERASE_BATCH])
+            store.delete_owned(tags[0], *keys[start : start + _ERASE_BATCH])
         # A ledger in the store (Redis, Vercel KV): its two keys; other stores have none.
-        cast(Store, store).delete(tag, sizes_key(tag))
+        for tag in tags:
+            cast(Store, store).delete(tag, sizes_key(tag))

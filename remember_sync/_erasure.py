@@ -349,6 +349,21 @@ def _plan(book: OwnerBook, user: str, doubled: bool) -> _Plan:
     return plan
 
 
+def _delete(book: OwnerBook, entries: list[str], owner_keys: list[str]) -> None:
+    """Delete the person's *entries* and owner records, then the listing indexes of the
+    erased namespaces (a cluster prunes them only later) and the entries' compare-and-set
+    markers: both name the person's keys."""
+    store = book.store
+    doomed = entries + owner_keys
+    for i in range(0, len(doomed), _BATCH):
+        store.delete(*doomed[i : i + _BATCH])
+    gone = set(entries)
+    indexes = {index_key_of(book.prefix, full) for full in gone}
+    leftovers = sorted(i for i in indexes if i) + _markers(store, book.prefix, gone)
+    for i in range(0, len(leftovers), _BATCH):
+        store.delete(*leftovers[i : i + _BATCH])
+
+
 def _markers(store: Store, prefix: str, doomed: set[str]) -> list[str]:
     """The compare-and-set markers (:func:`~remember_sync._keys.cas_marker_key`, with or
     without a cluster's hash tag) of the keys in *doomed*."""
@@ -442,16 +457,7 @@ def erase(
     unreadable = _unreadable(store, codec, every)
     destroyed = 0 if shred is None else shred(user_id, now, dry_run)
     if not dry_run:
-        doomed = [full for full, _, _ in every] + plan.owner_keys
-        for i in range(0, len(doomed), _BATCH):
-            store.delete(*doomed[i : i + _BATCH])
-        gone = {full for full, _, _ in every}
-        # The listing indexes of the erased namespaces (a cluster prunes them only later)
-        # and the entries' compare-and-set markers: both name the person's keys.
-        indexes = {index_key_of(book.prefix, full) for full in gone} - {None}
-        leftovers = sorted(i for i in indexes if i) + _markers(store, book.prefix, gone)
-        for i in range(0, len(leftovers), _BATCH):
-            store.delete(*leftovers[i : i + _BATCH])
+        _delete(book, [full for full, _, _ in every], plan.owner_keys)
         if refund is not None:
             refund(user_id, [full for full, _, _ in every])
         book.forget_noted()

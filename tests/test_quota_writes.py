@@ -149,11 +149,9 @@ def test_count_after_a_mixed_workload(make_plugin: Any) -> None:
     6 entries under entries=10 can write exactly 4 more."""
     plugin = make_plugin(quota={"entries": 10, "bytes": 1_000_000}, tools={"enabled": True})
     alice = plugin.accessor(ALICE)
-    alice.set("a", 1, scope="user")
-    alice.set("b", 1, scope="user")
-    alice.set("s1", 1, scope="session")
-    alice.set("tmp:1", 1, scope="session")
-    alice.set("tmp:2", 1, scope="session")
+    for key, scope in (("a", "user"), ("b", "user"), ("s1", "session"), ("tmp:1", "session"),
+                       ("tmp:2", "session")):  # fmt: skip
+        alice.set(key, 1, scope=scope)
     alice.update("a", 2, scope="user")
     alice.increment("b", scope="user")
     alice.increment("c", scope="user")

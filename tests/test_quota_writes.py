@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from remember_sync import Identity, RememberPlugin, RememberQuotaError
+from tests.features.raw_scan import RAW_CLIENT
 
 ALICE = Identity(session_id="s-alice", user_id="alice")
 ALICE_2 = Identity(session_id="s-alice-2", user_id="alice")
@@ -190,3 +191,30 @@ def test_quota_usage_arguments(make_plugin: Any) -> None:
             plugin.quota_usage(**bad)
     with pytest.raises(RememberConfigurationError, match="quota"):
         make_plugin().quota_usage(user_id="alice")
+
+
+@pytest.mark.parametrize("store_kind", ["redis", "redis_cluster", "vercel_kv"], indirect=True)
+def test_the_ledger_stays_consistent(
+    make_plugin: Any, store_kind: str, request: pytest.FixtureRequest
+) -> None:
+    """After compare-and-sets, tool writes and forgets, the ledger in the store lists in its
+    sorted set exactly the members its sizes hash has, and the hash's total is their sum."""
+    plugin = make_plugin(quota={"entries": 10, "bytes": 1_000_000}, tools={"enabled": True})
+    alice = plugin.accessor(ALICE)
+    for n in range(4):
+        alice.set(f"k{n}", n, scope="user")
+        alice.increment(f"k{n}", scope="user")
+        tool(plugin, "remember_this", {"key": f"t{n}", "value": n, "scope": "session"}, ALICE)
+        tool(plugin, "remember_this", {"key": f"t{n}", "value": -n, "scope": "session"}, ALICE)
+    alice.forget("k0", scope="user")
+    assert alice.forget_many(scope="session", pattern="t1") == 1
+    client = request.getfixturevalue(RAW_CLIENT[store_kind])
+    [ledger] = [k for k in client.scan_iter(match="remember:__quota__:*", count=1000)
+                if not k.endswith(b"#sizes")]  # fmt: skip
+    members = set(client.zrange(ledger, 0, -1))
+    sizes = client.hgetall(ledger + b"#sizes")
+    total = int(sizes.pop(b""))
+    sizes.pop(b"\x00reconciled", None)
+    assert set(sizes) == members and len(members) == 6
+    assert total == sum(int(v) for v in sizes.values())
+    assert plugin.quota_usage(user_id="alice") == {"entries": 6, "bytes": total}

@@ -26,6 +26,7 @@ from remember_sync.errors import RememberConfigurationError
 from remember_sync.stores.base import Store
 from remember_sync.stores.memory import MemoryStore
 from remember_sync.testing import HashingEmbedder
+from tests.features.raw_scan import naming, raw_texts
 
 FEATURES = ("quota", "audit", "subject_keys", "search", "metrics")
 #: Every pair of features, and all of them.
@@ -124,7 +125,8 @@ def workload(plugin: RememberPlugin, who: Identity) -> None:
 
 @pytest.mark.parametrize("features", COMBINATIONS, ids="+".join)
 def test_every_operation_under_the_combination(
-    make_plugin: Any, features: tuple[str, ...], keystore: MemoryStore, store: Store
+    make_plugin: Any, features: tuple[str, ...], keystore: MemoryStore, store: Store,
+    store_kind: str, request: pytest.FixtureRequest,
 ) -> None:
     plugin = make_plugin(**options(features, keystore))
     for who in (ALICE, BOB):
@@ -160,12 +162,16 @@ def test_every_operation_under_the_combination(
     assert searched(plugin, ALICE, "green grass cat") == set()
     assert plugin.accessor(BOB).get("colour", scope="user") == "green grass"
     assert "pet" in searched(plugin, BOB, "cat")
+    if "audit" in features:
+        assert plugin.audit is not None
+        plugin.audit.flush()
+    # Nothing in the store names alice any more (bob's keys have the same names).
+    assert naming(raw_texts(store_kind, store, request), [ALICE.user_id or "", "s-alice"]) == []
     counts_exact(plugin, features)
     if "quota" in features:
         assert plugin.quota_usage(user_id=str(ALICE.user_id)) == {"entries": 0, "bytes": 0}
     if "audit" in features:
         assert plugin.audit is not None
-        plugin.audit.flush()
         assert plugin.audit.verify()
         kinds = {event.op for event in plugin.audit.events()}
         assert {"set", "forget", "forget_many", "import", "rotate", "erase"} <= kinds

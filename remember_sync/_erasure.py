@@ -36,7 +36,7 @@ from ._bounded import BoundedCache
 from ._clock import Clock
 from ._codec import EntryCodec
 from ._crypto import Keyring, b64url_encode, open_sealed, seal
-from ._keys import glob_escape, parse_storage_key
+from ._keys import CAS_HEAD, glob_escape, index_key_of, parse_storage_key
 from .errors import RememberDecryptionError, RememberInputError
 from .identity import STATELESS_USER_PREFIX, current_identity, is_anonymous
 from .stores.base import Store
@@ -252,6 +252,8 @@ class _Plan:
     sessions: set[str] = field(default_factory=set)
     unattributed: set[str] = field(default_factory=set)
     shared: set[str] = field(default_factory=set)
+    #: Compare-and-set markers in the person's namespaces (their entries may be gone).
+    markers: list[str] = field(default_factory=list)
 
 
 def _pages(store: Store, pattern: str) -> Iterator[list[tuple[str, str]]]:
@@ -346,7 +348,42 @@ def _plan(book: OwnerBook, user: str, doubled: bool) -> _Plan:
                 plan.sessions.add(ns.session)
             skey = full[len(head) - len(prefix) :]
             plan.doomed[ns.scope].append((full, skey, ns))
+    plan.markers = _markers(book.store, prefix, user, verdict)
     return plan
+
+
+def _delete(book: OwnerBook, entries: list[str], others: list[str]) -> None:
+    """Delete the person's *entries*, then *others* (owner records, compare-and-set
+    markers) and the listing indexes of the erased namespaces (a cluster prunes them
+    only later): they name the person's keys."""
+    store = book.store
+    indexes = {index_key_of(book.prefix, full) for full in entries}
+    for doomed in (entries, others + sorted(i for i in indexes if i)):
+        for i in range(0, len(doomed), _BATCH):
+            store.delete(*doomed[i : i + _BATCH])
+
+
+def _markers(
+    store: Store, prefix: str, user: str, verdict: Callable[[str], str]
+) -> list[str]:
+    """The compare-and-set markers (:func:`~remember_sync._keys.cas_marker_key`, with or
+    without a cluster's hash tag) of keys in *user*'s namespaces: their user namespace,
+    and the sessions *verdict* calls theirs -- whether or not the entries still exist."""
+    head = prefix + CAS_HEAD
+    found = []
+    for marker in store.scan(glob_escape(head) + "*"):
+        rest = marker[len(head) :]
+        if rest.startswith("{") and "}" in rest:
+            rest = rest[rest.index("}") + 1 :]
+        parsed = parse_storage_key(prefix, prefix + rest)
+        if parsed is None:
+            continue
+        ns = parsed.namespace
+        if ns.user == user if ns.scope == "user" else (
+            ns.session is not None and verdict(ns.session) == "mine"
+        ):
+            found.append(marker)
+    return found
 
 
 def _unreadable(
@@ -398,12 +435,19 @@ def erase(
     doubled: bool,
     dry_run: bool,
     shred: Callable[[str, int, bool], int] | None = None,
+    refund: Callable[[str, Sequence[str]], None] | None = None,
 ) -> ErasureReceipt:
     """Delete every entry of *user_id* (see the module docstring); the receipt.
+
+    Besides the entries and owner records, the listing indexes of the erased
+    namespaces and the compare-and-set markers in them go (they name the
+    person's keys, session ids included), also those of entries already gone.
 
     :param shred: with subject keys, destroys the person's keys first --
         ``shred(user_id, now, dry_run)``, how many -- so that every copy of their
         entries is unreadable even if deleting them stops half-way.
+    :param refund: with quotas, ``refund(user_id, keys)`` after the deletes: the
+        person's charges and usage ledger go.
 
     :raises RememberInputError: *user_id* is not a non-empty str, or is anonymous
         (an ``anon:`` principal is shared, nobody's to erase).
@@ -421,9 +465,9 @@ def erase(
     unreadable = _unreadable(store, codec, every)
     destroyed = 0 if shred is None else shred(user_id, now, dry_run)
     if not dry_run:
-        doomed = [full for full, _, _ in every] + plan.owner_keys
-        for i in range(0, len(doomed), _BATCH):
-            store.delete(*doomed[i : i + _BATCH])
+        _delete(book, [full for full, _, _ in every], plan.owner_keys + plan.markers)
+        if refund is not None:
+            refund(user_id, [full for full, _, _ in every])
         book.forget_noted()
     fields: dict[str, object] = {
         "subject": subject_hashes(codec, user_id)[0],

@@ -23,14 +23,16 @@ entries.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from typing import Any
+import hmac
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 from ._bounded import BoundedCache
 from ._crypto import Keyring, b64url_encode
-from .errors import RememberConfigurationError
-from .identity import current_identity, principal_of, sharing_group
-from .stores.base import Quota
+from .errors import RememberConfigurationError, RememberInputError
+from .identity import current_identity, is_anonymous, principal_of, sharing_group
+from .stores._quota_lua import sizes_key
+from .stores.base import OwnedWrites, Quota, Store
 from .types import Identity, Namespace
 
 #: The keys of ``RememberPlugin.init(quota={...})``.
@@ -38,6 +40,7 @@ QUOTA_OPTIONS = ("entries", "bytes")
 #: Principals whose tag is kept (oldest dropped first).
 _TAGS_CACHED = 4096
 _MESSAGE = b"remember_sync quota owner\x00"
+_ERASE_BATCH = 500
 
 
 def check_quota(quota: object) -> Quota | None:
@@ -127,3 +130,48 @@ class Owners:
         else:
             digest = b64url_encode(hashlib.blake2b(data, digest_size=16).digest())
         return self._head + "{" + digest + "}"
+
+    def tags(self, principal: str) -> tuple[str, ...]:
+        """*principal*'s owner tag under every configured secret, the current one first
+        (the older ones name the ledgers charged before a rotation)."""
+        if self._keyring is None:
+            return (self.tag(principal),)
+        data = _MESSAGE + principal.encode("utf-8", "surrogatepass")
+        keys = self._keyring.purpose_keys(Keyring.SESSION_SIGNING_INFO)
+        found = [
+            self._head + "{" + b64url_encode(hmac.new(k, data, hashlib.sha256).digest()[:16]) + "}"
+            for k in keys
+        ]
+        return tuple(dict.fromkeys(found))
+
+    def usage(self, store: OwnedWrites, user_id: object, session_id: object) -> dict[str, int]:
+        """``RememberPlugin.quota_usage``: the live entries and bytes charged to a principal.
+
+        :raises RememberInputError: neither or both of a signed-in *user_id* and a
+            *session_id*, or an anonymous *user_id*.
+        """
+        if isinstance(user_id, int) and not isinstance(user_id, bool):
+            user_id = str(user_id)
+        if (user_id is None) == (session_id is None):
+            raise RememberInputError("quota_usage takes exactly one of user_id and session_id")
+        if user_id is not None and (not isinstance(user_id, str) or is_anonymous(user_id)):
+            raise RememberInputError(f"user_id must name a signed-in user; got {user_id!r}")
+        if session_id is not None and not (isinstance(session_id, str) and session_id):
+            raise RememberInputError(f"session_id must be a non-empty str; got {session_id!r}")
+        if isinstance(user_id, str):
+            principal = "user\x00" + user_id
+        else:
+            principal = "session\x00" + cast(str, session_id)
+        entries, nbytes = store.owner_usage(self.tag(principal))
+        return {"entries": entries, "bytes": nbytes}
+
+    def erase(self, store: OwnedWrites, user_id: str, keys: Sequence[str]) -> None:
+        """Erasure's part: refund the person's erased *keys*, then drop what is left of
+        their usage ledgers (under every configured secret), so that nothing in the
+        store lists their keys."""
+        tags = self.tags("user\x00" + user_id)
+        for start in range(0, len(keys), _ERASE_BATCH):
+            store.delete_owned(tags[0], *keys[start : start + _ERASE_BATCH])
+        # A ledger in the store (Redis, Vercel KV): its two keys; other stores have none.
+        for tag in tags:
+            cast(Store, store).delete(tag, sizes_key(tag))

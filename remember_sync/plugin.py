@@ -13,7 +13,7 @@ import inspect
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 from . import _metrics, _options
 from ._audit import AuditTrail, audit_settings
@@ -40,7 +40,7 @@ from ._secrets import resolve_keyring
 from ._shred import SubjectKeys, keystore_from
 from .accessor import RememberAccessor, accessor_for
 from .errors import RememberConfigurationError
-from .stores.base import Store
+from .stores.base import OwnedWrites, Store
 from .stores.memory import MemoryStore
 from .tools import MemoryTools
 from .tools.results import tools_disabled_result
@@ -500,15 +500,16 @@ class RememberPlugin:
     def erase(self, *, user_id: str | int, dry_run: bool = False) -> ErasureReceipt:
         """Delete every entry of one person, in every scope; return a receipt.
 
-        What goes: the user's namespace; every session recorded as theirs (their
-        session and tool scope writes record the owner) unless someone else is
-        recorded too; tool scope under those sessions; their ``stateless-user:``
-        session; the owner records -- in our key layout and, with
-        ``read_doubled_prefix``, in 1.8.0's.  Entries there that the secrets
-        cannot read are deleted too (they lie in the person's namespaces) and
-        counted.  Nobody else's entry is deleted.  Sessions that hold entries but
-        have no recorded owner cannot be attributed: they are left and counted
-        (``docs/audit.rst`` says how to answer a deletion request).  With
+        What goes: the user's namespace; every session recorded as theirs (their session
+        and tool scope writes record the owner) unless someone else is recorded too;
+        tool scope under those sessions; their ``stateless-user:`` session; the owner
+        records -- in our key layout and, with ``read_doubled_prefix``, in 1.8.0's; the
+        listing indexes of those namespaces and the entries' compare-and-set markers;
+        with a ``quota``, the person's charges and usage ledger (their quota is whole
+        again).  Entries there that the secrets cannot read are deleted too (they lie in
+        the person's namespaces) and counted.  Nobody else's entry is deleted.  Sessions
+        that hold entries but have no recorded owner cannot be attributed: they are left
+        and counted (``docs/audit.rst`` says how to answer a deletion request).  With
         ``encryption={"subject_keys": True}`` the person's keys are destroyed in
         the keystore first (``keys_destroyed``), so copies of their entries taken
         before -- backups, replicas, exports -- can no longer be opened.
@@ -531,10 +532,33 @@ class RememberPlugin:
                 doubled=core.read_doubled_prefix,
                 dry_run=dry_run,
                 shred=_shredder(subjects),
+                refund=None if (charges := core.charges) is None else functools.partial(
+                    charges.erase, cast(OwnedWrites, core.store)
+                ),
             )
             event.outcome = "counted" if dry_run else "erased"
             event.count, event.ref = receipt.total, receipt.mac
         return receipt
+
+    def quota_usage(
+        self, *, user_id: str | int | None = None, session_id: str | None = None
+    ) -> dict[str, int]:
+        """What one principal holds against its quota: ``{"entries": N, "bytes": B}``.
+
+        The principal is a signed-in *user_id* (every session of theirs), or, for
+        an anonymous caller, its *session_id* -- the principal each write is
+        charged to (``docs/many-users.rst``).  Entries past their deadline are not
+        counted.  The keys are those of the ``quota`` option.
+
+        :raises RememberConfigurationError: the plugin charges no writes (no ``quota``).
+        :raises RememberInputError: neither or both of *user_id* and *session_id*, or
+            an anonymous *user_id*.
+        :raises RememberStoreError: the store failed.
+        """
+        charges = self._core.charges
+        if charges is None:
+            raise RememberConfigurationError("quota_usage needs a plugin built with quota=...")
+        return charges.usage(cast(OwnedWrites, self._core.store), user_id, session_id)
 
     @property
     def audit(self) -> AuditTrail | None:

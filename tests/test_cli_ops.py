@@ -316,17 +316,22 @@ def test_import_without_a_quota_charges_no_one(new_store: Callable[[], Store]) -
     target.close()
 
 
-def test_rotate_leaves_the_accounting_of_every_principal_unchanged(
+def test_rotate_moves_the_accounting_of_every_principal_to_the_new_tags(
     new_store: Callable[[], Store],
 ) -> None:
-    """rotate re-seals every entry in place: the entries and bytes charged to each principal
-    are the same after it (under the tags its writers computed)."""
+    """rotate re-seals every entry in place and charges it under its principal's owner tag
+    of the new secret: the entries and bytes charged to each principal are the same after
+    it, as the rotated fleet computes them; the old secret's ledgers are gone.  A session
+    whose user the store names nowhere else (bob's host session) stays where it was."""
     store = new_store()
     plugin = _quota_plugin(store, {"entries": 10})
     seeded = Seeded(plugin)
     before = {name: usage(plugin, p) for name, p in seeded.principals.items()}
     rotating = _quota_plugin(store, {"entries": 10}, OTHER_SECRET, TEST_SECRET)
     assert rotate(rotating._core).rotated == 7
-    assert {name: usage(plugin, p) for name, p in seeded.principals.items()} == before
+    after = {name: usage(rotating, p) for name, p in seeded.principals.items()}
+    assert after == {**before, "bob": (0, 0)}
+    old = {name: usage(plugin, p) for name, p in seeded.principals.items()}
+    assert old == {"alice": (0, 0), "anonymous": (0, 0), "bob": before["bob"]}
     rotating.close()
     plugin.close()

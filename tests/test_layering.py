@@ -73,7 +73,7 @@ ALLOWED: dict[str, set[str]] = {
     "_ops": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config",
-        "_options", "_integrity", "_search", "_audit", "_shred",
+        "_options", "_integrity", "_search", "_audit", "_shred", "_erasure",
     },
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",

@@ -18,9 +18,13 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from .._core import AccessorCore
-from .._keys import ParsedKey
+from .._erasure import OWNER_HEAD
+from .._keys import ParsedKey, glob_escape, parse_storage_key
 from .._purge import record_rotated_key_id
 from .._shred import SubjectKeys
+from ..identity import STATELESS_USER_PREFIX, is_anonymous, principal_of
+from ..stores._quota_lua import sizes_key
+from ..types import Identity, Namespace
 from .walk import Item, Report, decode_item, walk_entries
 
 #: Compare-and-set attempts per entry before it is reported as contended.
@@ -67,7 +71,85 @@ class RotateResult(Report):
         )
 
 
-def _rotate_one(core: AccessorCore, item: Item, dry_run: bool, *, in_place: bool = False) -> str:
+class _Charges:
+    """Whose each rotated entry is, so that it is charged under the new owner tag.
+
+    The owner tags change with the secret: a re-sealed entry is charged anew to
+    its principal (:meth:`AccessorCore.write`, never refused), and once the walk
+    is done the ledgers of those principals under the older secrets are deleted.
+    A user-scope entry is its user's, a ``stateless-user:<user>`` session its
+    user's; another session is the user's its owner record names (among the
+    users with user-scope entries), or, with no owner record, the anonymous
+    session's own.  A session recorded for several users, or for a user with no
+    user-scope entry, is left charged where it was.
+    """
+
+    def __init__(self, core: AccessorCore) -> None:
+        self._core = core
+        self._users: dict[str, str] = {}  # H(user) under any secret -> user
+        self._records: dict[str, set[str]] = {}  # H(session) -> {H(user)}
+        self.principals: set[str] = set()
+        book, prefix, keyring = core.owners, core.prefix, core.codec.keyring
+        self._secrets = list(range(len(keyring.kids))) if keyring is not None else [0]
+        for full in core.store.scan(glob_escape(prefix) + "v2:user:*"):
+            parsed = parse_storage_key(prefix, full)
+            user = None if parsed is None else parsed.namespace.user
+            if user and not is_anonymous(user) and user not in self._users.values():
+                for index in self._secrets:
+                    self._users[self._hashes(book.record_key(user, "", index))[0]] = user
+        head = prefix + OWNER_HEAD
+        for record in core.store.scan(glob_escape(head) + "*"):
+            hashed_user, hashed_session = self._hashes(record)
+            self._records.setdefault(hashed_session, set()).add(hashed_user)
+
+    def _hashes(self, record_key: str) -> tuple[str, str]:
+        """(H(user), H(session)) of an owner record's key."""
+        rest = record_key[len(self._core.prefix) + len(OWNER_HEAD) :]
+        user, _, session = rest.partition(":")
+        return user, session
+
+    def owner(self, ns: Namespace) -> Identity | None:
+        """The identity the core charges as *ns*'s principal; ``None`` when unknown."""
+        session = ns.session
+        if session is None or session.startswith(STATELESS_USER_PREFIX):
+            user = ns.user if session is None else session[len(STATELESS_USER_PREFIX) :]
+            return None if is_anonymous(user) else Identity(user_id=user)
+        users: set[str] = set()
+        for index in self._secrets:
+            hashed = self._hashes(self._core.owners.record_key("", session, index))[1]
+            users |= self._records.get(hashed, set())
+        if not users:
+            return Identity(session_id=session)
+        named = {self._users.get(u) for u in users} - {None}
+        if len(named) != 1 or len(users) > len(self._secrets):
+            return None
+        return Identity(session_id=session, user_id=named.pop())
+
+    def reseal(self, item: Item, fresh: str, ttl_ms: int | None) -> bool:
+        """Write *fresh* over *item* by compare-and-set, charged under the new tag."""
+        core, ns = self._core, item.parsed.namespace
+        owner = None if item.doubled else self.owner(ns)
+        if owner is None or core.charges is None or ns.scope == "global":
+            return core.store.compare_and_set(item.stored_at, item.raw or "", fresh, ttl_ms=ttl_ms)
+        principal = principal_of(owner.user_id, ns.session) or ""
+        self.principals.add(principal)
+        return core.write(
+            owner, ns, item.stored_at, fresh, ttl_ms=ttl_ms, expected=item.raw, charge_only=True
+        )
+
+    def drop_old_ledgers(self) -> None:
+        """Delete the older secrets' ledgers of every principal charged anew."""
+        charges = self._core.charges
+        assert charges is not None
+        for principal in sorted(self.principals):
+            for tag in charges.tags(principal)[1:]:
+                self._core.store.delete(tag, sizes_key(tag))
+
+
+def _rotate_one(
+    core: AccessorCore, item: Item, dry_run: bool, *, in_place: bool = False,
+    charges: _Charges | None = None,
+) -> str:  # fmt: skip
     """Bring one entry to the primary secret; return what happened to it.
 
     A doubled-prefix entry is moved into the single layout, unless *in_place*
@@ -91,7 +173,11 @@ def _rotate_one(core: AccessorCore, item: Item, dry_run: bool, *, in_place: bool
         # The same entry text (every member: search data too) in a new envelope.
         fresh = core.codec.reseal(item.raw, parsed.namespace, item.key)
         ttl_ms = core.ttl_ms(item.entry.expires_at, now)
-        if core.store.compare_and_set(item.stored_at, item.raw, fresh, ttl_ms=ttl_ms):
+        if charges is not None:
+            written = charges.reseal(item, fresh, ttl_ms)
+        else:
+            written = core.store.compare_and_set(item.stored_at, item.raw, fresh, ttl_ms=ttl_ms)
+        if written:
             return "rotated"
         item = _reread(core, item)  # someone wrote (or deleted) it since we read it
     return "contended"
@@ -142,6 +228,7 @@ def rotate(
     result.doubled_unread, items = walk_entries(
         core, label="rotate", progress_stream=progress_stream
     )
+    charges = None if core.charges is None or dry_run else _Charges(core)
     for item in items:
         in_place = item.shadowed
         if in_place:
@@ -151,7 +238,7 @@ def rotate(
             result.shadowed += 1
             item = _reread(core, item)
         result.examined += 1
-        outcome = _rotate_one(core, item, dry_run, in_place=in_place)
+        outcome = _rotate_one(core, item, dry_run, in_place=in_place, charges=charges)
         if outcome == "moved":
             result.moved += 1
             result.rotated += 1
@@ -161,6 +248,8 @@ def rotate(
             result.note("contended", item.key)
         else:
             setattr(result, outcome, getattr(result, outcome) + 1)
+    if charges is not None:
+        charges.drop_old_ledgers()
     keyring = core.codec.keyring
     if not dry_run and result.complete and keyring is not None and prefix:
         # Every live entry is now the primary secret's: the fleet's record says so,

@@ -14,8 +14,10 @@ import logging
 from typing import Any
 
 from ..errors import RememberStoreError
+from . import _index_lua as index_lua
 from . import _quota_lua as quota_lua
 from . import base as contract  # the argument checks every store makes first
+from ._redis_cas import new_token
 from .base import IndexOf, OwnedWrite, Quota, quota_exceeded
 from .base import to_bytes as _b
 
@@ -50,22 +52,32 @@ def refused(reply: int, quota: Quota | None) -> bool:
     return reply == 1
 
 
-def quota_write(write: OwnedWrite, index_of: IndexOf | None) -> tuple[str, list[str], list[str]]:
+def quota_write(
+    write: OwnedWrite, index_of: IndexOf | None, marker: str | None = None
+) -> tuple[str, list[str], list[str]]:
     """The quota script that does *write* (its name in :data:`~._quota_lua.SCRIPTS`), its
-    keys and its arguments, quotas last; *index_of*: the store's, if it keeps indexes."""
+    keys (the ledger first) and its arguments (the quotas first); *index_of*: the
+    store's, if it keeps indexes; *marker*: the entry's compare-and-set marker, if the
+    store keeps them (a compare-and-set then records its token, as an unowned one does).
+    """
     px = "" if write.ttl_ms is None else str(write.ttl_ms)
+    keys = [write.owner, quota_lua.sizes_key(write.owner), write.key]
     if write.expected is None:
         name, args = "QUOTA_SET", [write.value, px, "1" if write.only_if_absent else ""]
     else:
         name, args = "QUOTA_CAS", [write.expected, write.value, px]
-    keys = [write.key]
+    index = None
     if index_of is not None:
         index = write.index_key if write.index_key is not None else index_of(write.key)
-        if index is not None:
-            name += "_INDEXED"
-            keys.append(index)
-    keys += [write.owner, quota_lua.sizes_key(write.owner)]
-    return name, keys, args + quota_args(write.quota)
+    if index is not None:
+        name += "_INDEXED"
+        keys.append(index)
+    if marker is not None and write.expected is not None:
+        if index is None:
+            name = "QUOTA_CAS_MARKED"
+        keys.append(marker)
+        args += [new_token().hex(), str(index_lua.CAS_TOKEN_MS), ""]
+    return name, keys, quota_args(write.quota) + args
 
 
 class OwnedRedisWrites:
@@ -99,6 +111,9 @@ class OwnedRedisWrites:
     def delete(self, *keys: str) -> int:  # pragma: no cover - RedisStore's
         raise NotImplementedError
 
+    def _cas_marker(self, key: str) -> bytes | None:  # pragma: no cover - RedisStore's
+        raise NotImplementedError
+
     def write_owned(self, write: OwnedWrite) -> bool:
         """:meth:`set` / :meth:`compare_and_set` charged to its owner (one script; a
         cluster: reserve, write, restore on failure).  ``group`` is unused: Redis never
@@ -106,8 +121,11 @@ class OwnedRedisWrites:
         contract.check_owned(write)
         if self._cluster:
             return self._write_reserved(write)
-        name, keys, args = quota_write(write, self._index_of)
-        sent = [_b(k) for k in keys[:-2]] + _ledger(write.owner)
+        marker = None if write.expected is None else self._cas_marker(write.key)
+        name, keys, args = quota_write(
+            write, self._index_of, None if marker is None else marker.decode("ascii")
+        )
+        sent = _ledger(write.owner) + [_b(k) for k in keys[2:]]
         reply = self._eval_reply(name, sent, [_b(a) for a in args], "SET (with quota)")
         return refused(reply, write.quota)
 

@@ -173,29 +173,31 @@ return 0
 """
 
 
-def quota_write(body: str, *, ledger_at: int, value_at: int, px_at: int) -> str:
+def quota_write(body: str, *, value_at: int, px_at: int) -> str:
     """A write script *body* (unchanged) between a quota check and the accounting.
 
     *body* reads ``KEYS[1]`` (the entry) and returns 1 when it wrote.  The
-    quota script's keys are the body's followed by the ledger (sorted set,
-    sizes hash) at ``KEYS[ledger_at]``, ``KEYS[ledger_at + 1]``; its arguments
-    are the body's (the value at ``ARGV[value_at]``, the PX at
-    ``ARGV[px_at]``) followed by the entry and byte quotas (``-1``: none).
-    Returns the body's reply, or :data:`OVER_ENTRIES` / :data:`OVER_BYTES`
-    with nothing written.
+    quota script's keys are the ledger (sorted set, sizes hash) followed by
+    the body's keys; its arguments are the entry and byte quotas (``-1``:
+    none) followed by the body's (the value at the body's ``ARGV[value_at]``,
+    the PX at ``ARGV[px_at]``).  The body sees its own keys and arguments
+    under the names it was written with, whatever their number (a
+    compare-and-set's marker and token are optional).  Returns the body's
+    reply, or :data:`OVER_ENTRIES` / :data:`OVER_BYTES` with nothing written.
     """
-    quotas = 4  # both write bodies take three arguments
+    renamed = body.replace("KEYS", "BK").replace("ARGV", "BA")
     return (
         _QUOTA_HELPERS
-        + f"local function q_write()\n{body}end\n"
+        + "local BK, BA = {unpack(KEYS, 3)}, {unpack(ARGV, 3)}\n"
+        + f"local function q_write()\n{renamed}end\n"
         + f"""\
-local z, h = KEYS[{ledger_at}], KEYS[{ledger_at + 1}]
-local size = string.len(KEYS[1]) + string.len(ARGV[{value_at}])
-local max_n, max_b = tonumber(ARGV[{quotas}]), tonumber(ARGV[{quotas + 1}])
-local v, now, old = q_check(z, h, KEYS[1], size, max_n, max_b, true)
+local z, h = KEYS[1], KEYS[2]
+local size = string.len(BK[1]) + string.len(BA[{value_at}])
+local max_n, max_b = tonumber(ARGV[1]), tonumber(ARGV[2])
+local v, now, old = q_check(z, h, BK[1], size, max_n, max_b, true)
 if v ~= 0 then return v end
 local r = q_write()
-if r == 1 then q_account(z, h, KEYS[1], size, ARGV[{px_at}], now, old) end
+if r == 1 then q_account(z, h, BK[1], size, BA[{px_at}], now, old) end
 return r
 """
     )
@@ -270,14 +272,17 @@ return {redis.call('ZCARD', KEYS[1]), tonumber(redis.call('HGET', KEYS[2], '')) 
 
 #: Every script by name (``QUOTA_`` + the write it wraps, or the step it is).
 SCRIPTS = {
-    # KEYS = entry, ledger (2); ARGV = value, PX, NX, quotas.
-    "QUOTA_SET": quota_write(_SET_PLAIN, ledger_at=2, value_at=1, px_at=2),
-    # KEYS = entry, index, ledger (2); ARGV = value, PX, NX, quotas.
-    "QUOTA_SET_INDEXED": quota_write(index_lua.SET_INDEXED, ledger_at=3, value_at=1, px_at=2),
-    # KEYS = entry, ledger (2); ARGV = expected, value, PX, quotas.
-    "QUOTA_CAS": quota_write(CAS_LUA_SCRIPT, ledger_at=2, value_at=2, px_at=3),
-    # KEYS = entry, index, ledger (2); ARGV = expected, value, PX, quotas.
-    "QUOTA_CAS_INDEXED": quota_write(index_lua.CAS_INDEXED, ledger_at=3, value_at=2, px_at=3),
+    # Every write: KEYS = ledger (2), then the wrapped script's; ARGV = quotas (2), then its.
+    # KEYS += entry; ARGV += value, PX, NX.
+    "QUOTA_SET": quota_write(_SET_PLAIN, value_at=1, px_at=2),
+    # KEYS += entry, index; ARGV += value, PX, NX.
+    "QUOTA_SET_INDEXED": quota_write(index_lua.SET_INDEXED, value_at=1, px_at=2),
+    # KEYS += entry; ARGV += expected, value, PX.
+    "QUOTA_CAS": quota_write(CAS_LUA_SCRIPT, value_at=2, px_at=3),
+    # KEYS += entry, marker; ARGV += expected, value, PX, token, window, "" (CAS_MARKED's).
+    "QUOTA_CAS_MARKED": quota_write(index_lua.CAS_MARKED, value_at=2, px_at=3),
+    # KEYS += entry, index[, marker]; ARGV += expected, value, PX[, token, window, ""].
+    "QUOTA_CAS_INDEXED": quota_write(index_lua.CAS_INDEXED, value_at=2, px_at=3),
     "QUOTA_DELETE": DELETE,
     "QUOTA_DELETE_INDEXED": DELETE_INDEXED,
     "QUOTA_RESERVE": RESERVE,

@@ -1,0 +1,1 @@
+"""Tests of the optional capabilities, alone and together."""

@@ -698,15 +698,20 @@ class SearchCache:
         stale: list[tuple[str, str, str | bytes]] = []
         docs = corpus.docs
         fingerprint = self._fingerprint
+        cached = 0  # listed keys that have a cached entry, current or not
         for key, raw in items:
             if key in listed:
                 continue  # 1.8.0's doubled-prefix twin of a key already read
             listed.add(key)
             digest = fingerprint(raw)
             doc = docs.get(key)
+            if doc is not None:
+                cached += 1
             if doc is None or doc.digest != digest:
                 stale.append((key, raw, digest))
-        if len(listed) != len(docs):
+        # A cached entry that is not listed any more (forgotten, erased, expired -- by
+        # any process) is dropped, whatever the listing's size: only what was read counts.
+        if cached != len(docs):
             for key in [k for k in docs if k not in listed]:
                 corpus.remove(key)
         if stale:

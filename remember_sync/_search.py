@@ -20,6 +20,8 @@ embedder, each entry's vector (sealed inside its envelope, see
 from __future__ import annotations
 
 import base64
+import bisect
+import contextlib
 import hashlib
 import heapq
 import math
@@ -29,7 +31,7 @@ import struct
 import threading
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -481,30 +483,26 @@ class _Doc:
 
 
 class _Corpus:
-    """One namespace's decoded entries and their postings, updated entry by entry."""
+    """One namespace's decoded entries and their postings, updated entry by entry.
+
+    ``lock`` is held by the search using it (decrypting and ranking), so that
+    searches of other namespaces never wait for it.
+    """
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.docs: dict[str, _Doc] = {}
         self.postings: dict[str, dict[str, float]] = {}
         self.total_length = 0.0
         self.size = 0  # the stored texts' length
         # BM25's length normalisation per entry, for the average length it was made for.
         self._norms: tuple[float, dict[str, float]] = (-1.0, {})
-        # Vocabulary lookups: prefix (3..6 characters) -> terms, and for one-edit
-        # matches, (first two letters, length) and (last two letters, length) -> terms.
-        # Buckets are dicts of str -> None, not sets: a dict holding only strings is
-        # not tracked by the garbage collector, so a large corpus costs no GC passes.
-        self.by_prefix: dict[str, dict[str, None]] = {}
-        self.by_head: dict[tuple[str, int], dict[str, None]] = {}
-        self.by_tail: dict[tuple[str, int], dict[str, None]] = {}
-
-    def _vocab_keys(self, term: str) -> Iterable[tuple[dict[Any, dict[str, None]], Any]]:
-        n = len(term)
-        for k in range(3, min(n, 7)):
-            yield self.by_prefix, term[:k]
-        if n >= 4:
-            yield self.by_head, (term[:2], n)
-            yield self.by_tail, (term[-2:], n)
+        # The vocabulary in order, for prefix lookups by bisection: terms added since
+        # it was last ordered wait in ``_pending``; terms whose last posting went stay
+        # in it (skipped) until they are a quarter of it.
+        self._sorted: list[str] = []
+        self._pending: list[str] = []
+        self._indexed: set[str] = set()
 
     def add(self, bare: str, doc: _Doc) -> None:
         self._norms = (-1.0, {})
@@ -515,8 +513,9 @@ class _Corpus:
             posting = self.postings.get(term)
             if posting is None:
                 posting = self.postings[term] = {}
-                for table, k in self._vocab_keys(term):
-                    table.setdefault(k, {})[term] = None
+                if term not in self._indexed:
+                    self._indexed.add(term)
+                    self._pending.append(term)
             posting[bare] = tf
 
     def remove(self, bare: str) -> None:
@@ -529,11 +528,6 @@ class _Corpus:
             del posting[bare]
             if not posting:
                 del self.postings[term]
-                for table, k in self._vocab_keys(term):
-                    bucket = table[k]
-                    del bucket[term]
-                    if not bucket:
-                        del table[k]
 
     def norms(self, avg: float) -> dict[str, float]:
         """``k1 * (1 - b + b * length / avg)`` of every entry (kept while nothing changes)."""
@@ -543,39 +537,54 @@ class _Corpus:
             })
         return self._norms[1]
 
-    def prefixed(self, term: str) -> Iterable[str]:
-        """Vocabulary terms longer than *term* that start with it (*term* >= 3 characters)."""
-        bucket = self.by_prefix.get(term[:6], {})
-        return (t for t in bucket if len(t) > len(term) and t.startswith(term))
+    def _vocabulary(self) -> list[str]:
+        if self._pending:
+            # Two sorted runs merge in linear time.
+            self._pending.sort()
+            self._sorted = sorted(self._sorted + self._pending)
+            self._pending = []
+        if len(self._indexed) > 4 * len(self.postings) // 3 + 64:
+            postings = self.postings
+            self._sorted = [t for t in self._sorted if t in postings]
+            self._indexed = set(self._sorted)
+        return self._sorted
 
-    def near(self, term: str) -> Iterable[str]:
-        """Vocabulary terms one edit from *term* (insert, delete, substitute, transpose)."""
-        n = len(term)
-        seen: set[str] = set()
-        for size in (n - 1, n, n + 1):
-            for table, k in ((self.by_head, (term[:2], size)), (self.by_tail, (term[-2:], size))):
-                for t in table.get(k, {}):
-                    if t not in seen:
-                        seen.add(t)
-                        if t != term and _one_edit(term, t):
-                            yield t
+    def prefixed(self, term: str) -> Iterator[str]:
+        """Vocabulary terms longer than *term* that start with it, in alphabetical order;
+        at most :data:`_MAX_EXPANSIONS`, found by bisection."""
+        vocab = self._vocabulary()
+        postings = self.postings
+        found = 0
+        stop = min(len(vocab), bisect.bisect_right(vocab, term) + 4 * _MAX_EXPANSIONS)
+        for i in range(bisect.bisect_right(vocab, term), stop):
+            t = vocab[i]
+            if not t.startswith(term) or found >= _MAX_EXPANSIONS:
+                return
+            if t in postings:
+                found += 1
+                yield t
+
+    def near(self, candidates: Iterable[str]) -> list[str]:
+        """The *candidates* (one-edit variants of a term) that are in the vocabulary."""
+        postings = self.postings
+        return sorted(t for t in candidates if t in postings)[:_MAX_EXPANSIONS]
 
 
-def _one_edit(a: str, b: str) -> bool:
-    """Whether *a* and *b* differ by one insertion, deletion, substitution or transposition."""
-    la, lb = len(a), len(b)
-    if la > lb:
-        a, b, la, lb = b, a, lb, la
-    if lb - la > 1:
-        return False
-    i = 0
-    while i < la and a[i] == b[i]:
-        i += 1
-    if la == lb:
-        if a[i + 1 :] == b[i + 1 :]:
-            return True
-        return i + 1 < la and a[i] == b[i + 1] and a[i + 1] == b[i] and a[i + 2 :] == b[i + 2 :]
-    return a[i:] == b[i + 1 :]
+_ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _edits(term: str) -> set[str]:
+    """Every string one edit from *term* (delete, transpose, substitute, insert), over the
+    ASCII letters and digits and *term*'s own characters: a bounded number of lookups,
+    whatever the stored vocabulary."""
+    letters = _ALPHABET if term.isascii() else _ALPHABET + "".join(set(term) - set(_ALPHABET))
+    splits = [(term[:i], term[i:]) for i in range(len(term) + 1)]
+    out = {a + b[1:] for a, b in splits if b}
+    out.update(a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1)
+    out.update(a + c + b[1:] for a, b in splits if b for c in letters)
+    out.update(a + c + b for a, b in splits for c in letters)
+    out.discard(term)
+    return out
 
 
 def _document(
@@ -620,7 +629,8 @@ class Hit:
 
 
 class SearchCache:
-    """Per-process search data of one plugin: a corpus per namespace, bounded, thread-safe.
+    """Per-process search data of one plugin: a corpus per namespace, bounded, thread-safe
+    (each namespace has its own lock; the plugin-wide one guards only the table).
 
     Each search hands over every namespace's stored texts as the store returned
     them; an entry whose stored text is the one cached (compared whole up to
@@ -669,14 +679,28 @@ class SearchCache:
             qvec = embed(self.settings, query)
         if not terms and qvec is None:
             return []
-        with self._lock:
-            corpora = [
-                (label, self._refresh(head, items, opener, label, on_unreadable), len(head))
-                for label, head, items, opener in parts
-            ]
-            try:
+        with self._lock:  # only the table of namespaces: held for dictionary operations
+            held = []
+            for _, head, _, _ in parts:
+                corpus = self._corpora.get(head)
+                if corpus is None:
+                    corpus = self._corpora[head] = _Corpus()
+                self._corpora.move_to_end(head)
+                held.append(corpus)
+        try:
+            with contextlib.ExitStack() as stack:
+                # Each namespace's own lock, in one order (no two searches deadlock): a
+                # search of other namespaces -- another principal's -- never waits.
+                for corpus in sorted(set(held), key=id):
+                    stack.enter_context(corpus.lock)
+                corpora = [
+                    (label, self._refresh(corpus, len(head), items, opener, label, on_unreadable),
+                     len(head))
+                    for (label, head, items, opener), corpus in zip(parts, held, strict=True)
+                ]
                 return _rank(corpora, terms, qvec, brand, limit, now, host_only)
-            finally:
+        finally:
+            with self._lock:
                 self._trim({head for _, head, _, _ in parts})
 
     @staticmethod
@@ -687,13 +711,9 @@ class SearchCache:
         return hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
     def _refresh(
-        self, head: str, items: Sequence[tuple[str, str]], opener: Opener, label: str,
-        on_unreadable: Callable[[str, str, Exception], None],
+        self, corpus: _Corpus, cut: int, items: Sequence[tuple[str, str]], opener: Opener,
+        label: str, on_unreadable: Callable[[str, str, Exception], None],
     ) -> _Corpus:
-        corpus = self._corpora.get(head)
-        if corpus is None:
-            corpus = self._corpora[head] = _Corpus()
-        self._corpora.move_to_end(head)
         listed: set[str] = set()
         stale: list[tuple[str, str, str | bytes]] = []
         docs = corpus.docs
@@ -715,7 +735,6 @@ class SearchCache:
             for key in [k for k in docs if k not in listed]:
                 corpus.remove(key)
         if stale:
-            cut = len(head)
             opened = opener([k for k, _, _ in stale], [r for _, r, _ in stale])
             for (key, raw, digest), item in zip(stale, opened, strict=True):
                 if key in docs:
@@ -761,19 +780,16 @@ def _expand(corpora: Sequence[_Corpus], term: str) -> dict[str, float]:
             put(syn, _SYNONYM)
     if len(term) >= 3:
         for c in corpora:
-            for n, t in enumerate(c.prefixed(term)):
-                if n >= _MAX_EXPANSIONS:
-                    break
+            for t in c.prefixed(term):
                 put(t, _PREFIX)
     for k in range(len(term) - 1, 3, -1):  # "deployments" finds "deploy"
         if any(term[:k] in c.postings for c in corpora):
             put(term[:k], _SHORTER)
             break
     if not known and len(term) >= 5:
+        candidates = _edits(term)
         for c in corpora:
-            for n, t in enumerate(c.near(term)):
-                if n >= _MAX_EXPANSIONS:
-                    break
+            for t in c.near(candidates):
                 put(t, _TYPO)
     return found
 

@@ -90,13 +90,16 @@ _STOP: Final = frozenset(
 
 # General English synonym groups for what agents keep (people, places, work, likes,
 # time, software).  A query term matches the others of its group at a lower weight.
-# The groups are general vocabulary, not tuned to any evaluation's questions.
+# The groups are general vocabulary, not tuned to any evaluation's questions.  Words
+# common in keys and values whatever they are about (mode, state, type, status, name,
+# number, time, size, key, value, user, result...) are in no group (_GENERIC): through
+# one, every entry keyed ``*_mode`` would match a search for "dark".
 _SYNONYM_GROUPS: Final = (
     "like love enjoy prefer favorite favourite fond fan",
     "dislike hate avoid detest",
-    "job work occupation profession career employer employment role position",
+    "job work occupation profession career employer employment",
     "company employer firm organization organisation business",
-    "live home reside residence address city town located location",
+    "live home reside residence city town located location",
     "wife husband spouse partner married",
     "child children kid son daughter",
     "mother mom mum father dad parent",
@@ -104,10 +107,9 @@ _SYNONYM_GROUPS: Final = (
     "friend buddy colleague coworker",
     "pet dog cat",
     "birthday born birth",
-    "age old years",
-    "name called",
-    "phone mobile cell telephone number",
-    "email mail address",
+    "age birthday",
+    "phone mobile cell telephone",
+    "email mail inbox",
     "food meal eat cuisine dish diet",
     "drink beverage coffee tea",
     "vegetarian vegan plant",
@@ -118,15 +120,15 @@ _SYNONYM_GROUPS: Final = (
     "music song band artist listen",
     "movie film cinema",
     "book read reading novel author",
-    "sport exercise workout gym fitness run running",
+    "sport exercise workout gym fitness running",
     "travel trip vacation holiday journey flight",
     "car vehicle drive",
     "money budget cost price spend spending salary",
     "meeting call appointment schedule calendar",
     "deadline due date",
-    "time timezone zone hour",
-    "morning am early",
-    "evening night late pm",
+    "timezone zone",
+    "morning early",
+    "evening night late",
     "week weekly",
     "day daily",
     "month monthly",
@@ -137,30 +139,30 @@ _SYNONYM_GROUPS: Final = (
     "deploy deployment release ship production",
     "test testing tests ci",
     "database db sql postgres postgresql mysql sqlite",
-    "server host machine",
+    "server host",
     "api endpoint",
-    "key token credential secret password",
+    "credential secret password passphrase",
     "config configuration setting settings option preference",
-    "theme mode appearance color colour dark light",
-    "font typeface size",
+    "theme appearance color colour palette",
+    "dark light",
+    "font typeface",
     "editor ide vim emacs vscode",
     "shell terminal console bash zsh",
     "os operating system linux macos windows",
     "browser chrome firefox safari",
     "notify notification alert reminder remind",
     "cache cached caching",
-    "result results output answer response",
     "search query lookup find",
     "weather forecast temperature",
     "address street",
-    "goal objective aim target plan",
+    "goal objective aim target",
     "task todo chore",
     "note notes memo",
     "team group squad",
     "manager boss lead supervisor",
-    "customer client user",
-    "order purchase buy bought",
-    "ticket reservation booking book",
+    "customer client",
+    "purchase buy bought",
+    "ticket reservation booking",
     "hotel accommodation lodging stay",
     "restaurant cafe dining",
     "school university college study studied education degree",
@@ -170,7 +172,7 @@ _SYNONYM_GROUPS: Final = (
     "long detailed verbose",
     "language locale",
     "currency dollar euro",
-    "size small large big",
+    "small large big",
     "fast quick speed",
     "slow latency",
     "sleep bedtime",
@@ -232,10 +234,18 @@ def tokens(text: str) -> list[str]:
     return out
 
 
+_GENERIC: Final = frozenset(
+    """mode state type kind status name number time size key value values data info item
+    list user result output response answer order plan run old new current default level
+    flag enabled on off id address count total""".split()
+)
+
+
 def _synonym_table() -> dict[str, tuple[str, ...]]:
     table: dict[str, set[str]] = {}
+    generic = {stem(w) for w in _GENERIC}
     for group in _SYNONYM_GROUPS:
-        terms = {stem(w) for w in group.split()}
+        terms = {stem(w) for w in group.split()} - generic
         for term in terms:
             table.setdefault(term, set()).update(terms - {term})
     return {term: tuple(sorted(others)) for term, others in table.items()}

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ._codec import EntryFields
+from ._embedders import NAMED, named_embedder
 from .errors import RememberConfigurationError, RememberInputError, RememberInputTypeError
 
 #: The longest query accepted, in characters.
@@ -332,7 +333,8 @@ Embedder = Callable[[str], Sequence[float]]
 class SearchSettings:
     """The ``search`` option of ``RememberPlugin.init``, checked.
 
-    :param embedder: text -> vector, or ``None`` for lexical ranking only.
+    :param embedder: text -> vector, or ``None`` for lexical ranking only (the
+        option also takes an embedder's name, e.g. ``"wordllama"``).
     :param model: the name stored with each vector; a vector stored under
         another name is recomputed (in memory) on search.
     :param cache_entries: decoded entries kept for search over all namespaces.
@@ -363,9 +365,17 @@ def build_settings(options: object) -> SearchSettings:
             "; allowed: ['cache_bytes', 'cache_entries', 'embedder', 'model']"
         )
     embedder = options.get("embedder")
+    if isinstance(embedder, str):
+        try:
+            embedder = load_embedder(embedder)
+        except RememberConfigurationError as exc:
+            raise RememberConfigurationError(
+                f"RememberPlugin.init option 'search.embedder': {exc}"
+            ) from exc
     if embedder is not None and not callable(embedder):
         raise RememberConfigurationError(
             "RememberPlugin.init option 'search.embedder': must be a callable text -> vector"
+            f" or an embedder's name ({', '.join(sorted(NAMED))})"
         )
     model = options.get("model")
     if model is None:
@@ -387,16 +397,20 @@ def build_settings(options: object) -> SearchSettings:
 
 
 def load_embedder(spec: str) -> Embedder:
-    """The embedder named ``"module:attribute"`` (a class is instantiated without arguments).
+    """The embedder called *spec* (``"wordllama"``, see :mod:`remember_sync._embedders`),
+    or the one at ``"module:attribute"`` (a class is instantiated without arguments).
 
     :raises RememberConfigurationError: it cannot be imported or is not callable.
     """
     import importlib  # noqa: PLC0415 - only the command line names embedders
 
+    if spec in NAMED:
+        return named_embedder(spec)
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise RememberConfigurationError(
-            f"an embedder is named 'module:attribute' (e.g. 'mypkg.embed:embedder'); got {spec!r}"
+            f"an embedder is one of {', '.join(sorted(NAMED))} or 'module:attribute' "
+            f"(e.g. 'mypkg.embed:embedder'); got {spec!r}"
         )
     try:
         found: Any = importlib.import_module(module_name)

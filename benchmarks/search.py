@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from remember_sync import Identity, RememberPlugin
+from remember_sync import Identity, RememberPlugin, _search
 from remember_sync.testing import HashingEmbedder
 
 __all__ = ["evaluate", "main", "speed"]
@@ -37,24 +37,37 @@ WHO = Identity(session_id="eval-session", user_id="eval-user")
 _SECRET = "search-benchmark-secret-0123456789abcdef"
 
 
-def evaluate(data: dict[str, Any], *, embedder: Callable[[str], Sequence[float]] | None = None,
-             k: int = 5) -> dict[str, float]:
-    """Recall@k and MRR of ``search`` over *data* (``memories`` and ``questions``).
+def evaluate(
+    data: dict[str, Any], *, embedder: Callable[[str], Sequence[float]] | str | None = None,
+    k: int = 5, queries: str = "questions", vector_only: bool = False,
+) -> dict[str, float]:
+    """Recall@k and MRR of ``search`` over *data* (``memories`` and *queries*).
 
     recall@k: per question, the share of its relevant keys in the first *k*
     results, averaged; MRR: the mean of 1 / rank of the first relevant result
-    (0 when none is in the first *k*).
+    (0 when none is in the first *k*).  *vector_only* ranks by the embedder
+    alone (the lexical share set to nothing), to compare.
     """
     options: dict[str, Any] = {"encryption": {"secrets": [_SECRET]}, "skip_legacy_purge": True}
     if embedder is not None:
         options["search"] = {"embedder": embedder}
+    share = _search._SEMANTIC_SHARE
+    _search._SEMANTIC_SHARE = 1.0 if vector_only else share
+    try:
+        return _evaluate(data, options, k, queries)
+    finally:
+        _search._SEMANTIC_SHARE = share
+
+
+def _evaluate(data: dict[str, Any], options: dict[str, Any], k: int, queries: str
+              ) -> dict[str, float]:
     with RememberPlugin.init(**options) as plugin:
         mem = plugin.accessor(WHO)
         for m in data["memories"]:
             mem.set(m["key"], m["value"], scope=m.get("scope", "user"), brand=m.get("brand"),
                     metadata=m.get("metadata"))
         recalls, ranks = [], []
-        for q in data["questions"]:
+        for q in data[queries]:
             found = [h.key for h in mem.search(q["query"], limit=k)]
             relevant = set(q["relevant"])
             recalls.append(len(relevant & set(found)) / len(relevant))
@@ -75,6 +88,20 @@ def quality(path: Path) -> dict[str, dict[str, float]]:
         "lexical": evaluate(data),
         "hybrid (test embedder, not a model)": evaluate(data, embedder=HashingEmbedder()),
     }
+
+
+def meaning(data: dict[str, Any], embedder: str = "wordllama") -> dict[str, dict[str, float]]:
+    """Recall@5 of lexical, vector-only and hybrid ranking with *embedder* on *data*'s
+    ``questions`` and ``paraphrases`` (``tests/data/meaning_eval.py``)."""
+    out: dict[str, dict[str, float]] = {}
+    for queries in ("questions", "paraphrases"):
+        out[queries] = {
+            "lexical": evaluate(data, queries=queries)["recall@5"],
+            "vector": evaluate(data, embedder=embedder, queries=queries,
+                               vector_only=True)["recall@5"],
+            "hybrid": evaluate(data, embedder=embedder, queries=queries)["recall@5"],
+        }
+    return out
 
 
 _WORDS = (

@@ -19,6 +19,7 @@ embedder, each entry's vector (sealed inside its envelope, see
 
 from __future__ import annotations
 
+import array
 import base64
 import bisect
 import contextlib
@@ -503,7 +504,7 @@ class _Doc:
     terms: dict[str, float]
     length: float
     written_by: str | None
-    vector: tuple[float, ...] | None
+    vector: array.array[float] | None
 
 
 class _Corpus:
@@ -521,6 +522,8 @@ class _Corpus:
         self.size = 0  # the stored texts' length
         # BM25's length normalisation per entry, for the average length it was made for.
         self._norms: tuple[float, dict[str, float]] = (-1.0, {})
+        # The entries' vectors as one matrix (numpy), for the dimensions it was made for.
+        self._matrix: tuple[int, list[str], Any] | None = None
         # The vocabulary in order, for prefix lookups by bisection: terms added since
         # it was last ordered wait in ``_pending``; terms whose last posting went stay
         # in it (skipped) until they are a quarter of it.
@@ -529,7 +532,7 @@ class _Corpus:
         self._indexed: set[str] = set()
 
     def add(self, bare: str, doc: _Doc) -> None:
-        self._norms = (-1.0, {})
+        self._norms, self._matrix = (-1.0, {}), None
         self.docs[bare] = doc
         self.total_length += doc.length
         self.size += doc.size
@@ -543,7 +546,7 @@ class _Corpus:
             posting[bare] = tf
 
     def remove(self, bare: str) -> None:
-        self._norms = (-1.0, {})
+        self._norms, self._matrix = (-1.0, {}), None
         doc = self.docs.pop(bare)
         self.total_length -= doc.length
         self.size -= doc.size
@@ -552,6 +555,23 @@ class _Corpus:
             del posting[bare]
             if not posting:
                 del self.postings[term]
+
+    def matrix(self, dims: int) -> tuple[list[str], Any] | None:
+        """With numpy: the keys of the entries with a *dims*-sized vector and their vectors
+        as rows of one float32 matrix (kept while nothing changes); else ``None``."""
+        np = _np()
+        if np is None:
+            return None
+        if self._matrix is None or self._matrix[0] != dims:
+            keys, parts = [], []
+            for key, doc in self.docs.items():
+                if doc.vector is not None and len(doc.vector) == dims:
+                    keys.append(key)
+                    parts.append(doc.vector.tobytes())
+            rows = b"".join(parts)
+            table = np.frombuffer(rows, dtype=np.float32).reshape(len(keys), dims)
+            self._matrix = (dims, keys, table)
+        return self._matrix[1], self._matrix[2]
 
     def norms(self, avg: float) -> dict[str, float]:
         """``k1 * (1 - b + b * length / avg)`` of every entry (kept while nothing changes)."""
@@ -630,7 +650,8 @@ def _document(
             vector = embed(settings, entry_text(bare, value, brand, metadata))
     return _Doc(
         digest, size, fields, terms, sum(terms.values()),
-        written_by if isinstance(written_by, str) else None, vector,
+        written_by if isinstance(written_by, str) else None,
+        None if vector is None else array.array("f", vector),  # 4 bytes a component
     )
 
 
@@ -857,17 +878,7 @@ def _rank(
         (i, bare): score for i, per in enumerate(lexical) for bare, score in per.items()
     }
     if qvec is not None:
-        top = max(scores.values(), default=0.0) or 1.0
-        semantic: dict[tuple[int, str], float] = {}
-        for i, c in enumerate(bodies):
-            for bare, doc in c.docs.items():
-                if doc.vector is not None and len(doc.vector) == len(qvec):
-                    semantic[(i, bare)] = max(0.0, sum(map(operator.mul, qvec, doc.vector)))
-        scores = {
-            slot: (1.0 - _SEMANTIC_SHARE) * scores.get(slot, 0.0) / top
-            + _SEMANTIC_SHARE * semantic.get(slot, 0.0)
-            for slot in scores.keys() | semantic.keys()
-        }
+        scores = _fuse(scores, _similarities(bodies, qvec))
     def admitted(slot: tuple[int, str]) -> bool:
         doc = bodies[slot[0]].docs[slot[1]]
         fields = doc.fields
@@ -897,6 +908,66 @@ def _rank(
         label, _, cut = corpora[i]
         ranked.append(Hit(label, bare[cut:], round(score, 6), doc.fields, doc.written_by))
     return ranked
+
+
+def _similarities(
+    bodies: Sequence[_Corpus], qvec: tuple[float, ...]
+) -> dict[tuple[int, str], float]:
+    """The cosine similarity of *qvec* to every entry with a vector of its size."""
+    out: dict[tuple[int, str], float] = {}
+    for i, c in enumerate(bodies):
+        matrix = c.matrix(len(qvec))
+        if matrix is not None:  # with numpy: one product for the namespace
+            keys, table = matrix
+            out.update(zip([(i, k) for k in keys], (table @ _np().asarray(qvec)).tolist(),
+                           strict=True))
+            continue
+        for bare, doc in c.docs.items():
+            if doc.vector is not None and len(doc.vector) == len(qvec):
+                out[(i, bare)] = sum(map(operator.mul, qvec, doc.vector))
+    return out
+
+
+def _fuse(
+    lexical: dict[tuple[int, str], float], similar: dict[tuple[int, str], float]
+) -> dict[tuple[int, str], float]:
+    """Lexical and vector scores in one: each scaled to its best entry, then shared.
+
+    The lexical score is divided by the best one.  A similarity counts by how far
+    it stands above the query's mean similarity, as a share of the best one's lead
+    (a model's similarities crowd in a narrow band; what stands out is the lead),
+    and nothing below the mean.  Both scaled scores are in ``[0, 1]``; the hybrid
+    score is their weighted sum (:data:`_SEMANTIC_SHARE`).
+    """
+    top = max(lexical.values(), default=0.0) or 1.0
+    semantic: dict[tuple[int, str], float] = {}
+    if similar:
+        # One unrelated entry (similarity 0) counted in: a lone entry still has a lead.
+        mean = math.fsum(similar.values()) / (len(similar) + 1)
+        lead = max(similar.values()) - mean
+        if lead > 0:
+            semantic = {slot: (v - mean) / lead for slot, v in similar.items() if v > mean}
+    share = _SEMANTIC_SHARE
+    return {
+        slot: (1.0 - share) * lexical.get(slot, 0.0) / top + share * semantic.get(slot, 0.0)
+        for slot in lexical.keys() | semantic.keys()
+    }
+
+
+def _np() -> Any:
+    """numpy, or ``None`` when it is not installed (it comes with the embeddings extra)."""
+    global _NUMPY  # noqa: PLW0603 - imported once, on first use
+    if _NUMPY is False:
+        try:
+            import numpy  # noqa: PLC0415 - optional
+
+            _NUMPY = numpy
+        except ImportError:
+            _NUMPY = None
+    return _NUMPY
+
+
+_NUMPY: Any = False
 
 
 class _Reversed(str):

@@ -35,6 +35,7 @@ from remember_sync.testing.kv_emulator import KVEmulator
 from remember_sync.testing.redis_server import RedisCluster, RedisServer
 
 from .harness import MIN_ROUNDS, Op, Row, compare, percentile, spread_of
+from .search import rows_search
 
 __all__ = ["Environment", "FULL", "QUICK", "Sizes", "VALUE", "all_rows"]
 
@@ -88,6 +89,8 @@ class Sizes:
     list_big_db_sizes: tuple[int, ...] = (1_000_000,)
     #: Older (unindexed) entries for the reindex row.
     reindex_keys: int = 100_000
+    #: Namespace sizes of the search rows (targets are set for 1,000 and 10,000).
+    search_entries: tuple[int, ...] = (1_000, 10_000)
     #: Thread counts of row 6; the first is the reference.
     threads: tuple[int, ...] = (1, 2, 4, 8)
     #: Operations per thread-count run (split between the threads).
@@ -1343,6 +1346,7 @@ GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
     "7c": ("tools/call under gunicorn", rows_gunicorn),
     "8": ("modify / increment vs get + update", rows_modify),
     "9": ("reindex of older entries", rows_reindex),
+    "search": ("search with the WordLlama embedder; set with it vs without", rows_search),
 }
 
 

@@ -74,19 +74,15 @@ class WordLlamaEmbedder:
         self._table = getattr(self._model, "embedding", None)
         self._tokenizer = getattr(self._model, "tokenizer", None)
 
-    def __call__(self, text: str) -> Sequence[float]:
-        """The vector of *text*."""
+    def __call__(self, text: str) -> Any:
+        """The vector of *text* (a float32 numpy array: a sequence of floats)."""
         table, tokenizer = self._table, self._tokenizer
         if table is None or tokenizer is None:  # another layout: the model's own call
-            return list(self._model.embed(text)[0].tolist())
+            return self._model.embed(text)[0]
         ids = tokenizer.encode(text, add_special_tokens=False).ids
         if not ids:
             return [0.0] * int(table.shape[1])
-        return list(table[ids].mean(axis=0).tolist())
-
-    def many(self, texts: Sequence[str]) -> list[Sequence[float]]:
-        """The vectors of *texts*, in one batch."""
-        return [list(v) for v in self._model.embed(list(texts)).tolist()]
+        return table[ids].mean(axis=0)
 
 
 #: Embedders known by name.

@@ -52,7 +52,7 @@ DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
 _MAX_TEXT_CHARS: Final = 65_536
 #: Stored texts up to this many characters are kept as they are to recognise them
 #: unchanged; longer ones by their digest.
-_MAX_KEPT_TEXT: Final = 1024
+_MAX_KEPT_TEXT: Final = 4096
 #: Tokens longer than this are not words (hashes, base64) and are not indexed.
 _MAX_TOKEN: Final = 40
 _K1: Final = 1.2
@@ -469,11 +469,27 @@ def embedding_member(
     """
     if settings.embedder is None:
         return None
-    vector = embed(settings, entry_text(key, value, brand, metadata))
-    data = struct.pack(f"<{len(vector)}e", *vector)
+    raw = settings.embedder(entry_text(key, value, brand, metadata))
+    np = _np()
+    if np is not None:  # the same unit vector and bytes, without a Python loop
+        try:
+            array_ = np.asarray(raw, dtype=np.float64)
+        except (TypeError, ValueError):
+            array_ = None
+        if array_ is not None and array_.ndim == 1 and array_.size:
+            if not np.isfinite(array_).all():
+                _unit_vector(raw)  # raises, naming the problem
+            norm = float(np.sqrt(np.dot(array_, array_)))
+            unit = array_ if norm == 0 else array_ / norm
+            return _member(settings, array_.size, unit.astype("<f2").tobytes())
+    vector = _unit_vector(raw)
+    return _member(settings, len(vector), struct.pack(f"<{len(vector)}e", *vector))
+
+
+def _member(settings: SearchSettings, dims: int, data: bytes) -> dict[str, Any]:
     return {
         "model": settings.model,
-        "dims": len(vector),
+        "dims": dims,
         "data": base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii"),
     }
 
@@ -679,7 +695,7 @@ class SearchCache:
 
     Each search hands over every namespace's stored texts as the store returned
     them; an entry whose stored text is the one cached (compared whole up to
-    1 KiB, else by BLAKE2b-128 digest) is not decrypted again, any other is,
+    4 KiB, else by BLAKE2b-128 digest) is not decrypted again, any other is,
     and an entry no longer listed is dropped.  At most ``settings.cache_entries`` entries, and
     stored texts of at most ``settings.cache_bytes`` in all, are kept over all
     namespaces (the namespaces searched longest ago go first).
@@ -877,8 +893,29 @@ def _rank(
     scores: dict[tuple[int, str], float] = {
         (i, bare): score for i, per in enumerate(lexical) for bare, score in per.items()
     }
-    if qvec is not None:
-        scores = _fuse(scores, _similarities(bodies, qvec))
+    if qvec is None:
+        return _order(corpora, scores, (brand, limit, now, host_only))
+    # With vectors, only the entries most similar to the query are scored (besides the
+    # lexical matches), unless filters then leave too few: then all of them.
+    keep: int | None = max(8 * limit, 256)
+    while True:
+        similar, stats, cut_short = _similarities(bodies, qvec, keep)
+        ranked = _order(corpora, _fuse(scores, similar, *stats), (brand, limit, now, host_only))
+        if len(ranked) >= limit or not cut_short:
+            return ranked
+        keep = None
+
+
+def _order(
+    corpora: Sequence[tuple[str, _Corpus, int]],
+    scores: dict[tuple[int, str], float],
+    filters: tuple[str | None, int, int, bool],
+) -> list[Hit]:
+    """The *limit* best of *scores* that the filters (*brand*, *limit*, *now*,
+    *host_only*) admit, best first."""
+    brand, limit, now, host_only = filters
+    bodies = [c for _, c, _ in corpora]
+
     def admitted(slot: tuple[int, str]) -> bool:
         doc = bodies[slot[0]].docs[slot[1]]
         fields = doc.fields
@@ -911,42 +948,60 @@ def _rank(
 
 
 def _similarities(
-    bodies: Sequence[_Corpus], qvec: tuple[float, ...]
-) -> dict[tuple[int, str], float]:
-    """The cosine similarity of *qvec* to every entry with a vector of its size."""
+    bodies: Sequence[_Corpus], qvec: tuple[float, ...], keep: int | None
+) -> tuple[dict[tuple[int, str], float], tuple[float, float], bool]:
+    """The cosine similarity of *qvec* to the entries with a vector of its size: the
+    *keep* most similar per namespace (``None``: all), the (mean, best) over all, and
+    whether some were left out."""
     out: dict[tuple[int, str], float] = {}
+    total, count, best, cut_short = 0.0, 0, -math.inf, False
+    np = _np()
     for i, c in enumerate(bodies):
         matrix = c.matrix(len(qvec))
         if matrix is not None:  # with numpy: one product for the namespace
             keys, table = matrix
-            out.update(zip([(i, k) for k in keys], (table @ _np().asarray(qvec)).tolist(),
-                           strict=True))
+            if not keys:
+                continue
+            sims = table @ np.asarray(qvec, dtype=np.float32)
+            total += float(sims.sum(dtype=np.float64))
+            count += len(keys)
+            best = max(best, float(sims.max()))
+            if keep is not None and len(keys) > keep:
+                cut_short = True
+                picked = np.argpartition(sims, len(keys) - keep)[len(keys) - keep :].tolist()
+                out.update(((i, keys[j]), float(sims[j])) for j in picked)
+            else:
+                out.update(zip([(i, k) for k in keys], sims.tolist(), strict=True))
             continue
         for bare, doc in c.docs.items():
             if doc.vector is not None and len(doc.vector) == len(qvec):
-                out[(i, bare)] = sum(map(operator.mul, qvec, doc.vector))
-    return out
+                v = sum(map(operator.mul, qvec, doc.vector))
+                out[(i, bare)] = v
+                total += v
+                count += 1
+                best = max(best, v)
+    # One unrelated entry (similarity 0) counted in: a lone entry still has a lead.
+    mean = total / (count + 1)
+    return out, (mean, best if count else 0.0), cut_short
 
 
 def _fuse(
-    lexical: dict[tuple[int, str], float], similar: dict[tuple[int, str], float]
+    lexical: dict[tuple[int, str], float], similar: dict[tuple[int, str], float],
+    mean: float, best: float,
 ) -> dict[tuple[int, str], float]:
     """Lexical and vector scores in one: each scaled to its best entry, then shared.
 
     The lexical score is divided by the best one.  A similarity counts by how far
-    it stands above the query's mean similarity, as a share of the best one's lead
-    (a model's similarities crowd in a narrow band; what stands out is the lead),
-    and nothing below the mean.  Both scaled scores are in ``[0, 1]``; the hybrid
-    score is their weighted sum (:data:`_SEMANTIC_SHARE`).
+    it stands above the query's *mean* similarity, as a share of the *best* one's
+    lead (a model's similarities crowd in a narrow band; what stands out is the
+    lead), and nothing below the mean.  Both scaled scores are in ``[0, 1]``; the
+    hybrid score is their weighted sum (:data:`_SEMANTIC_SHARE`).
     """
     top = max(lexical.values(), default=0.0) or 1.0
+    lead = best - mean
     semantic: dict[tuple[int, str], float] = {}
-    if similar:
-        # One unrelated entry (similarity 0) counted in: a lone entry still has a lead.
-        mean = math.fsum(similar.values()) / (len(similar) + 1)
-        lead = max(similar.values()) - mean
-        if lead > 0:
-            semantic = {slot: (v - mean) / lead for slot, v in similar.items() if v > mean}
+    if lead > 0:
+        semantic = {slot: (v - mean) / lead for slot, v in similar.items() if v > mean}
     share = _SEMANTIC_SHARE
     return {
         slot: (1.0 - share) * lexical.get(slot, 0.0) / top + share * semantic.get(slot, 0.0)

@@ -39,6 +39,7 @@ TINY = Sizes(
     purge_keys=300,
     tools_seconds=0.2,
     gunicorn_seconds=0.3,
+    search_entries=(30,),
 )
 
 #: (group, operation prefix, store) of every row the suite must print.
@@ -85,6 +86,10 @@ EXPECTED = [
     ("8", "increment", "redis"),
     ("8", "modify", "redis"),
     ("9", "reindex of 60 older entries", "redis"),
+    ("search", "search, 30 entries, WordLlama on", "memory"),
+    ("search", "search, 30 entries, WordLlama on", "redis"),
+    ("search", "set, WordLlama on", "memory"),
+    ("search", "set, WordLlama on", "redis"),
 ]
 
 _ALL = ("memory", "redis", "redis-cluster", "vercel-kv")
@@ -115,6 +120,8 @@ TARGETED = {
     ("8", "modify", "memory"),
     ("8", "increment", "redis"),
     ("8", "modify", "redis"),
+    ("search", "set, WordLlama on", "memory"),
+    ("search", "set, WordLlama on", "redis"),
 }
 
 

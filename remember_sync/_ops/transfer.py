@@ -313,6 +313,25 @@ class _Principals:
         return None
 
 
+def _sealed(core: AccessorCore, rec: ImportRecord, skey: str) -> str:
+    """A decrypted record's entry sealed for *skey*, with who wrote it (a model's write
+    stays one) and, with an embedder, its vector.
+
+    :raises RememberInputError: naming the record's line.
+    """
+    entry = rec.entry
+    assert entry is not None
+    try:
+        extras = core.search_extras(
+            rec.key, entry.value, entry.brand, entry.metadata, rec.written_by
+        )
+        text = entry_json(entry.value, entry.brand, entry.created_at, entry.updated_at,
+                          entry.expires_at, entry.metadata, extras)
+        return core.seal_checked(text, rec.namespace, skey)
+    except RememberError as exc:
+        raise _bad(rec.line, exc.message) from None
+
+
 def import_entries(
     core: AccessorCore,
     records: list[ImportRecord],
@@ -344,18 +363,7 @@ def import_entries(
             ready.append((rec.namespace, skey, rec.stored, entry.expires_at))
         else:
             assert rec.entry is not None
-            entry = rec.entry
-            try:
-                # Who wrote it (a model's write stays one) and, with an embedder, its vector.
-                extras = core.search_extras(
-                    rec.key, entry.value, entry.brand, entry.metadata, rec.written_by
-                )
-                text = entry_json(entry.value, entry.brand, entry.created_at, entry.updated_at,
-                                  entry.expires_at, entry.metadata, extras)
-                stored = core.seal_checked(text, rec.namespace, skey)
-            except RememberError as exc:
-                raise _bad(rec.line, exc.message) from None
-            ready.append((rec.namespace, skey, stored, rec.entry.expires_at))
+            ready.append((rec.namespace, skey, _sealed(core, rec, skey), rec.entry.expires_at))
     principals = None if core.charges is None else _Principals(core.codec.keyring, records)
     with Progress(len(ready), "import", stream=progress_stream) as bar:
         for ns, skey, stored, expires_at in ready:

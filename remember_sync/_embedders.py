@@ -9,11 +9,11 @@ and once per process (every plugin shares it).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from ._fork import ForkSafeLock
 from .errors import RememberConfigurationError
 
 #: The extra that installs the named embedders' packages.
@@ -22,7 +22,8 @@ EXTRA: Final = "remember-sync[embeddings]"
 #: The dimensions of the model the wheel ships.
 _DIMS: Final = 256
 
-_lock = threading.Lock()
+# A forked child gets it free (the model list is appended to only once loaded).
+_lock = ForkSafeLock()
 _loaded: list[Any] = []
 
 

@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "_crypto": {"errors", "types", "_fork", "_clock", "_bounded"},
     "identity": {"errors", "types"},
     "_codec": {"errors", "types", "_crypto", "_text"},
-    "_embedders": {"errors"},
+    "_embedders": {"errors", "_fork"},
     "_search": {"errors", "_codec", "_embedders"},
     "_secrets": {"errors", "types", "_crypto", "_fork", "_clock", "_bounded", "_config"},
     "_sessions": {"errors", "types", "_crypto", "_clock", "_bounded"},

@@ -63,12 +63,21 @@ def _timed(fn: object) -> float:
 
 
 def test_crafted_vocabulary_search_is_bounded(crafted: RememberPlugin) -> None:
-    """32 unknown alike terms over 1.3 MB of alike words: under 100 ms (median of 7)."""
+    """32 unknown alike terms over 1.3 MB of alike words: the search's own work (this
+    thread's CPU time) under 100 ms, its wall time under 500 ms (medians of 7; the
+    machine's load stretches wall time, not work)."""
     mem = crafted.accessor(MALLORY)
     rng = random.Random(1)
     mem.search(_query(rng))  # decrypts and indexes once
-    times = [_timed(lambda: mem.search(_query(rng))) for _ in range(7)]
-    assert statistics.median(times) < 0.100, times
+    wall, work = [], []
+    for _ in range(7):
+        query = _query(rng)
+        began, began_cpu = time.perf_counter(), time.thread_time()
+        mem.search(query)
+        work.append(time.thread_time() - began_cpu)
+        wall.append(time.perf_counter() - began)
+    assert statistics.median(work) < 0.100, work
+    assert statistics.median(wall) < 0.500, wall
     # The lookups still work: a one-letter typo and a prefix of a stored word find it.
     word = mem.get("blob0", scope="user").split()[0]
     assert mem.search(word[:4] + "q" + word[5:])
@@ -80,7 +89,7 @@ def test_other_principal_is_not_held_up(crafted: RememberPlugin) -> None:
     median time grows by less than 50 ms."""
     mallory, bob = crafted.accessor(MALLORY), crafted.accessor(BOB)
     mallory.search(_query(random.Random(2)))
-    alone = [_timed(lambda: bob.search("tabby")) for _ in range(15)]
+    alone = [_timed(lambda: bob.search("tabby")) for _ in range(21)]
     stop, begun = threading.Event(), threading.Event()
     searches = 0
 
@@ -97,7 +106,7 @@ def test_other_principal_is_not_held_up(crafted: RememberPlugin) -> None:
     thread.start()
     try:
         together = []
-        for _ in range(15):
+        for _ in range(21):
             begun.clear()
             assert begun.wait(30)  # Mallory's next search has just begun
             together.append(_timed(lambda: bob.search("tabby")))
@@ -107,4 +116,4 @@ def test_other_principal_is_not_held_up(crafted: RememberPlugin) -> None:
         thread.join()
     assert searches > 1
     delay = statistics.median(together) - statistics.median(alone)
-    assert delay < 0.050, (alone, together)
+    assert delay < 0.050, (round(delay * 1000, 1), alone, together)

@@ -147,3 +147,36 @@ def test_serve_embedder_wordllama(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
                           text=True, timeout=60, cwd=tmp_path)
     assert done.returncode != 0 and "nosuch" in done.stderr
+
+
+def test_reindex_embeds_older_entries_with_wordllama(
+    redis_url: str, redis_client: Any, tmp_path: Path
+) -> None:
+    """``reindex --embeddings --embedder wordllama`` seals WordLlama vectors into entries
+    written without it; a plugin with the embedder then embeds only the query."""
+    with RememberPlugin.init(type="redis", config={"url": redis_url}, skip_legacy_purge=True,
+                             encryption={"secrets": [TEST_SECRET]}) as plain:
+        plain.accessor(ALICE).set("allergy", "severe peanut allergy", scope="user")
+    env = {**os.environ, "REMEMBER_SECRET": TEST_SECRET, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "remember_sync", "reindex", "--redis-url",
+                           redis_url, "--embeddings", "--embedder", "wordllama", "--json"],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["embedded"] == 1
+    code = (
+        "from remember_sync import RememberPlugin, Identity\n"
+        "from remember_sync._embedders import WordLlamaEmbedder\n"
+        "calls = []\n"
+        "inner = WordLlamaEmbedder.__call__\n"
+        "WordLlamaEmbedder.__call__ = lambda self, t: (calls.append(t), inner(self, t))[1]\n"
+        f"p = RememberPlugin.init(type='redis', config={{'url': {redis_url!r}}}, "
+        "skip_legacy_purge=True, search={'embedder': 'wordllama'}, "
+        f"encryption={{'secrets': [{TEST_SECRET!r}]}})\n"
+        "m = p.accessor(Identity(session_id='s-alice', user_id='alice'))\n"
+        "hits = m.search('dietary restrictions before ordering food')\n"
+        "import json; print(json.dumps([[h.key for h in hits], calls]))\n"
+    )
+    searched = _child(code)
+    assert searched.returncode == 0, searched.stderr
+    assert json.loads(searched.stdout) == [
+        ["allergy"], ["dietary restrictions before ordering food"]]

@@ -83,7 +83,7 @@ class WordLlamaEmbedder:
         ids = tokenizer.encode(text, add_special_tokens=False).ids
         if not ids:
             return [0.0] * int(table.shape[1])
-        return table[ids].mean(axis=0)
+        return table.take(ids, axis=0).sum(axis=0) / len(ids)
 
 
 #: Embedders known by name.

@@ -4,8 +4,10 @@ Nothing here touches a store.  The core lists a namespace's stored values
 (through its listing index) and hands them to :class:`SearchCache`, which
 keeps, per namespace, what it decrypted and tokenised, by key and stored text
 (the text itself, or its digest when long): a value another process rewrote
-has another text (a fresh IV on every write) and is decrypted again, so the
-store read on every search stays the source of truth.
+has another text (a fresh IV on every write) and is decrypted again, and a
+cached entry whose key that read did not list is dropped, so the store read on
+every search stays the source of truth: a result is never an entry ``get``
+would not return, whichever process forgot, erased or rewrote it.
 
 Ranking is BM25 over the key (weighted up), every string and object key at
 any depth of the value, the brand and the metadata, after Unicode folding
@@ -14,7 +16,9 @@ small stop-word list.  A query term also matches, at lower weights, a few
 general synonyms, the terms it is a prefix of, the vocabulary terms that are a
 prefix of it, and (five letters or more) terms one edit away.  With an
 embedder, each entry's vector (sealed inside its envelope, see
-:func:`embedding_member`) adds cosine similarity to the score.
+:func:`embedding_member`) adds its similarity to the query (see :func:`_fuse`).
+The work of a query is bounded whatever the vocabulary: prefixes are found by
+bisection, one-edit matches as generated edits.
 """
 
 from __future__ import annotations

@@ -120,7 +120,6 @@ TARGETED = {
     ("8", "modify", "memory"),
     ("8", "increment", "redis"),
     ("8", "modify", "redis"),
-    ("search", "set, WordLlama on", "memory"),
     ("search", "set, WordLlama on", "redis"),
 }
 

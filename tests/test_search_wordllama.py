@@ -35,6 +35,28 @@ def _child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120)
 
 
+def _search_in_fresh_process(redis_url: str, query: str) -> tuple[list[str], list[str]]:
+    """Alice's hits for *query* in a new process with WordLlama, and every text it embedded."""
+    code = (
+        "import json\n"
+        "from remember_sync import RememberPlugin, Identity\n"
+        "from remember_sync._embedders import WordLlamaEmbedder\n"
+        "calls = []\n"
+        "inner = WordLlamaEmbedder.__call__\n"
+        "WordLlamaEmbedder.__call__ = lambda self, t: (calls.append(t), inner(self, t))[1]\n"
+        f"p = RememberPlugin.init(type='redis', config={{'url': {redis_url!r}}}, "
+        "skip_legacy_purge=True, search={'embedder': 'wordllama'}, "
+        f"encryption={{'secrets': [{TEST_SECRET!r}]}})\n"
+        "m = p.accessor(Identity(session_id='s-alice', user_id='alice'))\n"
+        f"hits = m.search({query!r}, limit=100)\n"
+        "print(json.dumps([[h.key for h in hits], calls]))\n"
+    )
+    done = _child(code)
+    assert done.returncode == 0, done.stderr
+    hits, calls = json.loads(done.stdout)
+    return hits, calls
+
+
 def test_selected_by_name_and_vectors_sealed(make_plugin: Any, store: Any) -> None:
     """``search={"embedder": "wordllama"}`` ranks a paraphrase sharing no word first; the
     vector is sealed in the entry under the model's name."""
@@ -105,22 +127,8 @@ def test_fresh_process_does_not_embed_stored_entries(redis_url: str, redis_clien
         mem = plugin.accessor(ALICE)
         for i in range(50):
             mem.set(f"note{i}", f"remember the heron number {i}", scope="user")
-    code = (
-        "from remember_sync import RememberPlugin, Identity\n"
-        "from remember_sync._embedders import WordLlamaEmbedder\n"
-        "calls = []\n"
-        "inner = WordLlamaEmbedder.__call__\n"
-        "WordLlamaEmbedder.__call__ = lambda self, t: (calls.append(t), inner(self, t))[1]\n"
-        f"p = RememberPlugin.init(type='redis', config={{'url': {redis_url!r}}}, "
-        "skip_legacy_purge=True, search={'embedder': 'wordllama'}, "
-        f"encryption={{'secrets': [{TEST_SECRET!r}]}})\n"
-        "m = p.accessor(Identity(session_id='s-alice', user_id='alice'))\n"
-        "hits = m.search('heron', limit=100)\n"
-        "import json; print(json.dumps([len(hits), calls]))\n"
-    )
-    done = _child(code)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == [50, ["heron"]]
+    hits, calls = _search_in_fresh_process(redis_url, "heron")
+    assert (len(hits), calls) == (50, ["heron"])
 
 
 def test_serve_embedder_wordllama(tmp_path: Path) -> None:
@@ -163,20 +171,5 @@ def test_reindex_embeds_older_entries_with_wordllama(
                           env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["embedded"] == 1
-    code = (
-        "from remember_sync import RememberPlugin, Identity\n"
-        "from remember_sync._embedders import WordLlamaEmbedder\n"
-        "calls = []\n"
-        "inner = WordLlamaEmbedder.__call__\n"
-        "WordLlamaEmbedder.__call__ = lambda self, t: (calls.append(t), inner(self, t))[1]\n"
-        f"p = RememberPlugin.init(type='redis', config={{'url': {redis_url!r}}}, "
-        "skip_legacy_purge=True, search={'embedder': 'wordllama'}, "
-        f"encryption={{'secrets': [{TEST_SECRET!r}]}})\n"
-        "m = p.accessor(Identity(session_id='s-alice', user_id='alice'))\n"
-        "hits = m.search('dietary restrictions before ordering food')\n"
-        "import json; print(json.dumps([[h.key for h in hits], calls]))\n"
-    )
-    searched = _child(code)
-    assert searched.returncode == 0, searched.stderr
-    assert json.loads(searched.stdout) == [
-        ["allergy"], ["dietary restrictions before ordering food"]]
+    query = "dietary restrictions before ordering food"
+    assert _search_in_fresh_process(redis_url, query) == (["allergy"], [query])

@@ -36,6 +36,7 @@ from remember_sync.testing.redis_server import RedisCluster, RedisServer
 
 from .harness import MIN_ROUNDS, Op, Row, compare, percentile, spread_of
 from .langgraph_store import rows_langgraph
+from .search import rows_search
 
 __all__ = ["Environment", "FULL", "QUICK", "Sizes", "VALUE", "all_rows"]
 
@@ -89,6 +90,8 @@ class Sizes:
     list_big_db_sizes: tuple[int, ...] = (1_000_000,)
     #: Older (unindexed) entries for the reindex row.
     reindex_keys: int = 100_000
+    #: Namespace sizes of the search rows (targets are set for 1,000 and 10,000).
+    search_entries: tuple[int, ...] = (1_000, 10_000)
     #: Thread counts of row 6; the first is the reference.
     threads: tuple[int, ...] = (1, 2, 4, 8)
     #: Operations per thread-count run (split between the threads).
@@ -1347,6 +1350,7 @@ GROUPS: dict[str, tuple[str, Callable[[Environment, Sizes], list[Row]]]] = {
     "peer": ("set/get vs cachelib's RedisCache", lambda env, sizes: _peer_rows(env, sizes)),
     "langgraph": ("RememberStore vs LangGraph's InMemoryStore", rows_langgraph),
     "metrics": ("metrics on vs off", lambda env, sizes: _metrics_rows(env, sizes)),
+    "search": ("search with the WordLlama embedder; set with it vs without", rows_search),
 }
 
 

@@ -4,8 +4,10 @@ Nothing here touches a store.  The core lists a namespace's stored values
 (through its listing index) and hands them to :class:`SearchCache`, which
 keeps, per namespace, what it decrypted and tokenised, by key and stored text
 (the text itself, or its digest when long): a value another process rewrote
-has another text (a fresh IV on every write) and is decrypted again, so the
-store read on every search stays the source of truth.
+has another text (a fresh IV on every write) and is decrypted again, and a
+cached entry whose key that read did not list is dropped, so the store read on
+every search stays the source of truth: a result is never an entry ``get``
+would not return, whichever process forgot, erased or rewrote it.
 
 Ranking is BM25 over the key (weighted up), every string and object key at
 any depth of the value, the brand and the metadata, after Unicode folding
@@ -14,12 +16,17 @@ small stop-word list.  A query term also matches, at lower weights, a few
 general synonyms, the terms it is a prefix of, the vocabulary terms that are a
 prefix of it, and (five letters or more) terms one edit away.  With an
 embedder, each entry's vector (sealed inside its envelope, see
-:func:`embedding_member`) adds cosine similarity to the score.
+:func:`embedding_member`) adds its similarity to the query (see :func:`_fuse`).
+The work of a query is bounded whatever the vocabulary: prefixes are found by
+bisection, one-edit matches as generated edits.
 """
 
 from __future__ import annotations
 
+import array
 import base64
+import bisect
+import contextlib
 import hashlib
 import heapq
 import math
@@ -29,11 +36,12 @@ import struct
 import threading
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ._codec import EntryFields
+from ._embedders import NAMED, named_embedder
 from .errors import RememberConfigurationError, RememberInputError, RememberInputTypeError
 
 #: The longest query accepted, in characters.
@@ -48,7 +56,7 @@ DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
 _MAX_TEXT_CHARS: Final = 65_536
 #: Stored texts up to this many characters are kept as they are to recognise them
 #: unchanged; longer ones by their digest.
-_MAX_KEPT_TEXT: Final = 1024
+_MAX_KEPT_TEXT: Final = 4096
 #: Tokens longer than this are not words (hashes, base64) and are not indexed.
 _MAX_TOKEN: Final = 40
 _K1: Final = 1.2
@@ -88,13 +96,16 @@ _STOP: Final = frozenset(
 
 # General English synonym groups for what agents keep (people, places, work, likes,
 # time, software).  A query term matches the others of its group at a lower weight.
-# The groups are general vocabulary, not tuned to any evaluation's questions.
+# The groups are general vocabulary, not tuned to any evaluation's questions.  Words
+# common in keys and values whatever they are about (mode, state, type, status, name,
+# number, time, size, key, value, user, result...) are in no group (_GENERIC): through
+# one, every entry keyed ``*_mode`` would match a search for "dark".
 _SYNONYM_GROUPS: Final = (
     "like love enjoy prefer favorite favourite fond fan",
     "dislike hate avoid detest",
-    "job work occupation profession career employer employment role position",
+    "job work occupation profession career employer employment",
     "company employer firm organization organisation business",
-    "live home reside residence address city town located location",
+    "live home reside residence city town located location",
     "wife husband spouse partner married",
     "child children kid son daughter",
     "mother mom mum father dad parent",
@@ -102,10 +113,9 @@ _SYNONYM_GROUPS: Final = (
     "friend buddy colleague coworker",
     "pet dog cat",
     "birthday born birth",
-    "age old years",
-    "name called",
-    "phone mobile cell telephone number",
-    "email mail address",
+    "age birthday",
+    "phone mobile cell telephone",
+    "email mail inbox",
     "food meal eat cuisine dish diet",
     "drink beverage coffee tea",
     "vegetarian vegan plant",
@@ -116,15 +126,15 @@ _SYNONYM_GROUPS: Final = (
     "music song band artist listen",
     "movie film cinema",
     "book read reading novel author",
-    "sport exercise workout gym fitness run running",
+    "sport exercise workout gym fitness running",
     "travel trip vacation holiday journey flight",
     "car vehicle drive",
     "money budget cost price spend spending salary",
     "meeting call appointment schedule calendar",
     "deadline due date",
-    "time timezone zone hour",
-    "morning am early",
-    "evening night late pm",
+    "timezone zone",
+    "morning early",
+    "evening night late",
     "week weekly",
     "day daily",
     "month monthly",
@@ -135,30 +145,30 @@ _SYNONYM_GROUPS: Final = (
     "deploy deployment release ship production",
     "test testing tests ci",
     "database db sql postgres postgresql mysql sqlite",
-    "server host machine",
+    "server host",
     "api endpoint",
-    "key token credential secret password",
+    "credential secret password passphrase",
     "config configuration setting settings option preference",
-    "theme mode appearance color colour dark light",
-    "font typeface size",
+    "theme appearance color colour palette",
+    "dark light",
+    "font typeface",
     "editor ide vim emacs vscode",
     "shell terminal console bash zsh",
     "os operating system linux macos windows",
     "browser chrome firefox safari",
     "notify notification alert reminder remind",
     "cache cached caching",
-    "result results output answer response",
     "search query lookup find",
     "weather forecast temperature",
     "address street",
-    "goal objective aim target plan",
+    "goal objective aim target",
     "task todo chore",
     "note notes memo",
     "team group squad",
     "manager boss lead supervisor",
-    "customer client user",
-    "order purchase buy bought",
-    "ticket reservation booking book",
+    "customer client",
+    "purchase buy bought",
+    "ticket reservation booking",
     "hotel accommodation lodging stay",
     "restaurant cafe dining",
     "school university college study studied education degree",
@@ -168,7 +178,7 @@ _SYNONYM_GROUPS: Final = (
     "long detailed verbose",
     "language locale",
     "currency dollar euro",
-    "size small large big",
+    "small large big",
     "fast quick speed",
     "slow latency",
     "sleep bedtime",
@@ -230,10 +240,18 @@ def tokens(text: str) -> list[str]:
     return out
 
 
+_GENERIC: Final = frozenset(
+    """mode state type kind status name number time size key value values data info item
+    list user result output response answer order plan run old new current default level
+    flag enabled on off id address count total""".split()
+)
+
+
 def _synonym_table() -> dict[str, tuple[str, ...]]:
     table: dict[str, set[str]] = {}
+    generic = {stem(w) for w in _GENERIC}
     for group in _SYNONYM_GROUPS:
-        terms = {stem(w) for w in group.split()}
+        terms = {stem(w) for w in group.split()} - generic
         for term in terms:
             table.setdefault(term, set()).update(terms - {term})
     return {term: tuple(sorted(others)) for term, others in table.items()}
@@ -320,7 +338,8 @@ Embedder = Callable[[str], Sequence[float]]
 class SearchSettings:
     """The ``search`` option of ``RememberPlugin.init``, checked.
 
-    :param embedder: text -> vector, or ``None`` for lexical ranking only.
+    :param embedder: text -> vector, or ``None`` for lexical ranking only (the
+        option also takes an embedder's name, e.g. ``"wordllama"``).
     :param model: the name stored with each vector; a vector stored under
         another name is recomputed (in memory) on search.
     :param cache_entries: decoded entries kept for search over all namespaces.
@@ -351,9 +370,17 @@ def build_settings(options: object) -> SearchSettings:
             "; allowed: ['cache_bytes', 'cache_entries', 'embedder', 'model']"
         )
     embedder = options.get("embedder")
+    if isinstance(embedder, str):
+        try:
+            embedder = load_embedder(embedder)
+        except RememberConfigurationError as exc:
+            raise RememberConfigurationError(
+                f"RememberPlugin.init option 'search.embedder': {exc}"
+            ) from exc
     if embedder is not None and not callable(embedder):
         raise RememberConfigurationError(
             "RememberPlugin.init option 'search.embedder': must be a callable text -> vector"
+            f" or an embedder's name ({', '.join(sorted(NAMED))})"
         )
     model = options.get("model")
     if model is None:
@@ -375,16 +402,20 @@ def build_settings(options: object) -> SearchSettings:
 
 
 def load_embedder(spec: str) -> Embedder:
-    """The embedder named ``"module:attribute"`` (a class is instantiated without arguments).
+    """The embedder called *spec* (``"wordllama"``, see :mod:`remember_sync._embedders`),
+    or the one at ``"module:attribute"`` (a class is instantiated without arguments).
 
     :raises RememberConfigurationError: it cannot be imported or is not callable.
     """
     import importlib  # noqa: PLC0415 - only the command line names embedders
 
+    if spec in NAMED:
+        return named_embedder(spec)
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise RememberConfigurationError(
-            f"an embedder is named 'module:attribute' (e.g. 'mypkg.embed:embedder'); got {spec!r}"
+            f"an embedder is one of {', '.join(sorted(NAMED))} or 'module:attribute' "
+            f"(e.g. 'mypkg.embed:embedder'); got {spec!r}"
         )
     try:
         found: Any = importlib.import_module(module_name)
@@ -442,11 +473,27 @@ def embedding_member(
     """
     if settings.embedder is None:
         return None
-    vector = embed(settings, entry_text(key, value, brand, metadata))
-    data = struct.pack(f"<{len(vector)}e", *vector)
+    raw = settings.embedder(entry_text(key, value, brand, metadata))
+    np = _np()
+    if np is not None:  # the same unit vector and bytes, without a Python loop
+        try:
+            array_ = np.asarray(raw, dtype=np.float64)
+        except (TypeError, ValueError):
+            array_ = None
+        if array_ is not None and array_.ndim == 1 and array_.size:
+            if not np.isfinite(array_).all():
+                _unit_vector(raw)  # raises, naming the problem
+            norm = float(np.sqrt(np.dot(array_, array_)))
+            unit = array_ if norm == 0 else array_ / norm
+            return _member(settings, array_.size, unit.astype("<f2").tobytes())
+    vector = _unit_vector(raw)
+    return _member(settings, len(vector), struct.pack(f"<{len(vector)}e", *vector))
+
+
+def _member(settings: SearchSettings, dims: int, data: bytes) -> dict[str, Any]:
     return {
         "model": settings.model,
-        "dims": len(vector),
+        "dims": dims,
         "data": base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii"),
     }
 
@@ -477,37 +524,35 @@ class _Doc:
     terms: dict[str, float]
     length: float
     written_by: str | None
-    vector: tuple[float, ...] | None
+    vector: array.array[float] | None
 
 
 class _Corpus:
-    """One namespace's decoded entries and their postings, updated entry by entry."""
+    """One namespace's decoded entries and their postings, updated entry by entry.
+
+    ``lock`` is held by the search using it (decrypting and ranking), so that
+    searches of other namespaces never wait for it.
+    """
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.docs: dict[str, _Doc] = {}
         self.postings: dict[str, dict[str, float]] = {}
         self.total_length = 0.0
         self.size = 0  # the stored texts' length
         # BM25's length normalisation per entry, for the average length it was made for.
         self._norms: tuple[float, dict[str, float]] = (-1.0, {})
-        # Vocabulary lookups: prefix (3..6 characters) -> terms, and for one-edit
-        # matches, (first two letters, length) and (last two letters, length) -> terms.
-        # Buckets are dicts of str -> None, not sets: a dict holding only strings is
-        # not tracked by the garbage collector, so a large corpus costs no GC passes.
-        self.by_prefix: dict[str, dict[str, None]] = {}
-        self.by_head: dict[tuple[str, int], dict[str, None]] = {}
-        self.by_tail: dict[tuple[str, int], dict[str, None]] = {}
-
-    def _vocab_keys(self, term: str) -> Iterable[tuple[dict[Any, dict[str, None]], Any]]:
-        n = len(term)
-        for k in range(3, min(n, 7)):
-            yield self.by_prefix, term[:k]
-        if n >= 4:
-            yield self.by_head, (term[:2], n)
-            yield self.by_tail, (term[-2:], n)
+        # The entries' vectors as one matrix (numpy), for the dimensions it was made for.
+        self._matrix: tuple[int, list[str], Any] | None = None
+        # The vocabulary in order, for prefix lookups by bisection: terms added since
+        # it was last ordered wait in ``_pending``; terms whose last posting went stay
+        # in it (skipped) until they are a quarter of it.
+        self._sorted: list[str] = []
+        self._pending: list[str] = []
+        self._indexed: set[str] = set()
 
     def add(self, bare: str, doc: _Doc) -> None:
-        self._norms = (-1.0, {})
+        self._norms, self._matrix = (-1.0, {}), None
         self.docs[bare] = doc
         self.total_length += doc.length
         self.size += doc.size
@@ -515,12 +560,13 @@ class _Corpus:
             posting = self.postings.get(term)
             if posting is None:
                 posting = self.postings[term] = {}
-                for table, k in self._vocab_keys(term):
-                    table.setdefault(k, {})[term] = None
+                if term not in self._indexed:
+                    self._indexed.add(term)
+                    self._pending.append(term)
             posting[bare] = tf
 
     def remove(self, bare: str) -> None:
-        self._norms = (-1.0, {})
+        self._norms, self._matrix = (-1.0, {}), None
         doc = self.docs.pop(bare)
         self.total_length -= doc.length
         self.size -= doc.size
@@ -529,11 +575,23 @@ class _Corpus:
             del posting[bare]
             if not posting:
                 del self.postings[term]
-                for table, k in self._vocab_keys(term):
-                    bucket = table[k]
-                    del bucket[term]
-                    if not bucket:
-                        del table[k]
+
+    def matrix(self, dims: int) -> tuple[list[str], Any] | None:
+        """With numpy: the keys of the entries with a *dims*-sized vector and their vectors
+        as rows of one float32 matrix (kept while nothing changes); else ``None``."""
+        np = _np()
+        if np is None:
+            return None
+        if self._matrix is None or self._matrix[0] != dims:
+            keys, parts = [], []
+            for key, doc in self.docs.items():
+                if doc.vector is not None and len(doc.vector) == dims:
+                    keys.append(key)
+                    parts.append(doc.vector.tobytes())
+            rows = b"".join(parts)
+            table = np.frombuffer(rows, dtype=np.float32).reshape(len(keys), dims)
+            self._matrix = (dims, keys, table)
+        return self._matrix[1], self._matrix[2]
 
     def norms(self, avg: float) -> dict[str, float]:
         """``k1 * (1 - b + b * length / avg)`` of every entry (kept while nothing changes)."""
@@ -543,39 +601,54 @@ class _Corpus:
             })
         return self._norms[1]
 
-    def prefixed(self, term: str) -> Iterable[str]:
-        """Vocabulary terms longer than *term* that start with it (*term* >= 3 characters)."""
-        bucket = self.by_prefix.get(term[:6], {})
-        return (t for t in bucket if len(t) > len(term) and t.startswith(term))
+    def _vocabulary(self) -> list[str]:
+        if self._pending:
+            # Two sorted runs merge in linear time.
+            self._pending.sort()
+            self._sorted = sorted(self._sorted + self._pending)
+            self._pending = []
+        if len(self._indexed) > 4 * len(self.postings) // 3 + 64:
+            postings = self.postings
+            self._sorted = [t for t in self._sorted if t in postings]
+            self._indexed = set(self._sorted)
+        return self._sorted
 
-    def near(self, term: str) -> Iterable[str]:
-        """Vocabulary terms one edit from *term* (insert, delete, substitute, transpose)."""
-        n = len(term)
-        seen: set[str] = set()
-        for size in (n - 1, n, n + 1):
-            for table, k in ((self.by_head, (term[:2], size)), (self.by_tail, (term[-2:], size))):
-                for t in table.get(k, {}):
-                    if t not in seen:
-                        seen.add(t)
-                        if t != term and _one_edit(term, t):
-                            yield t
+    def prefixed(self, term: str) -> Iterator[str]:
+        """Vocabulary terms longer than *term* that start with it, in alphabetical order;
+        at most :data:`_MAX_EXPANSIONS`, found by bisection."""
+        vocab = self._vocabulary()
+        postings = self.postings
+        found = 0
+        stop = min(len(vocab), bisect.bisect_right(vocab, term) + 4 * _MAX_EXPANSIONS)
+        for i in range(bisect.bisect_right(vocab, term), stop):
+            t = vocab[i]
+            if not t.startswith(term) or found >= _MAX_EXPANSIONS:
+                return
+            if t in postings:
+                found += 1
+                yield t
+
+    def near(self, candidates: Iterable[str]) -> list[str]:
+        """The *candidates* (one-edit variants of a term) that are in the vocabulary."""
+        postings = self.postings
+        return sorted(t for t in candidates if t in postings)[:_MAX_EXPANSIONS]
 
 
-def _one_edit(a: str, b: str) -> bool:
-    """Whether *a* and *b* differ by one insertion, deletion, substitution or transposition."""
-    la, lb = len(a), len(b)
-    if la > lb:
-        a, b, la, lb = b, a, lb, la
-    if lb - la > 1:
-        return False
-    i = 0
-    while i < la and a[i] == b[i]:
-        i += 1
-    if la == lb:
-        if a[i + 1 :] == b[i + 1 :]:
-            return True
-        return i + 1 < la and a[i] == b[i + 1] and a[i + 1] == b[i] and a[i + 2 :] == b[i + 2 :]
-    return a[i:] == b[i + 1 :]
+_ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _edits(term: str) -> set[str]:
+    """Every string one edit from *term* (delete, transpose, substitute, insert), over the
+    ASCII letters and digits and *term*'s own characters: a bounded number of lookups,
+    whatever the stored vocabulary."""
+    letters = _ALPHABET if term.isascii() else _ALPHABET + "".join(set(term) - set(_ALPHABET))
+    splits = [(term[:i], term[i:]) for i in range(len(term) + 1)]
+    out = {a + b[1:] for a, b in splits if b}
+    out.update(a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1)
+    out.update(a + c + b[1:] for a, b in splits if b for c in letters)
+    out.update(a + c + b for a, b in splits for c in letters)
+    out.discard(term)
+    return out
 
 
 def _document(
@@ -597,7 +670,8 @@ def _document(
             vector = embed(settings, entry_text(bare, value, brand, metadata))
     return _Doc(
         digest, size, fields, terms, sum(terms.values()),
-        written_by if isinstance(written_by, str) else None, vector,
+        written_by if isinstance(written_by, str) else None,
+        None if vector is None else array.array("f", vector),  # 4 bytes a component
     )
 
 
@@ -620,11 +694,12 @@ class Hit:
 
 
 class SearchCache:
-    """Per-process search data of one plugin: a corpus per namespace, bounded, thread-safe.
+    """Per-process search data of one plugin: a corpus per namespace, bounded, thread-safe
+    (each namespace has its own lock; the plugin-wide one guards only the table).
 
     Each search hands over every namespace's stored texts as the store returned
     them; an entry whose stored text is the one cached (compared whole up to
-    1 KiB, else by BLAKE2b-128 digest) is not decrypted again, any other is,
+    4 KiB, else by BLAKE2b-128 digest) is not decrypted again, any other is,
     and an entry no longer listed is dropped.  At most ``settings.cache_entries`` entries, and
     stored texts of at most ``settings.cache_bytes`` in all, are kept over all
     namespaces (the namespaces searched longest ago go first).
@@ -669,14 +744,28 @@ class SearchCache:
             qvec = embed(self.settings, query)
         if not terms and qvec is None:
             return []
-        with self._lock:
-            corpora = [
-                (label, self._refresh(head, items, opener, label, on_unreadable), len(head))
-                for label, head, items, opener in parts
-            ]
-            try:
+        with self._lock:  # only the table of namespaces: held for dictionary operations
+            held = []
+            for _, head, _, _ in parts:
+                corpus = self._corpora.get(head)
+                if corpus is None:
+                    corpus = self._corpora[head] = _Corpus()
+                self._corpora.move_to_end(head)
+                held.append(corpus)
+        try:
+            with contextlib.ExitStack() as stack:
+                # Each namespace's own lock, in one order (no two searches deadlock): a
+                # search of other namespaces -- another principal's -- never waits.
+                for corpus in sorted(set(held), key=id):
+                    stack.enter_context(corpus.lock)
+                corpora = [
+                    (label, self._refresh(corpus, len(head), items, opener, label, on_unreadable),
+                     len(head))
+                    for (label, head, items, opener), corpus in zip(parts, held, strict=True)
+                ]
                 return _rank(corpora, terms, qvec, brand, limit, now, host_only)
-            finally:
+        finally:
+            with self._lock:
                 self._trim({head for _, head, _, _ in parts})
 
     @staticmethod
@@ -687,30 +776,30 @@ class SearchCache:
         return hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
     def _refresh(
-        self, head: str, items: Sequence[tuple[str, str]], opener: Opener, label: str,
-        on_unreadable: Callable[[str, str, Exception], None],
+        self, corpus: _Corpus, cut: int, items: Sequence[tuple[str, str]], opener: Opener,
+        label: str, on_unreadable: Callable[[str, str, Exception], None],
     ) -> _Corpus:
-        corpus = self._corpora.get(head)
-        if corpus is None:
-            corpus = self._corpora[head] = _Corpus()
-        self._corpora.move_to_end(head)
         listed: set[str] = set()
         stale: list[tuple[str, str, str | bytes]] = []
         docs = corpus.docs
         fingerprint = self._fingerprint
+        cached = 0  # listed keys that have a cached entry, current or not
         for key, raw in items:
             if key in listed:
                 continue  # 1.8.0's doubled-prefix twin of a key already read
             listed.add(key)
             digest = fingerprint(raw)
             doc = docs.get(key)
+            if doc is not None:
+                cached += 1
             if doc is None or doc.digest != digest:
                 stale.append((key, raw, digest))
-        if len(listed) != len(docs):
+        # A cached entry that is not listed any more (forgotten, erased, expired -- by
+        # any process) is dropped, whatever the listing's size: only what was read counts.
+        if cached != len(docs):
             for key in [k for k in docs if k not in listed]:
                 corpus.remove(key)
         if stale:
-            cut = len(head)
             opened = opener([k for k, _, _ in stale], [r for _, r, _ in stale])
             for (key, raw, digest), item in zip(stale, opened, strict=True):
                 if key in docs:
@@ -756,19 +845,16 @@ def _expand(corpora: Sequence[_Corpus], term: str) -> dict[str, float]:
             put(syn, _SYNONYM)
     if len(term) >= 3:
         for c in corpora:
-            for n, t in enumerate(c.prefixed(term)):
-                if n >= _MAX_EXPANSIONS:
-                    break
+            for t in c.prefixed(term):
                 put(t, _PREFIX)
     for k in range(len(term) - 1, 3, -1):  # "deployments" finds "deploy"
         if any(term[:k] in c.postings for c in corpora):
             put(term[:k], _SHORTER)
             break
     if not known and len(term) >= 5:
+        candidates = _edits(term)
         for c in corpora:
-            for n, t in enumerate(c.near(term)):
-                if n >= _MAX_EXPANSIONS:
-                    break
+            for t in c.near(candidates):
                 put(t, _TYPO)
     return found
 
@@ -811,18 +897,29 @@ def _rank(
     scores: dict[tuple[int, str], float] = {
         (i, bare): score for i, per in enumerate(lexical) for bare, score in per.items()
     }
-    if qvec is not None:
-        top = max(scores.values(), default=0.0) or 1.0
-        semantic: dict[tuple[int, str], float] = {}
-        for i, c in enumerate(bodies):
-            for bare, doc in c.docs.items():
-                if doc.vector is not None and len(doc.vector) == len(qvec):
-                    semantic[(i, bare)] = max(0.0, sum(map(operator.mul, qvec, doc.vector)))
-        scores = {
-            slot: (1.0 - _SEMANTIC_SHARE) * scores.get(slot, 0.0) / top
-            + _SEMANTIC_SHARE * semantic.get(slot, 0.0)
-            for slot in scores.keys() | semantic.keys()
-        }
+    if qvec is None:
+        return _order(corpora, scores, (brand, limit, now, host_only))
+    # With vectors, only the entries most similar to the query are scored (besides the
+    # lexical matches), unless filters then leave too few: then all of them.
+    keep: int | None = max(8 * limit, 256)
+    while True:
+        similar, stats, cut_short = _similarities(bodies, qvec, keep)
+        ranked = _order(corpora, _fuse(scores, similar, *stats), (brand, limit, now, host_only))
+        if len(ranked) >= limit or not cut_short:
+            return ranked
+        keep = None
+
+
+def _order(
+    corpora: Sequence[tuple[str, _Corpus, int]],
+    scores: dict[tuple[int, str], float],
+    filters: tuple[str | None, int, int, bool],
+) -> list[Hit]:
+    """The *limit* best of *scores* that the filters (*brand*, *limit*, *now*,
+    *host_only*) admit, best first."""
+    brand, limit, now, host_only = filters
+    bodies = [c for _, c, _ in corpora]
+
     def admitted(slot: tuple[int, str]) -> bool:
         doc = bodies[slot[0]].docs[slot[1]]
         fields = doc.fields
@@ -852,6 +949,84 @@ def _rank(
         label, _, cut = corpora[i]
         ranked.append(Hit(label, bare[cut:], round(score, 6), doc.fields, doc.written_by))
     return ranked
+
+
+def _similarities(
+    bodies: Sequence[_Corpus], qvec: tuple[float, ...], keep: int | None
+) -> tuple[dict[tuple[int, str], float], tuple[float, float], bool]:
+    """The cosine similarity of *qvec* to the entries with a vector of its size: the
+    *keep* most similar per namespace (``None``: all), the (mean, best) over all, and
+    whether some were left out."""
+    out: dict[tuple[int, str], float] = {}
+    total, count, best, cut_short = 0.0, 0, -math.inf, False
+    np = _np()
+    for i, c in enumerate(bodies):
+        matrix = c.matrix(len(qvec))
+        if matrix is not None:  # with numpy: one product for the namespace
+            keys, table = matrix
+            if not keys:
+                continue
+            sims = table @ np.asarray(qvec, dtype=np.float32)
+            total += float(sims.sum(dtype=np.float64))
+            count += len(keys)
+            best = max(best, float(sims.max()))
+            if keep is not None and len(keys) > keep:
+                cut_short = True
+                picked = np.argpartition(sims, len(keys) - keep)[len(keys) - keep :].tolist()
+                out.update(((i, keys[j]), float(sims[j])) for j in picked)
+            else:
+                out.update(zip([(i, k) for k in keys], sims.tolist(), strict=True))
+            continue
+        for bare, doc in c.docs.items():
+            if doc.vector is not None and len(doc.vector) == len(qvec):
+                v = sum(map(operator.mul, qvec, doc.vector))
+                out[(i, bare)] = v
+                total += v
+                count += 1
+                best = max(best, v)
+    # One unrelated entry (similarity 0) counted in: a lone entry still has a lead.
+    mean = total / (count + 1)
+    return out, (mean, best if count else 0.0), cut_short
+
+
+def _fuse(
+    lexical: dict[tuple[int, str], float], similar: dict[tuple[int, str], float],
+    mean: float, best: float,
+) -> dict[tuple[int, str], float]:
+    """Lexical and vector scores in one: each scaled to its best entry, then shared.
+
+    The lexical score is divided by the best one.  A similarity counts by how far
+    it stands above the query's *mean* similarity, as a share of the *best* one's
+    lead (a model's similarities crowd in a narrow band; what stands out is the
+    lead), and nothing below the mean.  Both scaled scores are in ``[0, 1]``; the
+    hybrid score is their weighted sum (:data:`_SEMANTIC_SHARE`).
+    """
+    top = max(lexical.values(), default=0.0) or 1.0
+    lead = best - mean
+    semantic: dict[tuple[int, str], float] = {}
+    if lead > 0:
+        semantic = {slot: (v - mean) / lead for slot, v in similar.items() if v > mean}
+    share = _SEMANTIC_SHARE
+    return {
+        slot: (1.0 - share) * lexical.get(slot, 0.0) / top + share * semantic.get(slot, 0.0)
+        for slot in lexical.keys() | semantic.keys()
+    }
+
+
+def _np() -> Any:
+    """numpy, or ``None`` when it is not installed (it comes with the embeddings extra)."""
+    global _NUMPY  # noqa: PLW0603 - imported once, on first use
+    if _NUMPY is False:
+        try:
+            import numpy  # noqa: PLC0415 - optional
+
+            _NUMPY = numpy
+        except ImportError:
+            _NUMPY = None
+    return _NUMPY
+
+
+_NUMPY: Any = False
 
 
 class _Reversed(str):

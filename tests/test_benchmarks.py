@@ -39,6 +39,7 @@ TINY = Sizes(
     purge_keys=300,
     tools_seconds=0.2,
     gunicorn_seconds=0.3,
+    search_entries=(30,),
 )
 
 #: (group, operation prefix, store) of every row the suite must print.
@@ -94,6 +95,10 @@ EXPECTED = [
     ),
     ("metrics", "set, metrics on", "memory"),
     ("metrics", "set, metrics on", "redis"),
+    ("search", "search, 30 entries, WordLlama on", "memory"),
+    ("search", "search, 30 entries, WordLlama on", "redis"),
+    ("search", "set, WordLlama on", "memory"),
+    ("search", "set, WordLlama on", "redis"),
 ]
 
 _ALL = ("memory", "redis", "redis-cluster", "vercel-kv")
@@ -128,6 +133,7 @@ TARGETED = {
     ("peer", "get", "redis"),
     ("metrics", "set, metrics on", "memory"),
     ("metrics", "set, metrics on", "redis"),
+    ("search", "set, WordLlama on", "redis"),
 }
 
 

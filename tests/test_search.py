@@ -465,3 +465,25 @@ def test_finds_an_entry_in_1_8_0_doubled_prefix_layout(memory_store: Any) -> Non
                              **options) as reader:
         hits = reader.accessor(ALICE).search("heron")
         assert [(h.key, h.scope, h.written_by) for h in hits] == [("k", "user", "host")]
+
+
+def test_common_key_words_link_no_unrelated_entries(make_plugin: Factory) -> None:
+    """A word common in keys ("mode", "state", "type") is in no synonym group, so a search
+    for "dark" does not return ``maintenance_mode``."""
+    from remember_sync._search import _SYNONYMS, stem  # noqa: PLC0415
+
+    for word in ("mode", "state", "type", "status", "name", "number", "time", "key", "user"):
+        assert stem(word) not in _SYNONYMS, word
+        assert all(stem(word) not in group for group in _SYNONYMS.values()), word
+    plugin = make_plugin()
+    mem = plugin.accessor(ALICE)
+    mem.set("maintenance_mode", "scheduled for sunday", scope="user")
+    mem.set("deploy_state", "green", scope="user")
+    mem.set("blood_type", "O negative", scope="user")
+    mem.set("ui_theme", "dark", scope="user")
+    mem.set("reading_lamp", "prefers warm light", scope="user")
+    assert keys(mem.search("dark")) == ["ui_theme", "reading_lamp"]
+    assert keys(mem.search("appearance")) == ["ui_theme"]
+    assert keys(mem.search("color scheme")) == ["ui_theme"]
+    assert keys(mem.search("green")) == ["deploy_state"]
+    assert keys(mem.search("blood type")) == ["blood_type"]

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from .._codec import check_json_value
+from .._codec import check_json_value, entry_json
 from .._core import AccessorCore
 from .._crypto import Keyring, parse_envelope
 from .._keys import check_key, parse_storage_key, storage_key
@@ -51,14 +51,18 @@ class ExportResult(Report):
     doubled_unread: int = 0
 
 
+#: The longest ``writtenBy`` (a tool's name) an imported record may carry.
+_MAX_WRITER = 256
+
+
 def _decrypted_record(
-    rel_key: str, ns: Namespace, key: str, entry: RememberEntry
+    rel_key: str, ns: Namespace, key: str, entry: RememberEntry, written_by: str | None
 ) -> dict[str, Any]:
     record: dict[str, Any] = {
         "storageKey": rel_key, "scope": ns.scope, "session": ns.session, "user": ns.user,
         "tool": ns.tool, "key": key, "value": entry.value, "brand": entry.brand,
         "createdAt": entry.created_at, "updatedAt": entry.updated_at,
-        "expiresAt": entry.expires_at, "metadata": entry.metadata,
+        "expiresAt": entry.expires_at, "metadata": entry.metadata, "writtenBy": written_by,
     }
     # A scope's unused identity parts are None (Namespace), and so are absent options.
     return {k: v for k, v in record.items() if v is not None or k == "value"}
@@ -107,7 +111,10 @@ def export_entries(
             continue
         rel = item.key[len(prefix) :]
         if decrypted:
-            record = _decrypted_record(rel, item.parsed.namespace, item.parsed.key, entry)
+            ns = item.parsed.namespace
+            record = _decrypted_record(
+                rel, ns, item.parsed.key, entry, _written_by(core, item.raw, ns, item.key)
+            )
         else:
             record = {
                 "storageKey": rel,
@@ -121,6 +128,15 @@ def export_entries(
     return result
 
 
+def _written_by(core: AccessorCore, raw: str, ns: Namespace, skey: str) -> str | None:
+    """The tool that wrote the stored entry (``writtenBy``, sealed in it), ``None``: the host."""
+    opened = core.codec.records_many([raw], ns, [skey])[0]
+    if isinstance(opened, RememberDecryptionError):
+        return None  # it decoded a moment ago (walk_entries): not an entry of a tool
+    writer = opened[1].get("writtenBy")
+    return writer if isinstance(writer, str) else None
+
+
 @dataclass(frozen=True)
 class ImportRecord:
     """One parsed line: where it goes and what to store (before encryption checks)."""
@@ -132,6 +148,8 @@ class ImportRecord:
     stored: str | None
     #: The entry of a decrypted record (``None`` for an envelope).
     entry: RememberEntry | None
+    #: The tool that wrote a decrypted record's entry (``None``: the host).
+    written_by: str | None = None
 
 
 @dataclass
@@ -213,7 +231,12 @@ def _parse_decrypted(obj: dict[str, Any], line: int) -> ImportRecord:
         expires_at=_opt_int(obj, "expiresAt", line),
         metadata=metadata,
     )
-    return ImportRecord(line, ns, key, None, entry)
+    writer = obj.get("writtenBy")
+    if writer is not None and (
+        not isinstance(writer, str) or not 0 < len(writer) <= _MAX_WRITER
+    ):
+        raise _bad(line, f"writtenBy must be a tool's name (a str of 1 to {_MAX_WRITER} chars)")
+    return ImportRecord(line, ns, key, None, entry, None if writer == "host" else writer)
 
 
 def _parse_envelope(obj: dict[str, Any], line: int) -> ImportRecord:
@@ -300,6 +323,25 @@ class _Principals:
         return None
 
 
+def _sealed(core: AccessorCore, rec: ImportRecord, skey: str) -> str:
+    """A decrypted record's entry sealed for *skey*, with who wrote it (a model's write
+    stays one) and, with an embedder, its vector.
+
+    :raises RememberInputError: naming the record's line.
+    """
+    entry = rec.entry
+    assert entry is not None
+    try:
+        extras = core.search_extras(
+            rec.key, entry.value, entry.brand, entry.metadata, rec.written_by
+        )
+        text = entry_json(entry.value, entry.brand, entry.created_at, entry.updated_at,
+                          entry.expires_at, entry.metadata, extras)
+        return core.seal_checked(text, rec.namespace, skey)
+    except RememberError as exc:
+        raise _bad(rec.line, exc.message) from None
+
+
 def import_entries(
     core: AccessorCore,
     records: list[ImportRecord],
@@ -331,11 +373,7 @@ def import_entries(
             ready.append((rec.namespace, skey, rec.stored, entry.expires_at))
         else:
             assert rec.entry is not None
-            try:
-                stored = core.encode_checked(rec.entry, rec.namespace, skey)
-            except RememberError as exc:
-                raise _bad(rec.line, exc.message) from None
-            ready.append((rec.namespace, skey, stored, rec.entry.expires_at))
+            ready.append((rec.namespace, skey, _sealed(core, rec, skey), rec.entry.expires_at))
     principals = None if core.charges is None else _Principals(core.codec.keyring, records)
     with Progress(len(ready), "import", stream=progress_stream) as bar:
         for ns, skey, stored, expires_at in ready:

@@ -328,6 +328,13 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "callers need one)",
     )
     parser.add_argument(
+        "--embedder",
+        metavar="NAME",
+        help="rank search_memories by meaning too, with this embedder: 'wordllama' (needs pip "
+        "install 'remember-sync[embeddings]'; the model ships in the wheel, loaded offline) "
+        "or MODULE:NAME (see docs/search.rst)",
+    )
+    parser.add_argument(
         "--path", default=DEFAULT_PATH, help="the MCP endpoint path (default: %(default)s)"
     )
     parser.add_argument(

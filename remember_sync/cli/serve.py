@@ -182,6 +182,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 if (v := getattr(args, k)) is not None
             },
             **({"audit": True} if args.audit else {}),
+            **({"search": {"embedder": args.embedder}} if args.embedder else {}),
             quota_entries=args.quota_entries,
             quota_bytes=args.quota_bytes,
         )

@@ -281,3 +281,16 @@ def test_batch_mixes_ops_and_bad_input_writes_nothing(make_plugin: Factory) -> N
         RememberStore(plugin, user_prefix="users")  # type: ignore[arg-type]
     with pytest.raises(RememberConfigurationError):
         RememberStore(object())  # type: ignore[arg-type]
+
+
+def test_index_embed_wordllama_uses_the_plugins_offline_model() -> None:
+    """``index={"embed": "wordllama"}`` ranks by meaning with the model shipped in the wheel."""
+    plugin = RememberPlugin.init(encryption={"secrets": ["s" * 32]}, skip_legacy_purge=True)
+    store = RememberStore(plugin, index={"dims": 256, "embed": "wordllama"})
+    ns = ("users", "alice", "memories")
+    store.put(ns, "allergy", {"text": "I am allergic to peanuts"})
+    store.put(ns, "car", {"text": "My car is a blue hatchback"})
+    store.put(ns, "city", {"text": "I moved to Lisbon last spring"})
+    hits = store.for_user("alice").search(ns, query="which foods make me sick?")
+    assert hits[0].key == "allergy" and hits[0].score is not None
+    plugin.close()

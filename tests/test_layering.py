@@ -87,7 +87,10 @@ ALLOWED: dict[str, set[str]] = {
     "__main__": {"cli"},
     "__init__": CORE | {"stores", "accessor", "plugin", "_options", "_audit"},
     "integrations": CORE
-    | {"stores", "accessor", "plugin", "tools", "mcp", "integrations", "_fork", "_config"},
+    | {
+        "stores", "accessor", "plugin", "tools", "mcp", "integrations", "_fork", "_config",
+        "_embedders",
+    },
     "testing": {"errors", "stores", "testing", "_clock", "_bounded"},
 }
 # Third-party packages and the only places that may import them.

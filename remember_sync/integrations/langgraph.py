@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -64,6 +63,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-framework i
         "pip install 'remember-sync[langgraph]'"
     ) from exc
 
+from .._embedders import named_embedder
 from .._keys import MAX_KEY_BYTES, glob_escape, parse_storage_key
 from ..accessor import RememberAccessor
 from ..errors import RememberConfigurationError, RememberIdentityError, RememberInputError
@@ -469,24 +469,13 @@ def _embeddings(embed: Any) -> Embeddings:
 
 
 class _WordLlama(Embeddings):
-    """WordLlama's default model, through the ``wordllama`` package."""
+    """The plugin's ``"wordllama"`` embedder (its model loaded offline from the wheel)."""
 
     def __init__(self) -> None:
-        try:
-            module: Any = importlib.import_module("wordllama")
-        except ImportError as exc:
-            raise RememberConfigurationError(
-                "index embed 'wordllama' needs the wordllama package: pip install wordllama"
-            ) from exc
-        try:
-            self._model = module.WordLlama.load()
-        except Exception as exc:  # its loader fails with OSError, requests' errors, ...
-            raise RememberConfigurationError(
-                f"index embed 'wordllama': the model could not be loaded: {exc}"
-            ) from exc
+        self._embed = named_embedder("wordllama")
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [[float(x) for x in row] for row in self._model.embed(texts)]
+        return [[float(x) for x in self._embed(text)] for text in texts]
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed_documents([text])[0]

@@ -716,6 +716,10 @@ class AccessorCore:
             return False
         return expires is not None and now >= expires
 
+    def _expired_at(self, ns: Namespace, now: int) -> Callable[[str, str], bool]:
+        """``expired(storage key, stored string)`` for :meth:`Verifier.unlisted`."""
+        return lambda skey, raw: self._expired_entry(raw, ns, skey, now)
+
     def read_verified(
         self, ns: Namespace, key: str, skey: str
     ) -> tuple[str | None, tuple[str | None, Manifest]]:
@@ -734,6 +738,8 @@ class AccessorCore:
             raw_manifest, (raw,) = verifier.fetch(mkey, [skey])
             manifest = verifier.open_manifest(ns, mkey, raw_manifest)
             now = self.clock()
+            if raw_manifest is None and raw is None:
+                verifier.unlisted(ns, skey[: len(skey) - len(key)], self._expired_at(ns, now))
             raw = verifier.accept(
                 ns, manifest, key, raw, now, lambda r: self._expired_entry(r, ns, skey, now)
             )
@@ -762,6 +768,8 @@ class AccessorCore:
             keys = wanted(guess) if guess is not None else []
             raw_manifest, values = verifier.fetch(mkey, [head + k for k in keys])
             manifest = verifier.open_manifest(ns, mkey, raw_manifest)
+            if raw_manifest is None:
+                verifier.unlisted(ns, head, self._expired_at(ns, self.clock()))
             listed = wanted(builtins.list(manifest.records))
             if listed != keys:
                 keys = listed

@@ -36,7 +36,7 @@ from ._bounded import BoundedCache
 from ._clock import Clock
 from ._codec import EntryCodec
 from ._crypto import Keyring, b64url_encode, open_sealed, seal
-from ._keys import glob_escape, parse_storage_key
+from ._keys import MANIFEST_HEAD, glob_escape, parse_storage_key
 from .errors import RememberDecryptionError, RememberInputError
 from .identity import STATELESS_USER_PREFIX, current_identity, is_anonymous
 from .stores.base import Store
@@ -252,6 +252,8 @@ class _Plan:
     sessions: set[str] = field(default_factory=set)
     unattributed: set[str] = field(default_factory=set)
     shared: set[str] = field(default_factory=set)
+    #: Verified mode's manifests of the person's namespaces (emptied ones included).
+    manifests: list[tuple[str, Namespace]] = field(default_factory=list)
 
 
 def _pages(store: Store, pattern: str) -> Iterator[list[tuple[str, str]]]:
@@ -290,7 +292,18 @@ def _owners(
     return mine, mine_keys, owners
 
 
-def _plan(book: OwnerBook, user: str, doubled: bool) -> _Plan:
+def _manifests(store: Store, prefix: str, mine: Callable[[Namespace], bool]) -> Iterator[
+    tuple[str, Namespace]
+]:
+    """(manifest key, namespace) of every verified-mode manifest *mine* accepts."""
+    head = prefix + MANIFEST_HEAD
+    for mkey in store.scan(glob_escape(head) + "v2:*"):
+        parsed = parse_storage_key(prefix, prefix + mkey[len(head) :] + "x")
+        if parsed is not None and mkey.startswith(head) and mine(parsed.namespace):
+            yield mkey, parsed.namespace
+
+
+def _plan(book: OwnerBook, user: str, doubled: bool, manifests: bool = False) -> _Plan:
     prefix = book.prefix
     keys = _hash_keys(book.codec)
     subjects = {_h(k, b"user", user) for k in keys}
@@ -346,6 +359,10 @@ def _plan(book: OwnerBook, user: str, doubled: bool) -> _Plan:
                 plan.sessions.add(ns.session)
             skey = full[len(head) - len(prefix) :]
             plan.doomed[ns.scope].append((full, skey, ns))
+    if manifests:
+        plan.manifests = list(_manifests(book.store, prefix, lambda ns: (
+            ns.user == user if ns.scope == "user" else verdict(ns.session or "") == "mine"
+        )))
     return plan
 
 
@@ -398,12 +415,15 @@ def erase(
     doubled: bool,
     dry_run: bool,
     shred: Callable[[str, int, bool], int] | None = None,
+    ended: Callable[[Namespace, str], None] | None = None,
 ) -> ErasureReceipt:
     """Delete every entry of *user_id* (see the module docstring); the receipt.
 
     :param shred: with subject keys, destroys the person's keys first --
         ``shred(user_id, now, dry_run)``, how many -- so that every copy of their
         entries is unreadable even if deleting them stops half-way.
+    :param ended: verified mode: ``ended(namespace, manifest key)`` erases the
+        manifest of each of the person's namespaces once its entries are deleted.
 
     :raises RememberInputError: *user_id* is not a non-empty str, or is anonymous
         (an ``anon:`` principal is shared, nobody's to erase).
@@ -415,7 +435,7 @@ def erase(
             f"user_id must be an authenticated user id (a non-empty str, not anon:); "
             f"got {type(user_id).__name__}"
         )
-    plan = _plan(book, user_id, doubled)
+    plan = _plan(book, user_id, doubled, manifests=ended is not None)
     codec, store = book.codec, book.store
     every = [item for scope in ("user", "session", "tool") for item in plan.doomed[scope]]
     unreadable = _unreadable(store, codec, every)
@@ -424,6 +444,9 @@ def erase(
         doomed = [full for full, _, _ in every] + plan.owner_keys
         for i in range(0, len(doomed), _BATCH):
             store.delete(*doomed[i : i + _BATCH])
+        if ended is not None:
+            for mkey, ns in plan.manifests:
+                ended(ns, mkey)
         book.forget_noted()
     fields: dict[str, object] = {
         "subject": subject_hashes(codec, user_id)[0],

@@ -37,20 +37,22 @@ import hashlib
 import hmac
 import json
 import operator
-import os
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from ._bounded import BoundedCache
 from ._clock import Clock
 from ._codec import EntryCodec
 from ._crypto import Keyring
 from ._fork import after_fork_in_child
+from ._keys import glob_escape, storage_namespace
 from ._text import TEXT_ERRORS
+from ._witness import FileWitness as FileWitness
+from ._witness import StoreWitness as StoreWitness
+from ._witness import Witness
+from ._witness import witness_from as witness_from
 from .errors import (
     RememberConfigurationError,
     RememberConflictError,
@@ -75,6 +77,11 @@ FETCH_WHOLE_BYTES = 16_384
 #: HKDF ``info`` of the key that names namespaces in a witness (never a namespace's info).
 WITNESS_INFO = b"remember:witness-names:v1"
 _CACHED = 4096
+_BATCH = 500
+#: What follows ``P`` in the key of an erased namespace's sealed mark (see ``Verifier.end``).
+ENDED_HEAD = "__ended__:"
+#: The read time of a floor the witness has not been asked about yet.
+_NEVER = -(1 << 62)
 
 #: A manifest record: (digest or "" when the entry must be absent, deadline, other
 #: versions accepted while a two-step write is under way).
@@ -183,202 +190,6 @@ def in_process(store: Store) -> bool:
     return isinstance(store, MemoryStore)
 
 
-# -- witnesses --------------------------------------------------------------------------------
-
-
-class Witness(Protocol):
-    """A record outside the store of each namespace's latest manifest counter.
-
-    Names are keyed hashes (no session id or user id reaches the witness).
-    ``advance`` only ever raises what is kept (max-only); ``floor`` returns
-    ``(counter, manifest deadline or None)``, ``(0, None)`` for a name never seen.
-    """
-
-    def floor(self, name: str) -> tuple[int, int | None]:
-        """The highest counter recorded for *name*, and that manifest's deadline."""
-        ...
-
-    def advance(self, name: str, counter: int, deadline: int | None) -> None:
-        """Record *counter* for *name* unless a higher one is recorded."""
-        ...
-
-    def close(self) -> None:
-        """Release what the witness opened."""
-        ...
-
-
-#: Tries of a file witness's switch to WAL (about a second in all; see FileWitness._wal).
-_WAL_ATTEMPTS = 40
-#: Connections a forked child inherited: kept, never used or closed (see FileWitness).
-_INHERITED: list[sqlite3.Connection] = []
-
-
-class FileWitness:
-    """A witness in a local SQLite file (single host): 0600, WAL, ``synchronous=NORMAL``.
-
-    A committed ``advance`` survives the process being killed; the last ones
-    before a power loss may not (the write-ahead log is synced at checkpoints,
-    not per commit): see ``docs/verified.rst``.  ``synchronous="FULL"`` syncs
-    every advance.
-    """
-
-    def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
-        if synchronous not in ("NORMAL", "FULL"):
-            raise RememberConfigurationError("witness synchronous must be 'NORMAL' or 'FULL'")
-        self.path = path
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            os.close(fd)
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self._wal()
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS heads (name TEXT PRIMARY KEY, counter INTEGER, "
-                "deadline INTEGER)"
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise RememberConfigurationError(f"witness file {path!r} is unusable: {exc}") from exc
-        self._lock = threading.Lock()
-        self._synchronous = synchronous
-        after_fork_in_child(self._reopen)
-
-    def _wal(self) -> None:
-        """Switch the file to WAL.  While another process switches the same new file, SQLite
-        answers "database is locked" at once (no busy wait for this pragma): workers that
-        start together would be refused, so the switch is tried again, for up to a second."""
-        for attempt in range(_WAL_ATTEMPTS):
-            try:
-                self._db.execute("PRAGMA journal_mode=WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or attempt == _WAL_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.01 * (1 + attempt % 4))
-
-    def _reopen(self) -> None:
-        # An SQLite connection must not cross a fork: the child opens its own, and never
-        # closes the parent's (closing it could release locks the parent holds).
-        _INHERITED.append(self._db)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute(f"PRAGMA synchronous={self._synchronous}")
-
-    def floor(self, name: str) -> tuple[int, int | None]:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT counter, deadline FROM heads WHERE name = ?", (name,)
-            ).fetchone()
-        return (0, None) if row is None else (int(row[0]), row[1] or None)
-
-    def advance(self, name: str, counter: int, deadline: int | None) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO heads VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
-                "counter = excluded.counter, deadline = excluded.deadline "
-                "WHERE excluded.counter > heads.counter",
-                (name, counter, deadline or 0),
-            )
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def __repr__(self) -> str:
-        return f"FileWitness({self.path!r})"
-
-
-class StoreWitness:
-    """A witness in a second store (another Redis, another Vercel KV database).
-
-    Useful only when the main store's writers cannot reach it.  One key per
-    namespace, ``P + "witness:" + name`` = ``"<counter>:<deadline>"``, raised
-    by compare-and-set (max-only).
-    """
-
-    def __init__(self, store: Store, *, prefix: str = "remember:", owns: bool = True) -> None:
-        self.store = store
-        self.prefix = prefix
-        self._owns = owns
-        # name -> the value this process last saw: a warm advance is one compare-and-set.
-        self._seen: BoundedCache[str, str] = BoundedCache(_CACHED)
-
-    def _key(self, name: str) -> str:
-        return f"{self.prefix}witness:{name}"
-
-    @staticmethod
-    def _parse(raw: str | None) -> tuple[int, int | None]:
-        if raw is None:
-            return 0, None
-        counter, _, deadline = raw.partition(":")
-        return int(counter), int(deadline or 0) or None
-
-    def floor(self, name: str) -> tuple[int, int | None]:
-        raw = self.store.get(self._key(name))
-        if raw is not None:
-            self._seen.put(name, raw)
-        return self._parse(raw)
-
-    def advance(self, name: str, counter: int, deadline: int | None) -> None:
-        key, value = self._key(name), f"{counter}:{deadline or 0}"
-        raw = self._seen.get(name)
-        for _ in range(COMMIT_ATTEMPTS):
-            if raw is None:
-                if self.store.set(key, value, only_if_absent=True):
-                    self._seen.put(name, value)
-                    return
-            elif self._parse(raw)[0] >= counter:
-                return
-            elif self.store.compare_and_set(key, raw, value):
-                self._seen.put(name, value)
-                return
-            raw = self.store.get(key)
-        raise RememberConflictError("the witness changed during every attempt to advance it")
-
-    def close(self) -> None:
-        if self._owns:
-            self.store.close()
-
-    def __repr__(self) -> str:
-        return f"StoreWitness({self.store!r})"
-
-
-def witness_from(
-    spec: object, store_from_url: Callable[[str], Store]
-) -> Witness | None:
-    """The witness a ``witness=`` option names.
-
-    ``None``; a path (``str``); a ``redis://``/``rediss://``/``unix://`` URL (a
-    second store, built by *store_from_url*); a dict ``{"type": "file", "path":
-    ..., "synchronous": ...}``, ``{"type": "store", "url": ...}`` or
-    ``{"type": "store", "store": <Store>}`` (a Vercel KV database, say, which the
-    caller builds and closes); or any object with ``floor``, ``advance`` and ``close``.
-    """
-    if spec is None or spec == "":
-        return None
-    if isinstance(spec, str):
-        if spec.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://")):
-            return StoreWitness(store_from_url(spec))
-        return FileWitness(spec)
-    if isinstance(spec, dict):
-        kind = spec.get("type")
-        if kind == "file" and isinstance(spec.get("path"), str):
-            return FileWitness(spec["path"], synchronous=spec.get("synchronous", "NORMAL"))
-        if kind == "store" and isinstance(spec.get("url"), str):
-            return StoreWitness(store_from_url(spec["url"]), prefix=spec.get("prefix", "remember:"))
-        if kind == "store" and isinstance(spec.get("store"), Store):
-            return StoreWitness(spec["store"], prefix=spec.get("prefix", "remember:"), owns=False)
-        raise RememberConfigurationError(
-            "witness must be {'type': 'file', 'path': ...} or {'type': 'store', 'url': ...} "
-            "(or 'store': a Store)"
-        )
-    if all(callable(getattr(spec, name, None)) for name in ("floor", "advance", "close")):
-        return spec  # type: ignore[return-value]
-    raise RememberConfigurationError(
-        f"witness must be a path, a redis:// URL, a dict with 'type', or a "
-        f"witness object; got {type(spec).__name__}"
-    )
-
-
 # -- the verifier -----------------------------------------------------------------------------
 
 
@@ -463,54 +274,147 @@ class Verifier:
         return mac.hexdigest()[:40]
 
     def open_manifest(self, ns: Namespace, mkey: str, raw: str | None) -> Manifest:
-        """The manifest stored as *raw* (``None``: none), checked against the witness.
+        """The manifest stored as *raw* (``None``: none), checked against the highest
+        counter seen for the namespace (the witness's, and this process's own).
 
-        :raises RememberIntegrityError: it does not open, or is older than the witness.
+        :raises RememberIntegrityError: it does not open, or is older than what was seen.
         """
         cached = self._manifests.get(mkey)
         if cached is not None and cached[0] == raw:
             manifest = cached[1]
-        elif raw is None:
-            manifest = _EMPTY
         else:
-            try:
-                text = self.keyring.open(raw, ns, self._aad(mkey), bound_only=True)[0]
-            except RememberDecryptionError as exc:
-                raise RememberIntegrityError(
-                    f"the manifest of {self._where(ns)} fails its check ({exc.message}): "
-                    "it was altered, or moved from another namespace"
-                ) from exc
-            manifest = Manifest.from_json(text)
-            self._manifests.put(mkey, (raw, manifest))
-        if self.witness is not None:
-            self._check_floor(ns, mkey, manifest, raw is None)
+            manifest = self._parse(ns, mkey, raw)
+        return self._check_floor(ns, mkey, manifest, raw)
+
+    def _parse(self, ns: Namespace, mkey: str, raw: str | None) -> Manifest:
+        """What the stored manifest *raw* says (cached), no floor checked."""
+        if raw is None:
+            return _EMPTY
+        try:
+            text = self.keyring.open(raw, ns, self._aad(mkey), bound_only=True)[0]
+        except RememberDecryptionError as exc:
+            raise RememberIntegrityError(
+                f"the manifest of {self._where(ns)} fails its check ({exc.message}): "
+                "it was altered, or moved from another namespace"
+            ) from exc
+        manifest = Manifest.from_json(text)
+        self._manifests.put(mkey, (raw, manifest))
+        self._raise_floor(mkey, manifest)
         return manifest
 
-    def _check_floor(self, ns: Namespace, mkey: str, manifest: Manifest, absent: bool) -> None:
-        assert self.witness is not None
+    def _check_floor(
+        self, ns: Namespace, mkey: str, manifest: Manifest, raw: str | None
+    ) -> Manifest:
+        """*manifest* (stored as *raw*), unless it is older than the floor: an absent one that
+        expired or was erased reads as empty, counting on from the floor (the next write
+        counts higher).  A manifest read just before another thread of this process raised
+        the floor is no rollback: the store holds a newer one by now."""
+        absent = raw is None
         now = self.clock()
         floor = self._floors.get(mkey)
-        if floor is None or now - floor[2] >= WITNESS_REFRESH_MS:
+        if self.witness is not None and (floor is None or now - floor[2] >= WITNESS_REFRESH_MS):
             counter, deadline = self.witness.floor(self.witness_name(mkey))
             if floor is not None and floor[0] > counter:
                 counter, deadline = floor[0], floor[1]  # what this process saw is a floor too
             floor = (counter, deadline, now)
             self._floors.put(mkey, floor)
-        if manifest.counter >= floor[0]:
-            return
+        if floor is None or manifest.counter >= floor[0]:
+            return manifest
         if absent and floor[1] is not None and now >= floor[1]:
-            return  # the namespace expired as a whole
+            return Manifest(floor[0])  # the namespace expired as a whole
+        if absent and self._ended(ns, mkey) >= floor[0]:
+            self._floors.put(mkey, (floor[0], now, now))
+            return Manifest(floor[0])  # erased
+        current = self.store.get(mkey)
+        if current is not None and current != raw:
+            if self._parse(ns, mkey, current).counter >= floor[0]:
+                return manifest  # read before a newer write of this process: a stale read
+        seen = "its witness recorded" if self.witness is not None else "this process saw"
         raise RememberIntegrityError(
-            f"the store holds an older state of {self._where(ns)} than its witness "
-            f"recorded (manifest {manifest.counter} < {floor[0]}): the store was rolled "
+            f"the store holds an older state of {self._where(ns)} than {seen} "
+            f"(manifest {manifest.counter} < {floor[0]}): the store was rolled "
             "back or its manifest deleted"
         )
 
-    def _raise_floor(self, mkey: str, manifest: Manifest) -> None:
+    def _raise_floor(self, mkey: str, manifest: Manifest, *, witnessed: bool = False) -> None:
+        """Remember *manifest*'s counter as a floor; *witnessed*: the witness holds it too
+        (this process just advanced it), else the witness is still to be read."""
         floor = self._floors.get(mkey)
         if floor is None or floor[0] < manifest.counter:
-            read_at = floor[2] if floor is not None else self.clock()
+            read_at = floor[2] if floor is not None else self.clock() if witnessed else _NEVER
             self._floors.put(mkey, (manifest.counter, manifest.deadline, read_at))
+
+    # -- erasure -------------------------------------------------------------------------------
+
+    def _ended_key(self, mkey: str) -> str:
+        return f"{self.prefix}{ENDED_HEAD}{self.witness_name(mkey)}"
+
+    def _ended(self, ns: Namespace, mkey: str) -> int:
+        """The counter at which the namespace was erased (0: never), from its sealed mark."""
+        key = self._ended_key(mkey)
+        raw = self.store.get(key)
+        if raw is None:
+            return 0
+        try:
+            text = self.keyring.open(raw, ns, self._aad(key), bound_only=True)[0]
+            counter = json.loads(text)["c"]
+        except (RememberDecryptionError, ValueError, KeyError, TypeError) as exc:
+            raise RememberIntegrityError(
+                f"the erasure mark of {self._where(ns)} fails its check: it was altered"
+            ) from exc
+        return counter if type(counter) is int else 0
+
+    def end(self, ns: Namespace, mkey: str) -> None:
+        """Erase the manifest of *ns*, whose entries were just deleted.
+
+        The manifest key (it names the namespace: a user or session id) is
+        deleted.  What is left says only that the namespace ended, and when,
+        under the keyed name the witness uses: a sealed mark in the store
+        (``P + "__ended__:" + name``) and, with a witness, its record raised to
+        that counter with the erasure as the namespace's deadline.  So its
+        absence reads as an honest empty namespace, while a copy of the erased
+        state put back (an older counter) is still refused.
+        """
+        now = self.clock()
+        name = self.witness_name(mkey)
+        try:
+            counter = self._parse(ns, mkey, self.store.get(mkey)).counter
+        except RememberIntegrityError:
+            counter = 0  # an edited manifest: erased all the same
+        if self.witness is not None:
+            counter = max(counter, self.witness.floor(name)[0])
+        floor = self._floors.get(mkey)
+        counter = max(counter + 1, now, floor[0] + 1 if floor is not None else 0)
+        key = self._ended_key(mkey)
+        mark = json.dumps({"c": counter}).encode()
+        self.store.set(key, self.codec.seal_text(mark, ns, key))
+        if self.witness is not None:
+            self.witness.advance(name, counter, now)
+        self._floors.put(mkey, (counter, now, now))
+        self._manifests.pop(mkey)
+        self.store.delete(mkey)
+
+    # -- a namespace without its manifest ----------------------------------------------------
+
+    def unlisted(self, ns: Namespace, head: str, expired: Callable[[str, str], bool]) -> None:
+        """Refuse a namespace that holds entries but has no manifest.
+
+        Called when the manifest is absent: the namespace's keys are looked
+        for (a ``SCAN``); a genuine entry past its own deadline does not count.
+
+        :param expired: ``expired(storage key, stored string)``.
+        :raises RememberIntegrityError: an entry lies in a namespace without a manifest.
+        """
+        found = [k for k in self.store.scan(glob_escape(head) + "*")
+                 if storage_namespace(self.prefix, k) == head]
+        for start in range(0, len(found), _BATCH):
+            chunk = found[start : start + _BATCH]
+            for key, raw in zip(chunk, self.store.get_many(chunk), strict=True):
+                if raw is not None and not expired(key, raw):
+                    raise RememberIntegrityError(
+                        f"{self._where(ns)} holds entries but has no manifest: its "
+                        "manifest was deleted without the secret"
+                    )
 
     @staticmethod
     def _where(ns: Namespace) -> str:
@@ -671,7 +575,7 @@ class Verifier:
 
     def _committed(self, mkey: str, raw: str, manifest: Manifest) -> None:
         self._manifests.put(mkey, (raw, manifest))
-        self._raise_floor(mkey, manifest)
+        self._raise_floor(mkey, manifest, witnessed=True)
         if self.witness is not None:
             self.witness.advance(self.witness_name(mkey), manifest.counter, manifest.deadline)
 

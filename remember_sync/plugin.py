@@ -523,6 +523,7 @@ class RememberPlugin:
                 doubled=core.read_doubled_prefix,
                 dry_run=dry_run,
                 shred=_shredder(subjects),
+                ended=None if core.verifier is None else core.verifier.end,
             )
             event.outcome = "counted" if dry_run else "erased"
             event.count, event.ref = receipt.total, receipt.mac

@@ -24,17 +24,10 @@ from typing import Any, TextIO
 
 from .._clock import Clock
 from .._codec import EntryCodec
-from .._integrity import (
-    Manifest,
-    Record,
-    Verifier,
-    Witness,
-    digest,
-    manifest_deadline,
-    witness_from,
-)
+from .._integrity import Manifest, Record, Verifier, digest, manifest_deadline
 from .._keys import MANIFEST_HEAD, glob_escape, parse_storage_key, storage_namespace
 from .._progress import Progress
+from .._witness import Witness, witness_from
 from ..errors import RememberDecryptionError, RememberIntegrityError
 from ..stores.base import Store
 from ..types import Namespace

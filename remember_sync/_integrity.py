@@ -268,10 +268,15 @@ class Verifier:
     def _seal(self, ns: Namespace, mkey: str, manifest: Manifest) -> str:
         return self.codec.seal_text(manifest.to_json(), ns, mkey)
 
-    def witness_name(self, mkey: str) -> str:
-        """The keyed name of a namespace in the witness (it never sees the namespace)."""
-        mac = hmac.new(self._names_key, mkey.encode("utf-8", TEXT_ERRORS), hashlib.sha256)
+    def witness_name(self, mkey: str, key: bytes | None = None) -> str:
+        """The keyed name of a namespace in the witness (it never sees the namespace);
+        *key*: under another secret's name key (:meth:`witness_names`)."""
+        mac = hmac.new(key or self._names_key, mkey.encode("utf-8", TEXT_ERRORS), hashlib.sha256)
         return mac.hexdigest()[:40]
+
+    def witness_names(self, mkey: str) -> list[str]:
+        """The namespace's name in the witness under every configured secret, newest first."""
+        return [self.witness_name(mkey, k) for k in self.keyring.purpose_keys(WITNESS_INFO)]
 
     def open_manifest(self, ns: Namespace, mkey: str, raw: str | None) -> Manifest:
         """The manifest stored as *raw* (``None``: none), checked against the highest

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 from ._bounded import BoundedCache
 from ._clock import Clock
 from ._codec import EntryCodec
-from ._crypto import Keyring
+from ._crypto import Keyring, seal
 from ._fork import after_fork_in_child
 from ._keys import glob_escape, storage_namespace
 from ._text import TEXT_ERRORS
@@ -266,7 +266,12 @@ class Verifier:
         return mkey[len(self.prefix) :].encode("utf-8", TEXT_ERRORS)
 
     def _seal(self, ns: Namespace, mkey: str, manifest: Manifest) -> str:
-        return self.codec.seal_text(manifest.to_json(), ns, mkey)
+        return self._seal_text(manifest.to_json(), ns, mkey)
+
+    def _seal_text(self, text: bytes, ns: Namespace, key: str) -> str:
+        """*text* sealed under the namespace's key from the master secret, bound to *key*:
+        never under a person's subject key (their erasure must not lock the manifest)."""
+        return seal(text, self.keyring.key(ns), kid=self.keyring.primary_kid, aad=self._aad(key))
 
     def witness_name(self, mkey: str, key: bytes | None = None) -> str:
         """The keyed name of a namespace in the witness (it never sees the namespace);
@@ -392,7 +397,7 @@ class Verifier:
         counter = max(counter + 1, now, floor[0] + 1 if floor is not None else 0)
         key = self._ended_key(mkey)
         mark = json.dumps({"c": counter}).encode()
-        self.store.set(key, self.codec.seal_text(mark, ns, key))
+        self.store.set(key, self._seal_text(mark, ns, key))
         if self.witness is not None:
             self.witness.advance(name, counter, now)
         self._floors.put(mkey, (counter, now, now))

@@ -162,3 +162,45 @@ def test_erase_with_search_and_tools(verified: Factory, store: Store) -> None:
             assert listed["isError"] is False, listed
             recalled = p.call_tool("recall", {"key": "diet", "scope": "user"})
             assert recalled["isError"] is False and not recalled["structuredContent"]["found"]
+
+
+@pytest.mark.parametrize("store_kind", ["redis", "redis_cluster", "vercel_kv"])
+@pytest.mark.parametrize("witnessed", [False, True], ids=["no-witness", "file-witness"])
+def test_verified_mode_with_subject_keys(
+    verified: Factory, store: Store, witnessed: bool, tmp_path: Path
+) -> None:
+    """Subject keys and verified mode together: accepted at init; every operation works;
+    erase destroys the person's key and leaves a store that verifies and names nobody.
+    Manifests are sealed under the master secret, so destroying a person's key never
+    makes a manifest unreadable."""
+    witness = str(tmp_path / "witness.db") if witnessed else None
+    keystore = str(tmp_path / "keys.db")
+
+    def make() -> RememberPlugin:
+        return verified(witness=witness, keystore=keystore,
+                        encryption={"subject_keys": True})
+
+    plugin = make()
+    _write_zelda_and_bob(plugin)
+    with identity(user_id=ZELDA, session_id=ZELDA_SESSION):
+        assert plugin.remember.increment("n", 2, scope="user") == 2
+        assert plugin.remember.update("diet", "omnivore", scope="user") is True
+        assert make().remember.list(scope="user") == ["diet", "hiv_status", "n"]
+        assert make().remember.get("draft") == 1
+    receipt = plugin.erase(user_id=ZELDA)
+    assert receipt.keys_destroyed == 1 and receipt.user_entries == 3
+    # Nothing the erasure left (its end marks) made Zelda a new key.
+    assert plugin.erase(user_id=ZELDA, dry_run=True).keys_destroyed == 0
+    for p in (plugin, make()):
+        _zelda_reads_empty(p)
+        with identity(user_id=BOB, session_id="bob-session"):
+            assert p.remember.get("plan", scope="user") == "b"
+    assert [k for k in _keys(store) if ZELDA in k or ZELDA_SESSION in k] == []
+    check = FileWitness(witness) if witness is not None else None
+    try:
+        found = verify_store(store, "remember:", plugin._core.codec,
+                             clock=plugin._core.clock, witness=check)
+    finally:
+        if check is not None:
+            check.close()
+    assert (found.violation_count, found.unreadable) == (0, 0), found.violations

@@ -124,24 +124,6 @@ def test_a_namespace_never_written_reads_empty(verified: Factory, raw: RawStore)
         assert verified().remember.get("a", scope="user") == 1
 
 
-def test_one_namespace_rolled_back_is_refused_by_the_process_that_saw_it(
-    verified: Factory, raw: RawStore
-) -> None:
-    """DUMP/RESTORE of one namespace's keys (no witness): the process that saw the newer
-    state refuses; a fresh process cannot tell (docs/verified.rst says so)."""
-    plugin = verified()
-    with identity(user_id=ALICE):
-        plugin.remember.set("deploy", "granted", scope="user")
-        snap = raw.snapshot("remember:*user:alice:*")
-        plugin.remember.set("deploy", "revoked", scope="user")
-        raw.restore(snap, "remember:*user:alice:*")
-        with pytest.raises(RememberIntegrityError, match="older state"):
-            plugin.remember.get("deploy", scope="user")
-        with pytest.raises(RememberIntegrityError, match="older state"):
-            plugin.remember.list(scope="user")
-        assert verified().remember.get("deploy", scope="user") == "granted"  # not detected
-
-
 @pytest.mark.parametrize("witness_kind", ["file", "redis", "custom"])
 def test_verify_finds_a_namespace_deleted_whole(
     verified: Factory, raw: RawStore, store: Store, tmp_path: Path, redis_url: str,
@@ -258,3 +240,49 @@ def test_verify_knows_the_audit_trails_record_in_the_witness(
         assert _verify(store, plugin, check) == []
     finally:
         check.close()
+
+
+@pytest.mark.parametrize("witnessed", [False, True], ids=["no-witness", "file-witness"])
+def test_a_namespace_deleted_whole_on_the_read_path(
+    verified: Factory, raw: RawStore, witnessed: bool, tmp_path: Path
+) -> None:
+    """Manifest and entries deleted: the process that saw the namespace refuses; a fresh
+    one refuses only with a witness (without one it reads an empty namespace)."""
+    witness = str(tmp_path / "w.db") if witnessed else None
+    writer = verified(witness=witness)
+    with identity(user_id=ALICE):
+        writer.remember.set("opted_out", True, scope="user")
+        raw.delete(*raw.keys("remember:*user:alice:*"))
+        with pytest.raises(RememberIntegrityError, match="older state"):
+            writer.remember.get("opted_out", scope="user")
+        fresh = verified(witness=witness)
+        if witnessed:
+            with pytest.raises(RememberIntegrityError, match="older state"):
+                fresh.remember.list(scope="user")
+        else:
+            assert fresh.remember.list(scope="user") == []  # not detected
+
+
+@pytest.mark.parametrize("keys", ["remember:*user:alice:*", "remember:*"],
+                         ids=["one-namespace", "whole-store"])
+@pytest.mark.parametrize("witnessed", [False, True], ids=["no-witness", "file-witness"])
+def test_a_rollback_with_and_without_a_witness(
+    verified: Factory, raw: RawStore, witnessed: bool, tmp_path: Path, keys: str
+) -> None:
+    """DUMP/RESTORE of one namespace's keys, or of the whole store: refused by a fresh
+    process with a witness; without one only the process that saw the newer state refuses."""
+    witness = str(tmp_path / "w.db") if witnessed else None
+    plugin = verified(witness=witness)
+    with identity(user_id=ALICE):
+        plugin.remember.set("deploy", "granted", scope="user")
+        snap = raw.snapshot(keys)
+        plugin.remember.set("deploy", "revoked", scope="user")
+        raw.restore(snap, keys)
+        with pytest.raises(RememberIntegrityError, match="older state"):
+            plugin.remember.get("deploy", scope="user")
+        fresh = verified(witness=witness)
+        if witnessed:
+            with pytest.raises(RememberIntegrityError, match="older state"):
+                fresh.remember.get("deploy", scope="user")
+        else:
+            assert fresh.remember.get("deploy", scope="user") == "granted"  # not detected

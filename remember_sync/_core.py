@@ -743,6 +743,9 @@ class AccessorCore:
             raw = verifier.accept(
                 ns, manifest, key, raw, now, lambda r: self._expired_entry(r, ns, skey, now)
             )
+            rec = manifest.records.get(key)
+            if rec is not None and rec[2]:  # a two-step write unfinished (Redis Cluster)
+                verifier.settle_stale(ns, mkey, (raw_manifest, manifest), {key: raw})
             return raw, (raw_manifest, manifest)
 
         return verifier.checked(read)
@@ -776,6 +779,7 @@ class AccessorCore:
                 values = self.store.get_many([head + k for k in keys])
             now = self.clock()
             page: builtins.list[tuple[str, str]] = []
+            pending: dict[str, str | None] = {}
             for bare, raw in zip(keys, values, strict=True):
                 skey = head + bare
                 accepted = verifier.accept(
@@ -784,6 +788,10 @@ class AccessorCore:
                 )
                 if accepted is not None:
                     page.append((skey, accepted))
+                if manifest.records[bare][2]:  # a two-step write unfinished (Redis Cluster)
+                    pending[bare] = raw
+            if pending:
+                verifier.settle_stale(ns, mkey, (raw_manifest, manifest), pending)
             return page
 
         page = verifier.checked(read)

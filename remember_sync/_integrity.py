@@ -630,10 +630,13 @@ class Verifier:
 
         A writer stopped after 1 leaves the old entry, which reads as before;
         after 2, the new one.  Either way an honest entry stays readable, and
-        ``verify --repair`` (or the next write of the key) settles the record.
+        the next operation on the namespace once the lease has run out (or
+        ``verify --repair``) settles the record.  Step 2 writes an entry only
+        over a version step 1 replaces (:meth:`_replace`).
         """
         records = dict(final.records)
         lease = f"{LEASE_MARK}{now + LEASE_MS}"
+        replaced: dict[str, set[str]] = {}
         for bare in wanted:
             old = base.records.get(bare)
             before = {old[0], *old[2]} if old is not None else {""}
@@ -643,17 +646,78 @@ class Verifier:
             )
             others = sorted(v for v in before - {after[0]} if not v.startswith(LEASE_MARK))
             records[bare] = (after[0], deadline, (*others, lease))
+            replaced[bare] = {v for v in before if not v.startswith(LEASE_MARK)}
         intent = Manifest(final.counter, manifest_deadline(records, now), records)
         if not self.write_manifest(ns, mkey, raw, intent):
             return self.store.get(mkey)
         intent_raw = self._manifests.get(mkey)[0]  # type: ignore[index]
-        for key, value, ttl_ms in writes:
-            if value is None:
-                self.store.delete(key)
-            else:
-                self.store.set(key, value, ttl_ms=ttl_ms)
+        for bare, (key, value, ttl_ms) in zip(wanted, writes, strict=True):
+            self._replace(ns, key, replaced[bare], value, ttl_ms)
         self.settle(ns, mkey, {bare: records[bare] for bare in wanted}, intent_raw)
         return _DONE
+
+    def _replace(
+        self, ns: Namespace, key: str, versions: set[str], value: str | None, ttl_ms: int | None
+    ) -> None:
+        """Step 2 for one entry: written only over a version the intent replaces.
+
+        A writer that stalled past its lease finds another writer's newer
+        entry there and writes nothing over it.
+
+        :raises RememberConflictError: the entry holds another version by now.
+        """
+        current = self.store.get(key)
+        replace = getattr(self.store, "replace_entry", None)
+        if (digest(current) if current is not None else "") in versions:
+            if replace is not None:
+                if replace(key, current, value, ttl_ms):
+                    return
+            elif value is None:
+                if current is not None:
+                    self.store.delete(key)
+                return
+            elif current is None:
+                if self.store.set(key, value, ttl_ms=ttl_ms, only_if_absent=True):
+                    return
+            elif self.store.compare_and_set(key, current, value, ttl_ms=ttl_ms):
+                return
+        raise RememberConflictError(
+            f"an entry of {self._where(ns)} was written by another writer while this one "
+            f"was between its steps (past its {LEASE_MS} ms lease): this write was not made"
+        )
+
+    def settle_stale(
+        self, ns: Namespace, mkey: str, known: tuple[str | None, Manifest],
+        values: Mapping[str, str | None],
+    ) -> None:
+        """Settle the unfinished two-step writes among *values* (bare key -> stored string,
+        as just read and accepted) whose writer's lease has run out.
+
+        Each such record keeps only the version the store holds (rolled forward,
+        or back); from then on the other versions are refused again.  Nothing
+        happens while a lease runs, or when another writer changed the manifest
+        meanwhile (the next operation tries again).
+        """
+        raw, manifest = known
+        now = self.clock()
+        records = dict(manifest.records)
+        for bare, value in values.items():
+            rec = records.get(bare)
+            if rec is None or not rec[2] or _lease_end(rec) > now:
+                continue
+            found = "" if value is None else digest(value)
+            if found != rec[0] and found not in rec[2]:
+                continue
+            if found == "":
+                del records[bare]
+            else:
+                records[bare] = (found, rec[1], ())
+        if raw is None or records == manifest.records:
+            return
+        settled = Manifest(
+            max(manifest.counter + 1, now), manifest_deadline(records, now), records
+        )
+        self.write_manifest(ns, mkey, raw, settled)
 
     def write_manifest(
         self, ns: Namespace, mkey: str, raw: str | None, manifest: Manifest
@@ -722,6 +786,11 @@ def _leased(manifest: Manifest, wanted: Mapping[str, Change], now: int) -> int:
                 if item.startswith(LEASE_MARK):
                     wait = max(wait, int(item[1:]) - now)
     return wait
+
+
+def _lease_end(rec: Record) -> int:
+    """When the lease on a pending record runs out (0: it has none)."""
+    return max((int(v[1:]) for v in rec[2] if v.startswith(LEASE_MARK)), default=0)
 
 
 def manifest_deadline(records: Mapping[str, Record], now: int) -> int | None:

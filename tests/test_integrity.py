@@ -272,7 +272,7 @@ def test_a_lost_reply_leaves_the_entry_readable(verified: Factory, raw: RawStore
     with identity(user_id=ALICE):
         plugin.remember.set("a", 1, scope="user")
         atomic = hasattr(store, "commit_manifest") and not store_is_cluster(store)
-        target = "commit_manifest" if atomic else "set"
+        target = "commit_manifest" if atomic else "replace_entry"
         real = getattr(store, target)
 
         def lost(*args: Any, **kwargs: Any) -> Any:
@@ -293,6 +293,18 @@ def store_is_cluster(store: Any) -> bool:
     return bool(getattr(store, "is_cluster", False))
 
 
+def kill_at_entry_write(store: Any, sig: int = signal.SIGKILL) -> None:
+    """Make this (forked) process receive *sig* when it is about to write an entry."""
+    real = store.replace_entry
+
+    def write(key: str, *args: Any, **kwargs: Any) -> bool:
+        if key.startswith(ENTRY):
+            os.kill(os.getpid(), sig)
+        return bool(real(key, *args, **kwargs))
+
+    store.replace_entry = write
+
+
 @ONE_STORE
 def test_a_cluster_writer_killed_between_steps_leaves_entries_readable(
     redis_cluster_store: Store, make_plugin: Factory, clock: FakeClock
@@ -311,11 +323,7 @@ def test_a_cluster_writer_killed_between_steps_leaves_entries_readable(
         try:
             child = make_plugin(store=redis_cluster_store, integrity="verified")
 
-            def die(*args: Any, **kwargs: Any) -> bool:
-                os.kill(os.getpid(), signal.SIGKILL)
-                return False
-
-            redis_cluster_store.set = die  # type: ignore[method-assign]
+            kill_at_entry_write(redis_cluster_store)
             with identity(user_id=ALICE):
                 child.remember.set("a", "new", scope="user")
         finally:
@@ -506,7 +514,7 @@ def test_cluster_leftovers_are_reported_and_settled(
     if pid == 0:
         try:
             child = make_plugin(store=redis_cluster_store, integrity="verified")
-            redis_cluster_store.set = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[method-assign, assignment, return-value]
+            kill_at_entry_write(redis_cluster_store)
             with identity(user_id="alice"):
                 child.remember.set("a", "new", scope="user")
         finally:

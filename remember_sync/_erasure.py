@@ -292,15 +292,19 @@ def _owners(
     return mine, mine_keys, owners
 
 
-def _manifests(store: Store, prefix: str, mine: Callable[[Namespace], bool]) -> Iterator[
-    tuple[str, Namespace]
-]:
-    """(manifest key, namespace) of every verified-mode manifest *mine* accepts."""
+def _manifests(
+    store: Store, prefix: str, user: str, verdict: Callable[[str], str]
+) -> Iterator[tuple[str, Namespace]]:
+    """(manifest key, namespace) of verified mode's manifests of *user*'s namespaces:
+    their user namespace, and sessions *verdict* finds ``"mine"``."""
     head = prefix + MANIFEST_HEAD
     for mkey in store.scan(glob_escape(head) + "v2:*"):
         parsed = parse_storage_key(prefix, prefix + mkey[len(head) :] + "x")
-        if parsed is not None and mkey.startswith(head) and mine(parsed.namespace):
-            yield mkey, parsed.namespace
+        if parsed is None or not mkey.startswith(head):
+            continue
+        ns = parsed.namespace
+        if ns.user == user if ns.scope == "user" else verdict(ns.session or "") == "mine":
+            yield mkey, ns
 
 
 def _plan(book: OwnerBook, user: str, doubled: bool, manifests: bool = False) -> _Plan:
@@ -360,9 +364,7 @@ def _plan(book: OwnerBook, user: str, doubled: bool, manifests: bool = False) ->
             skey = full[len(head) - len(prefix) :]
             plan.doomed[ns.scope].append((full, skey, ns))
     if manifests:
-        plan.manifests = list(_manifests(book.store, prefix, lambda ns: (
-            ns.user == user if ns.scope == "user" else verdict(ns.session or "") == "mine"
-        )))
+        plan.manifests = list(_manifests(book.store, prefix, user, verdict))
     return plan
 
 

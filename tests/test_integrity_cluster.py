@@ -18,7 +18,7 @@ import pytest
 
 from remember_sync import RememberIntegrityError, RememberPlugin, identity
 from remember_sync._clock import FakeClock
-from remember_sync._integrity import LEASE_MS
+from remember_sync._manifest import LEASE_MS
 from remember_sync._ops.verify import verify_store
 from remember_sync.errors import RememberConflictError
 from remember_sync.stores.base import Store

@@ -56,9 +56,10 @@ ALLOWED: dict[str, set[str]] = {
         "_fork", "stores",
     },
     "_witness": {"errors", "_keys", "_bounded", "_fork", "stores"},
+    "_manifest": {"errors", "_text"},
     "_integrity": {
         "errors", "types", "_keys", "_crypto", "_codec", "_text", "_clock", "_bounded", "_fork",
-        "stores", "_witness",
+        "stores", "_witness", "_manifest",
     },
     "_core": CORE | {"stores", "_fork", "_integrity", "_search", "_metrics", "_erasure", "_audit"},
     "accessor": {"_core", "errors", "types", "identity", "_metrics"},

@@ -305,6 +305,21 @@ def kill_at_entry_write(store: Any, sig: int = signal.SIGKILL) -> None:
     store.replace_entry = write
 
 
+def killed_writer(make_plugin: Factory, store: Store, key: str, value: object) -> int:
+    """The wait status of a forked writer of Alice's *key* killed at its entry write
+    (after its intent: Redis Cluster's two-step write)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child = make_plugin(store=store, integrity="verified")
+            kill_at_entry_write(store)
+            with identity(user_id=ALICE):
+                child.remember.set(key, value, scope="user")
+        finally:
+            os._exit(3)
+    return os.waitpid(pid, 0)[1]
+
+
 @ONE_STORE
 def test_a_cluster_writer_killed_between_steps_leaves_entries_readable(
     redis_cluster_store: Store, make_plugin: Factory, clock: FakeClock
@@ -318,17 +333,7 @@ def test_a_cluster_writer_killed_between_steps_leaves_entries_readable(
     with identity(user_id=ALICE):
         plugin.remember.set("a", "old", scope="user")
         plugin.remember.set("b", "new-key-target", scope="user")
-    pid = os.fork()
-    if pid == 0:  # the writer: killed by the first entry write after its intent
-        try:
-            child = make_plugin(store=redis_cluster_store, integrity="verified")
-
-            kill_at_entry_write(redis_cluster_store)
-            with identity(user_id=ALICE):
-                child.remember.set("a", "new", scope="user")
-        finally:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
+    status = killed_writer(make_plugin, redis_cluster_store, "a", "new")
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     reader = make_plugin(store=redis_cluster_store, integrity="verified")
     with identity(user_id=ALICE):
@@ -510,16 +515,7 @@ def test_cluster_leftovers_are_reported_and_settled(
     plugin = make_plugin(store=redis_cluster_store, integrity="verified")
     with identity(user_id="alice"):
         plugin.remember.set("a", "old", scope="user")
-    pid = os.fork()
-    if pid == 0:
-        try:
-            child = make_plugin(store=redis_cluster_store, integrity="verified")
-            kill_at_entry_write(redis_cluster_store)
-            with identity(user_id="alice"):
-                child.remember.set("a", "new", scope="user")
-        finally:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
+    status = killed_writer(make_plugin, redis_cluster_store, "a", "new")
     assert os.WIFSIGNALED(status)
     core = plugin._core
     found = verify_store(redis_cluster_store, "remember:", core.codec, clock=core.clock)

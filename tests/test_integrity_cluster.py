@@ -23,6 +23,7 @@ from remember_sync._ops.verify import verify_store
 from remember_sync.errors import RememberConflictError
 from remember_sync.stores.base import Store
 from tests.integrity_raw import RawStore
+from tests.test_integrity import kill_at_entry_write, killed_writer
 
 Factory = Callable[..., RememberPlugin]
 ALICE = "alice"
@@ -33,18 +34,6 @@ CONFLICT_EXIT = 7
 @pytest.fixture
 def store_kind() -> str:
     return "redis_cluster"
-
-
-def _stop_at_entry_write(store: Any) -> None:
-    """This (forked) process stops itself just before it writes an entry."""
-    real = store.replace_entry
-
-    def write(key: str, *args: Any, **kwargs: Any) -> bool:
-        if key.startswith(ENTRY):
-            os.kill(os.getpid(), signal.SIGSTOP)
-        return bool(real(key, *args, **kwargs))
-
-    store.replace_entry = write
 
 
 def test_a_stalled_writer_never_overwrites_a_newer_acknowledged_value(
@@ -60,7 +49,7 @@ def test_a_stalled_writer_never_overwrites_a_newer_acknowledged_value(
         code = 3
         try:
             child = make_plugin(store=redis_cluster_store, integrity="verified")
-            _stop_at_entry_write(redis_cluster_store)
+            kill_at_entry_write(redis_cluster_store, signal.SIGSTOP)
             with identity(user_id=ALICE):
                 child.remember.set("approval", "stale-A", scope="user")
             code = 0
@@ -133,24 +122,7 @@ def test_a_listing_settles_a_killed_writers_record(
     plugin = make_plugin(store=redis_cluster_store, integrity="verified")
     with identity(user_id=ALICE):
         plugin.remember.set("a", "old", scope="user")
-    pid = os.fork()
-    if pid == 0:
-        try:
-            child = make_plugin(store=redis_cluster_store, integrity="verified")
-            real: Any = redis_cluster_store
-            replace = real.replace_entry
-
-            def die(key: str, *args: Any, **kwargs: Any) -> bool:
-                if key.startswith(ENTRY):
-                    os.kill(os.getpid(), signal.SIGKILL)
-                return bool(replace(key, *args, **kwargs))
-
-            real.replace_entry = die
-            with identity(user_id=ALICE):
-                child.remember.set("a", "new", scope="user")
-        finally:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
+    status = killed_writer(make_plugin, redis_cluster_store, "a", "new")
     assert os.WIFSIGNALED(status)
     clock.advance(LEASE_MS + 1)
     with identity(user_id=ALICE):

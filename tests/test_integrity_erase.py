@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from remember_sync import RememberIntegrityError, RememberPlugin, identity
 from remember_sync._integrity import FileWitness
-from remember_sync._ops.verify import verify_store
+from remember_sync._ops.verify import VerifyResult, verify_store
 from remember_sync.stores.base import Store
 from remember_sync.testing import HashingEmbedder
 from tests.integrity_raw import RawStore
@@ -36,11 +35,7 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def verified(make_plugin: Factory) -> Factory:
-    def factory(**options: Any) -> RememberPlugin:
-        options.setdefault("integrity", "verified")
-        return make_plugin(**options)
-
-    return factory
+    return lambda **options: make_plugin(**{"integrity": "verified", **options})
 
 
 def _write_zelda_and_bob(plugin: RememberPlugin) -> None:
@@ -62,6 +57,19 @@ def _zelda_reads_empty(plugin: RememberPlugin) -> None:
         assert plugin.remember.entries(scope="user") == {}
         assert plugin.remember.list() == []
         assert plugin.remember.get("draft") is None
+
+
+def _verified_clean(store: Store, plugin: RememberPlugin, witness: str | None) -> VerifyResult:
+    """``verify`` of the whole store (with the witness file, if any): no violation."""
+    check = FileWitness(witness) if witness is not None else None
+    try:
+        found = verify_store(store, "remember:", plugin._core.codec,
+                             clock=plugin._core.clock, witness=check)
+    finally:
+        if check is not None:
+            check.close()
+    assert (found.violation_count, found.violations) == (0, [])
+    return found
 
 
 def _keys(store: Store) -> list[str]:
@@ -95,14 +103,7 @@ def test_erase_leaves_a_verifying_store_that_names_nobody(
     names = [k for k in _keys(store) if ZELDA in k or ZELDA_SESSION in k]
     assert names == []
     if store_kind != "memory":
-        check = FileWitness(witness) if witness is not None else None
-        try:
-            found = verify_store(store, "remember:", plugin._core.codec,
-                                 clock=plugin._core.clock, witness=check)
-        finally:
-            if check is not None:
-                check.close()
-        assert (found.violation_count, found.violations) == (0, [])
+        found = _verified_clean(store, plugin, witness)
         assert found.manifests == 2  # Bob's two namespaces
     # Zelda comes back: her new entries are written and read everywhere.
     with identity(user_id=ZELDA, session_id=ZELDA_SESSION):
@@ -196,11 +197,4 @@ def test_verified_mode_with_subject_keys(
         with identity(user_id=BOB, session_id="bob-session"):
             assert p.remember.get("plan", scope="user") == "b"
     assert [k for k in _keys(store) if ZELDA in k or ZELDA_SESSION in k] == []
-    check = FileWitness(witness) if witness is not None else None
-    try:
-        found = verify_store(store, "remember:", plugin._core.codec,
-                             clock=plugin._core.clock, witness=check)
-    finally:
-        if check is not None:
-            check.close()
-    assert (found.violation_count, found.unreadable) == (0, 0), found.violations
+    assert _verified_clean(store, plugin, witness).unreadable == 0

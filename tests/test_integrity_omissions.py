@@ -22,38 +22,26 @@ from remember_sync.cli import main
 from remember_sync.stores.base import Store
 from remember_sync.testing import HashingEmbedder
 from remember_sync.tools.results import error_parts
+from tests import test_integrity as _shared
 from tests.conftest import TEST_SECRET
 from tests.integrity_raw import RawStore
 
 Factory = Callable[..., RememberPlugin]
-KINDS = ["redis", "redis_cluster", "vercel_kv"]
-RAW_FIXTURE = {"redis": "redis_client", "redis_cluster": "redis_cluster_client",
-               "vercel_kv": "kv_redis"}
+#: The same stores (and the attacker's raw client of each) as tests/test_integrity.py.
+store_kind, raw = _shared.store_kind, _shared.raw
 ALICE = "alice"
 ENTRY = "remember:v2:user:alice:"
 MANIFEST = "remember:__manifest__:v2:user:alice:"
 TOOLS = {"enabled": True, "allowed_scopes": ["user"]}
 
 
-@pytest.fixture(params=KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def raw(store_kind: str, store: Store, request: pytest.FixtureRequest) -> RawStore:
-    return RawStore(request.getfixturevalue(RAW_FIXTURE[store_kind]))
-
-
 @pytest.fixture
 def verified(make_plugin: Factory) -> Factory:
-    def factory(**options: Any) -> RememberPlugin:
-        options.setdefault("integrity", "verified")
-        options.setdefault("search", {"embedder": HashingEmbedder()})
-        options.setdefault("tools", TOOLS)
-        return make_plugin(**options)
-
-    return factory
+    """Verified plugins with search and the tools on."""
+    return lambda **options: make_plugin(**{
+        "integrity": "verified", "search": {"embedder": HashingEmbedder()}, "tools": TOOLS,
+        **options,
+    })
 
 
 def every_read_refuses(plugin: RememberPlugin, match: str) -> None:

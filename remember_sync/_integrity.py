@@ -45,7 +45,17 @@ from ._codec import EntryCodec
 from ._crypto import Keyring, seal
 from ._fork import after_fork_in_child
 from ._keys import glob_escape, storage_namespace
-from ._manifest import EMPTY, LEASE_MARK, LEASE_MS, Change, lease_end, leased, record_json, token
+from ._manifest import (
+    EMPTY,
+    LEASE_MARK,
+    LEASE_MS,
+    MANIFEST_GRACE_MS,
+    Change,
+    lease_end,
+    leased,
+    record_json,
+    token,
+)
 from ._manifest import Manifest as Manifest
 from ._manifest import Record as Record
 from ._manifest import digest as digest
@@ -82,6 +92,11 @@ _BATCH = 500
 ENDED_HEAD = "__ended__:"
 #: The read time of a floor the witness has not been asked about yet.
 _NEVER = -(1 << 62)
+#: How often a read of an unchanged manifest notes that it was seen (see ``_gone``).
+_SEEN_REFRESH_MS = 1_000
+#: What a process remembers of a namespace: (highest counter, that manifest's deadline,
+#: when the witness was last read, when the manifest was last seen in the store).
+Floor = tuple[int, int | None, int, int]
 
 
 
@@ -151,7 +166,8 @@ class Verifier:
         # manifest key -> (stored string, parsed manifest): reused while the store agrees.
         self._manifests: BoundedCache[str, tuple[str | None, Manifest]] = BoundedCache(_CACHED)
         # manifest key -> (counter, deadline, read at): the witness's floor, refreshed.
-        self._floors: BoundedCache[str, tuple[int, int | None, int]] = BoundedCache(_CACHED)
+        # manifest key -> (counter, deadline, witness read at, manifest last seen at).
+        self._floors: BoundedCache[str, Floor] = BoundedCache(_CACHED)
 
     def close(self) -> None:
         """Close the witness if it was built here (the plugin closes its store)."""
@@ -217,22 +233,21 @@ class Verifier:
         expired or was erased reads as empty, counting on from the floor (the next write
         counts higher).  A manifest read just before another thread of this process raised
         the floor is no rollback: the store holds a newer one by now."""
-        absent = raw is None
         now = self.clock()
         floor = self._floors.get(mkey)
         if self.witness is not None and (floor is None or now - floor[2] >= WITNESS_REFRESH_MS):
             counter, deadline = self.witness.floor(self.witness_name(mkey))
+            seen_at = _NEVER if floor is None else floor[3]
             if floor is not None and floor[0] > counter:
                 counter, deadline = floor[0], floor[1]  # what this process saw is a floor too
-            floor = (counter, deadline, now)
+            floor = (counter, deadline, now, seen_at)
             self._floors.put(mkey, floor)
         if floor is None or manifest.counter >= floor[0]:
+            if floor is not None and raw is not None and now - floor[3] >= _SEEN_REFRESH_MS:
+                self._floors.put(mkey, (floor[0], floor[1], floor[2], now))
             return manifest
-        if absent and floor[1] is not None and now >= floor[1]:
-            return Manifest(floor[0])  # the namespace expired as a whole
-        if absent and self._ended(ns, mkey) >= floor[0]:
-            self._floors.put(mkey, (floor[0], now, now))
-            return Manifest(floor[0])  # erased
+        if raw is None and self._gone(ns, mkey, floor, now):
+            return Manifest(floor[0])
         current = self.store.get(mkey)
         if current is not None and current != raw:
             if self._parse(ns, mkey, current).counter >= floor[0]:
@@ -244,13 +259,26 @@ class Verifier:
             "back or its manifest deleted"
         )
 
+    def _gone(self, ns: Namespace, mkey: str, floor: Floor, now: int) -> bool:
+        """Whether a namespace whose manifest is absent may honestly be gone: it expired,
+        it was erased, or -- known to this process alone, without a witness -- its
+        manifest was last seen longer ago than an emptied manifest outlives its last
+        entry (another process may have emptied it, and it expired since)."""
+        if floor[1] is not None and now >= floor[1]:
+            return True
+        if self._ended(ns, mkey) >= floor[0]:
+            self._floors.put(mkey, (floor[0], now, now, now))
+            return True
+        return self.witness is None and now - floor[3] >= MANIFEST_GRACE_MS
+
     def _raise_floor(self, mkey: str, manifest: Manifest, *, witnessed: bool = False) -> None:
         """Remember *manifest*'s counter as a floor; *witnessed*: the witness holds it too
         (this process just advanced it), else the witness is still to be read."""
         floor = self._floors.get(mkey)
         if floor is None or floor[0] < manifest.counter:
-            read_at = floor[2] if floor is not None else self.clock() if witnessed else _NEVER
-            self._floors.put(mkey, (manifest.counter, manifest.deadline, read_at))
+            now = self.clock()
+            read_at = floor[2] if floor is not None else now if witnessed else _NEVER
+            self._floors.put(mkey, (manifest.counter, manifest.deadline, read_at, now))
 
     # -- erasure -------------------------------------------------------------------------------
 
@@ -298,7 +326,7 @@ class Verifier:
         self.store.set(key, self._seal_text(mark, ns, key))
         if self.witness is not None:
             self.witness.advance(name, counter, now)
-        self._floors.put(mkey, (counter, now, now))
+        self._floors.put(mkey, (counter, now, now, now))
         self._manifests.pop(mkey)
         self.store.delete(mkey)
 

@@ -274,3 +274,22 @@ def test_a_rollback_with_and_without_a_witness(
                 fresh.remember.get("deploy", scope="user")
         else:
             assert fresh.remember.get("deploy", scope="user") == "granted"  # not detected
+
+
+def test_a_namespace_another_process_emptied_may_expire(
+    verified: Factory, raw: RawStore, clock: Any
+) -> None:
+    """No witness: A reads; B forgets the last entry (the emptied manifest outlives it by a
+    minute); a minute later the manifest expires (deleted here, as Redis would): A reads an
+    empty namespace, no error.  Within that minute an absent manifest is refused."""
+    reader, writer = verified(), verified()
+    with identity(user_id=ALICE):
+        writer.remember.set("a", 1, scope="user")
+        assert reader.remember.list(scope="user") == ["a"]
+        assert writer.remember.forget("a", scope="user") is True
+        raw.delete(MANIFEST)
+        with pytest.raises(RememberIntegrityError, match="older state"):
+            reader.remember.list(scope="user")
+        clock.advance(61_000)
+        assert reader.remember.list(scope="user") == []
+        assert reader.remember.get("a", scope="user") is None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from hashlib import blake2b
 from typing import Any, TextIO
 
 from .._audit import _MAC_INFO as AUDIT_MAC_INFO
@@ -158,7 +157,7 @@ def _audit_names(codec: EntryCodec, prefix: str) -> set[str]:
     if keyring is None:
         return set()
     text = b"witness-name\x00" + f"{prefix}{AUDIT_HEAD}head".encode()
-    return {blake2b(text, key=k, digest_size=32).hexdigest()[:40]
+    return {hashlib.blake2b(text, key=k, digest_size=32).hexdigest()[:40]
             for k in keyring.purpose_keys(AUDIT_MAC_INFO)}
 
 

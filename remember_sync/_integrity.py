@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -70,11 +71,13 @@ from .errors import (
     RememberConflictError,
     RememberDecryptionError,
     RememberIntegrityError,
+    RememberStoreError,
 )
 from .stores.base import ManifestCommit, Store
 from .types import Namespace
 
 T = TypeVar("T")
+log = logging.getLogger("remember_sync")
 
 #: The values of the ``integrity`` option.
 INTEGRITY_MODES = ("default", "verified")
@@ -622,7 +625,8 @@ class Verifier:
         Each such record keeps only the version the store holds (rolled forward,
         or back); from then on the other versions are refused again.  Nothing
         happens while a lease runs, or when another writer changed the manifest
-        meanwhile (the next operation tries again).
+        meanwhile (the next operation tries again).  A store that refuses the
+        settling write (a read-only user) is logged as a warning; the read is answered.
         """
         raw, manifest = known
         now = self.clock()
@@ -643,7 +647,11 @@ class Verifier:
         settled = Manifest(
             max(manifest.counter + 1, now), manifest_deadline(records, now), records
         )
-        self.write_manifest(ns, mkey, raw, settled)
+        try:
+            self.write_manifest(ns, mkey, raw, settled)
+        except RememberStoreError as exc:
+            # The read itself succeeded: it is answered; the next operation settles.
+            log.warning("remember: settling an unfinished write failed: %s", exc.message)
 
     def write_manifest(
         self, ns: Namespace, mkey: str, raw: str | None, manifest: Manifest

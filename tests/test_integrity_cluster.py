@@ -20,7 +20,7 @@ from remember_sync import RememberIntegrityError, RememberPlugin, identity
 from remember_sync._clock import FakeClock
 from remember_sync._manifest import LEASE_MS
 from remember_sync._ops.verify import verify_store
-from remember_sync.errors import RememberConflictError
+from remember_sync.errors import RememberConflictError, RememberStoreError
 from remember_sync.stores.base import Store
 from tests.integrity_raw import RawStore
 from tests.test_integrity import kill_at_entry_write, killed_writer
@@ -130,3 +130,30 @@ def test_a_listing_settles_a_killed_writers_record(
     core = plugin._core
     found = verify_store(redis_cluster_store, "remember:", core.codec, clock=core.clock)
     assert (found.pending, found.violation_count) == (0, 0)
+
+
+def test_a_read_that_cannot_settle_is_answered_and_warns(
+    redis_cluster_store: Store, make_plugin: Factory, clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A reader whose settling write the store refuses (a read-only user, say) still gets
+    its value, and the failure is logged; a later reader settles."""
+    plugin = make_plugin(store=redis_cluster_store, integrity="verified")
+    with identity(user_id=ALICE):
+        plugin.remember.set("a", "old", scope="user")
+    assert os.WIFSIGNALED(killed_writer(make_plugin, redis_cluster_store, "a", "new"))
+    clock.advance(LEASE_MS + 1)
+
+    def refused(*args: Any, **kwargs: Any) -> bool:
+        raise RememberStoreError("NOPERM this user has no permissions to run 'evalsha'")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(redis_cluster_store, "compare_and_set", refused)
+        with identity(user_id=ALICE), caplog.at_level("WARNING", logger="remember_sync"):
+            assert plugin.remember.get("a", scope="user") == "old"
+    assert "settling an unfinished write failed" in caplog.text
+    with identity(user_id=ALICE):
+        assert plugin.remember.get("a", scope="user") == "old"
+    core = plugin._core
+    assert verify_store(redis_cluster_store, "remember:", core.codec,
+                        clock=core.clock).pending == 0

@@ -716,6 +716,10 @@ class AccessorCore:
             return False
         return expires is not None and now >= expires
 
+    def _expired_at(self, ns: Namespace, now: int) -> Callable[[str, str], bool]:
+        """``expired(storage key, stored string)`` for :meth:`Verifier.unlisted`."""
+        return lambda skey, raw: self._expired_entry(raw, ns, skey, now)
+
     def read_verified(
         self, ns: Namespace, key: str, skey: str
     ) -> tuple[str | None, tuple[str | None, Manifest]]:
@@ -734,9 +738,14 @@ class AccessorCore:
             raw_manifest, (raw,) = verifier.fetch(mkey, [skey])
             manifest = verifier.open_manifest(ns, mkey, raw_manifest)
             now = self.clock()
+            if raw_manifest is None and raw is None:
+                verifier.unlisted(ns, skey[: len(skey) - len(key)], self._expired_at(ns, now))
             raw = verifier.accept(
                 ns, manifest, key, raw, now, lambda r: self._expired_entry(r, ns, skey, now)
             )
+            rec = manifest.records.get(key)
+            if rec is not None and rec[2]:  # a two-step write unfinished (Redis Cluster)
+                verifier.settle_stale(ns, mkey, (raw_manifest, manifest), {key: raw})
             return raw, (raw_manifest, manifest)
 
         return verifier.checked(read)
@@ -762,12 +771,15 @@ class AccessorCore:
             keys = wanted(guess) if guess is not None else []
             raw_manifest, values = verifier.fetch(mkey, [head + k for k in keys])
             manifest = verifier.open_manifest(ns, mkey, raw_manifest)
+            if raw_manifest is None:
+                verifier.unlisted(ns, head, self._expired_at(ns, self.clock()))
             listed = wanted(builtins.list(manifest.records))
             if listed != keys:
                 keys = listed
                 values = self.store.get_many([head + k for k in keys])
             now = self.clock()
             page: builtins.list[tuple[str, str]] = []
+            pending: dict[str, str | None] = {}
             for bare, raw in zip(keys, values, strict=True):
                 skey = head + bare
                 accepted = verifier.accept(
@@ -776,6 +788,10 @@ class AccessorCore:
                 )
                 if accepted is not None:
                     page.append((skey, accepted))
+                if manifest.records[bare][2]:  # a two-step write unfinished (Redis Cluster)
+                    pending[bare] = raw
+            if pending:
+                verifier.settle_stale(ns, mkey, (raw_manifest, manifest), pending)
             return page
 
         page = verifier.checked(read)

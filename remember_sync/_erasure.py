@@ -36,7 +36,7 @@ from ._bounded import BoundedCache
 from ._clock import Clock
 from ._codec import EntryCodec
 from ._crypto import Keyring, b64url_encode, open_sealed, seal
-from ._keys import CAS_HEAD, glob_escape, index_key_of, parse_storage_key
+from ._keys import CAS_HEAD, MANIFEST_HEAD, glob_escape, index_key_of, parse_storage_key
 from .errors import RememberDecryptionError, RememberInputError
 from .identity import STATELESS_USER_PREFIX, current_identity, is_anonymous
 from .stores.base import Store
@@ -254,6 +254,8 @@ class _Plan:
     shared: set[str] = field(default_factory=set)
     #: Compare-and-set markers in the person's namespaces (their entries may be gone).
     markers: list[str] = field(default_factory=list)
+    #: Verified mode's manifests of the person's namespaces (emptied ones included).
+    manifests: list[tuple[str, Namespace]] = field(default_factory=list)
 
 
 def _pages(store: Store, pattern: str) -> Iterator[list[tuple[str, str]]]:
@@ -292,7 +294,22 @@ def _owners(
     return mine, mine_keys, owners
 
 
-def _plan(book: OwnerBook, user: str, doubled: bool) -> _Plan:
+def _manifests(
+    store: Store, prefix: str, user: str, verdict: Callable[[str], str]
+) -> Iterator[tuple[str, Namespace]]:
+    """(manifest key, namespace) of verified mode's manifests of *user*'s namespaces:
+    their user namespace, and sessions *verdict* finds ``"mine"``."""
+    head = prefix + MANIFEST_HEAD
+    for mkey in store.scan(glob_escape(head) + "v2:*"):
+        parsed = parse_storage_key(prefix, prefix + mkey[len(head) :] + "x")
+        if parsed is None or not mkey.startswith(head):
+            continue
+        ns = parsed.namespace
+        if ns.user == user if ns.scope == "user" else verdict(ns.session or "") == "mine":
+            yield mkey, ns
+
+
+def _plan(book: OwnerBook, user: str, doubled: bool, manifests: bool = False) -> _Plan:
     prefix = book.prefix
     keys = _hash_keys(book.codec)
     subjects = {_h(k, b"user", user) for k in keys}
@@ -349,6 +366,8 @@ def _plan(book: OwnerBook, user: str, doubled: bool) -> _Plan:
             skey = full[len(head) - len(prefix) :]
             plan.doomed[ns.scope].append((full, skey, ns))
     plan.markers = _markers(book.store, prefix, user, verdict)
+    if manifests:
+        plan.manifests = list(_manifests(book.store, prefix, user, verdict))
     return plan
 
 
@@ -436,6 +455,7 @@ def erase(
     dry_run: bool,
     shred: Callable[[str, int, bool], int] | None = None,
     refund: Callable[[str, Sequence[str]], None] | None = None,
+    ended: Callable[[Namespace, str], None] | None = None,
 ) -> ErasureReceipt:
     """Delete every entry of *user_id* (see the module docstring); the receipt.
 
@@ -448,6 +468,8 @@ def erase(
         entries is unreadable even if deleting them stops half-way.
     :param refund: with quotas, ``refund(user_id, keys)`` after the deletes: the
         person's charges and usage ledger go.
+    :param ended: verified mode: ``ended(namespace, manifest key)`` erases the
+        manifest of each of the person's namespaces once its entries are deleted.
 
     :raises RememberInputError: *user_id* is not a non-empty str, or is anonymous
         (an ``anon:`` principal is shared, nobody's to erase).
@@ -459,7 +481,7 @@ def erase(
             f"user_id must be an authenticated user id (a non-empty str, not anon:); "
             f"got {type(user_id).__name__}"
         )
-    plan = _plan(book, user_id, doubled)
+    plan = _plan(book, user_id, doubled, manifests=ended is not None)
     codec, store = book.codec, book.store
     every = [item for scope in ("user", "session", "tool") for item in plan.doomed[scope]]
     unreadable = _unreadable(store, codec, every)
@@ -468,6 +490,9 @@ def erase(
         _delete(book, [full for full, _, _ in every], plan.owner_keys + plan.markers)
         if refund is not None:
             refund(user_id, [full for full, _, _ in every])
+        if ended is not None:
+            for mkey, ns in plan.manifests:
+                ended(ns, mkey)
         book.forget_noted()
     fields: dict[str, object] = {
         "subject": subject_hashes(codec, user_id)[0],

@@ -32,40 +32,55 @@ other store) an intent-then-commit sequence of single-key steps, argued in
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
-import operator
-import os
-import sqlite3
-import threading
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from ._bounded import BoundedCache
 from ._clock import Clock
 from ._codec import EntryCodec
-from ._crypto import Keyring
+from ._crypto import Keyring, seal
 from ._fork import after_fork_in_child
+from ._keys import glob_escape, storage_namespace
+from ._manifest import (
+    EMPTY,
+    LEASE_MARK,
+    LEASE_MS,
+    MANIFEST_GRACE_MS,
+    Change,
+    lease_end,
+    leased,
+    record_json,
+    token,
+)
+from ._manifest import Manifest as Manifest
+from ._manifest import Record as Record
+from ._manifest import digest as digest
+from ._manifest import manifest_deadline as manifest_deadline
 from ._text import TEXT_ERRORS
+from ._witness import FileWitness as FileWitness
+from ._witness import StoreWitness as StoreWitness
+from ._witness import Witness
+from ._witness import witness_from as witness_from
 from .errors import (
     RememberConfigurationError,
     RememberConflictError,
     RememberDecryptionError,
     RememberIntegrityError,
+    RememberStoreError,
 )
 from .stores.base import ManifestCommit, Store
 from .types import Namespace
 
 T = TypeVar("T")
+log = logging.getLogger("remember_sync")
 
 #: The values of the ``integrity`` option.
 INTEGRITY_MODES = ("default", "verified")
-#: How long a manifest outlives the latest deadline it records (and how long an emptied one stays).
-MANIFEST_GRACE_MS = 60_000
 #: How often a namespace's witness floor is read again (a plugin keeps the last one).
 WITNESS_REFRESH_MS = 1_000
 #: Attempts of a commit against a manifest other writers keep changing.
@@ -75,105 +90,17 @@ FETCH_WHOLE_BYTES = 16_384
 #: HKDF ``info`` of the key that names namespaces in a witness (never a namespace's info).
 WITNESS_INFO = b"remember:witness-names:v1"
 _CACHED = 4096
+_BATCH = 500
+#: What follows ``P`` in the key of an erased namespace's sealed mark (see ``Verifier.end``).
+ENDED_HEAD = "__ended__:"
+#: The read time of a floor the witness has not been asked about yet.
+_NEVER = -(1 << 62)
+#: How often a read of an unchanged manifest notes that it was seen (see ``_gone``).
+_SEEN_REFRESH_MS = 1_000
+#: What a process remembers of a namespace: (highest counter, that manifest's deadline,
+#: when the witness was last read, when the manifest was last seen in the store).
+Floor = tuple[int, int | None, int, int]
 
-#: A manifest record: (digest or "" when the entry must be absent, deadline, other
-#: versions accepted while a two-step write is under way).
-Record = tuple[str, int | None, tuple[str, ...]]
-
-
-def token(manifest: str | None) -> str | None:
-    """What identifies a stored manifest to the store's scripts: its start, through the tag.
-
-    Every manifest is sealed with a fresh random IV, and its GCM tag covers the
-    rest, so no two manifests a writer with the secret stored share it.  A
-    string someone else made with the same start can only make a reader or
-    writer act on the manifest this token came from -- one that was stored
-    and that they could have put back whole.
-    """
-    if manifest is None:
-        return None
-    cut = manifest.find(',"data":"')
-    return manifest if cut < 0 else manifest[:cut]
-
-
-def digest(stored: str) -> str:
-    """The version of a stored string: base64url of the first 16 bytes of its SHA-256."""
-    raw = hashlib.sha256(stored.encode("utf-8", TEXT_ERRORS)).digest()[:16]
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _record_json(key: str, rec: Record) -> str:
-    """One record as its manifest JSON member: ``"key":["digest",deadline(,[alts])]``."""
-    d, dl, alts = rec
-    tail = f",{json.dumps(list(alts))}" if alts else ""
-    return f'{_json_string(key)}:[{_json_string(d)},{dl or 0}{tail}]'
-
-
-_json_string = json.encoder.encode_basestring
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What must exist in one namespace, as the last writer with the secret left it."""
-
-    counter: int = 0
-    deadline: int | None = None
-    records: Mapping[str, Record] = field(default_factory=dict)
-    #: Each record's JSON member, carried from manifest to manifest: a write re-encodes
-    #: the records it changes, not the whole namespace.  Complete (one per record) or
-    #: empty (a manifest read from the store: replaced by the first ``member_texts``);
-    #: never modified once the manifest exists.
-    texts: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
-
-    def member_texts(self) -> dict[str, str]:
-        """:attr:`texts`, filled in for every record (never modify the result)."""
-        texts = self.texts
-        if len(texts) != len(self.records):
-            # A new dict, swapped in whole: threads sharing a cached manifest each
-            # see a complete one, never another thread's half-filled dict.
-            texts = {key: _record_json(key, rec) for key, rec in self.records.items()}
-            object.__setattr__(self, "texts", texts)
-        return texts
-
-    def to_json(self) -> bytes:
-        members = ",".join(self.member_texts().values())  # a JSON object: order is free
-        body = f'{{"c":{self.counter},"x":{self.deadline or 0},"e":{{{members}}}}}'
-        return body.encode("utf-8", TEXT_ERRORS)
-
-    @classmethod
-    def from_json(cls, text: bytes) -> Manifest:
-        try:
-            obj = json.loads(text)
-            records: dict[str, Record] = {}
-            for key, rec in obj["e"].items():
-                d, dl = rec[0], rec[1]
-                alts = tuple(rec[2]) if len(rec) > 2 else ()
-                if not isinstance(d, str) or type(dl) is not int:
-                    raise ValueError("record")
-                if not all(isinstance(a, str) for a in alts):
-                    raise ValueError("alts")
-                records[key] = (d, dl or None, alts)
-            counter, deadline = obj["c"], obj["x"]
-            if type(counter) is not int or type(deadline) is not int:
-                raise ValueError("counter")
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-            raise RememberIntegrityError("the namespace's manifest is not a manifest") from exc
-        return cls(counter, deadline or None, records)
-
-    def live(self, now: int) -> dict[str, Record]:
-        """The records a write carries over: pending ones, and those not yet expired."""
-        soonest = min(filter(None, map(_DEADLINE, self.records.values())), default=None)
-        if soonest is None or now < soonest:  # the usual case, decided in C
-            return dict(self.records)
-        return {
-            k: r for k, r in self.records.items() if r[2] or r[1] is None or now < r[1]
-        }
-
-
-_DEADLINE = operator.itemgetter(1)
-
-
-_EMPTY = Manifest()
 
 
 def in_process(store: Store) -> bool:
@@ -183,207 +110,7 @@ def in_process(store: Store) -> bool:
     return isinstance(store, MemoryStore)
 
 
-# -- witnesses --------------------------------------------------------------------------------
-
-
-class Witness(Protocol):
-    """A record outside the store of each namespace's latest manifest counter.
-
-    Names are keyed hashes (no session id or user id reaches the witness).
-    ``advance`` only ever raises what is kept (max-only); ``floor`` returns
-    ``(counter, manifest deadline or None)``, ``(0, None)`` for a name never seen.
-    """
-
-    def floor(self, name: str) -> tuple[int, int | None]:
-        """The highest counter recorded for *name*, and that manifest's deadline."""
-        ...
-
-    def advance(self, name: str, counter: int, deadline: int | None) -> None:
-        """Record *counter* for *name* unless a higher one is recorded."""
-        ...
-
-    def close(self) -> None:
-        """Release what the witness opened."""
-        ...
-
-
-#: Tries of a file witness's switch to WAL (about a second in all; see FileWitness._wal).
-_WAL_ATTEMPTS = 40
-#: Connections a forked child inherited: kept, never used or closed (see FileWitness).
-_INHERITED: list[sqlite3.Connection] = []
-
-
-class FileWitness:
-    """A witness in a local SQLite file (single host): 0600, WAL, ``synchronous=NORMAL``.
-
-    A committed ``advance`` survives the process being killed; the last ones
-    before a power loss may not (the write-ahead log is synced at checkpoints,
-    not per commit): see ``docs/verified.rst``.  ``synchronous="FULL"`` syncs
-    every advance.
-    """
-
-    def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
-        if synchronous not in ("NORMAL", "FULL"):
-            raise RememberConfigurationError("witness synchronous must be 'NORMAL' or 'FULL'")
-        self.path = path
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            os.close(fd)
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self._wal()
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS heads (name TEXT PRIMARY KEY, counter INTEGER, "
-                "deadline INTEGER)"
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise RememberConfigurationError(f"witness file {path!r} is unusable: {exc}") from exc
-        self._lock = threading.Lock()
-        self._synchronous = synchronous
-        after_fork_in_child(self._reopen)
-
-    def _wal(self) -> None:
-        """Switch the file to WAL.  While another process switches the same new file, SQLite
-        answers "database is locked" at once (no busy wait for this pragma): workers that
-        start together would be refused, so the switch is tried again, for up to a second."""
-        for attempt in range(_WAL_ATTEMPTS):
-            try:
-                self._db.execute("PRAGMA journal_mode=WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or attempt == _WAL_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.01 * (1 + attempt % 4))
-
-    def _reopen(self) -> None:
-        # An SQLite connection must not cross a fork: the child opens its own, and never
-        # closes the parent's (closing it could release locks the parent holds).
-        _INHERITED.append(self._db)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute(f"PRAGMA synchronous={self._synchronous}")
-
-    def floor(self, name: str) -> tuple[int, int | None]:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT counter, deadline FROM heads WHERE name = ?", (name,)
-            ).fetchone()
-        return (0, None) if row is None else (int(row[0]), row[1] or None)
-
-    def advance(self, name: str, counter: int, deadline: int | None) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO heads VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
-                "counter = excluded.counter, deadline = excluded.deadline "
-                "WHERE excluded.counter > heads.counter",
-                (name, counter, deadline or 0),
-            )
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def __repr__(self) -> str:
-        return f"FileWitness({self.path!r})"
-
-
-class StoreWitness:
-    """A witness in a second store (another Redis, another Vercel KV database).
-
-    Useful only when the main store's writers cannot reach it.  One key per
-    namespace, ``P + "witness:" + name`` = ``"<counter>:<deadline>"``, raised
-    by compare-and-set (max-only).
-    """
-
-    def __init__(self, store: Store, *, prefix: str = "remember:", owns: bool = True) -> None:
-        self.store = store
-        self.prefix = prefix
-        self._owns = owns
-        # name -> the value this process last saw: a warm advance is one compare-and-set.
-        self._seen: BoundedCache[str, str] = BoundedCache(_CACHED)
-
-    def _key(self, name: str) -> str:
-        return f"{self.prefix}witness:{name}"
-
-    @staticmethod
-    def _parse(raw: str | None) -> tuple[int, int | None]:
-        if raw is None:
-            return 0, None
-        counter, _, deadline = raw.partition(":")
-        return int(counter), int(deadline or 0) or None
-
-    def floor(self, name: str) -> tuple[int, int | None]:
-        raw = self.store.get(self._key(name))
-        if raw is not None:
-            self._seen.put(name, raw)
-        return self._parse(raw)
-
-    def advance(self, name: str, counter: int, deadline: int | None) -> None:
-        key, value = self._key(name), f"{counter}:{deadline or 0}"
-        raw = self._seen.get(name)
-        for _ in range(COMMIT_ATTEMPTS):
-            if raw is None:
-                if self.store.set(key, value, only_if_absent=True):
-                    self._seen.put(name, value)
-                    return
-            elif self._parse(raw)[0] >= counter:
-                return
-            elif self.store.compare_and_set(key, raw, value):
-                self._seen.put(name, value)
-                return
-            raw = self.store.get(key)
-        raise RememberConflictError("the witness changed during every attempt to advance it")
-
-    def close(self) -> None:
-        if self._owns:
-            self.store.close()
-
-    def __repr__(self) -> str:
-        return f"StoreWitness({self.store!r})"
-
-
-def witness_from(
-    spec: object, store_from_url: Callable[[str], Store]
-) -> Witness | None:
-    """The witness a ``witness=`` option names.
-
-    ``None``; a path (``str``); a ``redis://``/``rediss://``/``unix://`` URL (a
-    second store, built by *store_from_url*); a dict ``{"type": "file", "path":
-    ..., "synchronous": ...}``, ``{"type": "store", "url": ...}`` or
-    ``{"type": "store", "store": <Store>}`` (a Vercel KV database, say, which the
-    caller builds and closes); or any object with ``floor``, ``advance`` and ``close``.
-    """
-    if spec is None or spec == "":
-        return None
-    if isinstance(spec, str):
-        if spec.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://")):
-            return StoreWitness(store_from_url(spec))
-        return FileWitness(spec)
-    if isinstance(spec, dict):
-        kind = spec.get("type")
-        if kind == "file" and isinstance(spec.get("path"), str):
-            return FileWitness(spec["path"], synchronous=spec.get("synchronous", "NORMAL"))
-        if kind == "store" and isinstance(spec.get("url"), str):
-            return StoreWitness(store_from_url(spec["url"]), prefix=spec.get("prefix", "remember:"))
-        if kind == "store" and isinstance(spec.get("store"), Store):
-            return StoreWitness(spec["store"], prefix=spec.get("prefix", "remember:"), owns=False)
-        raise RememberConfigurationError(
-            "witness must be {'type': 'file', 'path': ...} or {'type': 'store', 'url': ...} "
-            "(or 'store': a Store)"
-        )
-    if all(callable(getattr(spec, name, None)) for name in ("floor", "advance", "close")):
-        return spec  # type: ignore[return-value]
-    raise RememberConfigurationError(
-        f"witness must be a path, a redis:// URL, a dict with 'type', or a "
-        f"witness object; got {type(spec).__name__}"
-    )
-
-
 # -- the verifier -----------------------------------------------------------------------------
-
-
-#: A change of one entry: its new stored string (``None``: delete it) and deadline.
-Change = tuple[str | None, int | None]
 
 
 class Verifier:
@@ -442,7 +169,8 @@ class Verifier:
         # manifest key -> (stored string, parsed manifest): reused while the store agrees.
         self._manifests: BoundedCache[str, tuple[str | None, Manifest]] = BoundedCache(_CACHED)
         # manifest key -> (counter, deadline, read at): the witness's floor, refreshed.
-        self._floors: BoundedCache[str, tuple[int, int | None, int]] = BoundedCache(_CACHED)
+        # manifest key -> (counter, deadline, witness read at, manifest last seen at).
+        self._floors: BoundedCache[str, Floor] = BoundedCache(_CACHED)
 
     def close(self) -> None:
         """Close the witness if it was built here (the plugin closes its store)."""
@@ -455,62 +183,177 @@ class Verifier:
         return mkey[len(self.prefix) :].encode("utf-8", TEXT_ERRORS)
 
     def _seal(self, ns: Namespace, mkey: str, manifest: Manifest) -> str:
-        return self.codec.seal_text(manifest.to_json(), ns, mkey)
+        return self._seal_text(manifest.to_json(), ns, mkey)
 
-    def witness_name(self, mkey: str) -> str:
-        """The keyed name of a namespace in the witness (it never sees the namespace)."""
-        mac = hmac.new(self._names_key, mkey.encode("utf-8", TEXT_ERRORS), hashlib.sha256)
+    def _seal_text(self, text: bytes, ns: Namespace, key: str) -> str:
+        """*text* sealed under the namespace's key from the master secret, bound to *key*:
+        never under a person's subject key (their erasure must not lock the manifest)."""
+        return seal(text, self.keyring.key(ns), kid=self.keyring.primary_kid, aad=self._aad(key))
+
+    def witness_name(self, mkey: str, key: bytes | None = None) -> str:
+        """The keyed name of a namespace in the witness (it never sees the namespace);
+        *key*: under another secret's name key (:meth:`witness_names`)."""
+        mac = hmac.new(key or self._names_key, mkey.encode("utf-8", TEXT_ERRORS), hashlib.sha256)
         return mac.hexdigest()[:40]
 
-    def open_manifest(self, ns: Namespace, mkey: str, raw: str | None) -> Manifest:
-        """The manifest stored as *raw* (``None``: none), checked against the witness.
+    def witness_names(self, mkey: str) -> list[str]:
+        """The namespace's name in the witness under every configured secret, newest first."""
+        return [self.witness_name(mkey, k) for k in self.keyring.purpose_keys(WITNESS_INFO)]
 
-        :raises RememberIntegrityError: it does not open, or is older than the witness.
+    def open_manifest(self, ns: Namespace, mkey: str, raw: str | None) -> Manifest:
+        """The manifest stored as *raw* (``None``: none), checked against the highest
+        counter seen for the namespace (the witness's, and this process's own).
+
+        :raises RememberIntegrityError: it does not open, or is older than what was seen.
         """
         cached = self._manifests.get(mkey)
         if cached is not None and cached[0] == raw:
             manifest = cached[1]
-        elif raw is None:
-            manifest = _EMPTY
         else:
-            try:
-                text = self.keyring.open(raw, ns, self._aad(mkey), bound_only=True)[0]
-            except RememberDecryptionError as exc:
-                raise RememberIntegrityError(
-                    f"the manifest of {self._where(ns)} fails its check ({exc.message}): "
-                    "it was altered, or moved from another namespace"
-                ) from exc
-            manifest = Manifest.from_json(text)
-            self._manifests.put(mkey, (raw, manifest))
-        if self.witness is not None:
-            self._check_floor(ns, mkey, manifest, raw is None)
+            manifest = self._parse(ns, mkey, raw)
+        return self._check_floor(ns, mkey, manifest, raw)
+
+    def _parse(self, ns: Namespace, mkey: str, raw: str | None) -> Manifest:
+        """What the stored manifest *raw* says (cached), no floor checked."""
+        if raw is None:
+            return EMPTY
+        try:
+            text = self.keyring.open(raw, ns, self._aad(mkey), bound_only=True)[0]
+        except RememberDecryptionError as exc:
+            raise RememberIntegrityError(
+                f"the manifest of {self._where(ns)} fails its check ({exc.message}): "
+                "it was altered, or moved from another namespace"
+            ) from exc
+        manifest = Manifest.from_json(text)
+        self._manifests.put(mkey, (raw, manifest))
+        self._raise_floor(mkey, manifest)
         return manifest
 
-    def _check_floor(self, ns: Namespace, mkey: str, manifest: Manifest, absent: bool) -> None:
-        assert self.witness is not None
+    def _check_floor(
+        self, ns: Namespace, mkey: str, manifest: Manifest, raw: str | None
+    ) -> Manifest:
+        """*manifest* (stored as *raw*), unless it is older than the floor: an absent one that
+        expired or was erased reads as empty, counting on from the floor (the next write
+        counts higher).  A manifest read just before another thread of this process raised
+        the floor is no rollback: the store holds a newer one by now."""
         now = self.clock()
         floor = self._floors.get(mkey)
-        if floor is None or now - floor[2] >= WITNESS_REFRESH_MS:
+        if self.witness is not None and (floor is None or now - floor[2] >= WITNESS_REFRESH_MS):
             counter, deadline = self.witness.floor(self.witness_name(mkey))
+            seen_at = _NEVER if floor is None else floor[3]
             if floor is not None and floor[0] > counter:
                 counter, deadline = floor[0], floor[1]  # what this process saw is a floor too
-            floor = (counter, deadline, now)
+            floor = (counter, deadline, now, seen_at)
             self._floors.put(mkey, floor)
-        if manifest.counter >= floor[0]:
-            return
-        if absent and floor[1] is not None and now >= floor[1]:
-            return  # the namespace expired as a whole
+        if floor is None or manifest.counter >= floor[0]:
+            if floor is not None and raw is not None and now - floor[3] >= _SEEN_REFRESH_MS:
+                self._floors.put(mkey, (floor[0], floor[1], floor[2], now))
+            return manifest
+        if raw is None and self._gone(ns, mkey, floor, now):
+            return Manifest(floor[0])
+        current = self.store.get(mkey)
+        if current is not None and current != raw:
+            if self._parse(ns, mkey, current).counter >= floor[0]:
+                return manifest  # read before a newer write of this process: a stale read
+        seen = "its witness recorded" if self.witness is not None else "this process saw"
         raise RememberIntegrityError(
-            f"the store holds an older state of {self._where(ns)} than its witness "
-            f"recorded (manifest {manifest.counter} < {floor[0]}): the store was rolled "
+            f"the store holds an older state of {self._where(ns)} than {seen} "
+            f"(manifest {manifest.counter} < {floor[0]}): the store was rolled "
             "back or its manifest deleted"
         )
 
-    def _raise_floor(self, mkey: str, manifest: Manifest) -> None:
+    def _gone(self, ns: Namespace, mkey: str, floor: Floor, now: int) -> bool:
+        """Whether a namespace whose manifest is absent may honestly be gone: it expired,
+        it was erased, or -- known to this process alone, without a witness -- its
+        manifest was last seen longer ago than an emptied manifest outlives its last
+        entry (another process may have emptied it, and it expired since)."""
+        if floor[1] is not None and now >= floor[1]:
+            return True
+        if self._ended(ns, mkey) >= floor[0]:
+            self._floors.put(mkey, (floor[0], now, now, now))
+            return True
+        return self.witness is None and now - floor[3] >= MANIFEST_GRACE_MS
+
+    def _raise_floor(self, mkey: str, manifest: Manifest, *, witnessed: bool = False) -> None:
+        """Remember *manifest*'s counter as a floor; *witnessed*: the witness holds it too
+        (this process just advanced it), else the witness is still to be read."""
         floor = self._floors.get(mkey)
         if floor is None or floor[0] < manifest.counter:
-            read_at = floor[2] if floor is not None else self.clock()
-            self._floors.put(mkey, (manifest.counter, manifest.deadline, read_at))
+            now = self.clock()
+            read_at = floor[2] if floor is not None else now if witnessed else _NEVER
+            self._floors.put(mkey, (manifest.counter, manifest.deadline, read_at, now))
+
+    # -- erasure -------------------------------------------------------------------------------
+
+    def _ended_key(self, mkey: str) -> str:
+        return f"{self.prefix}{ENDED_HEAD}{self.witness_name(mkey)}"
+
+    def _ended(self, ns: Namespace, mkey: str) -> int:
+        """The counter at which the namespace was erased (0: never), from its sealed mark."""
+        key = self._ended_key(mkey)
+        raw = self.store.get(key)
+        if raw is None:
+            return 0
+        try:
+            text = self.keyring.open(raw, ns, self._aad(key), bound_only=True)[0]
+            counter = json.loads(text)["c"]
+        except (RememberDecryptionError, ValueError, KeyError, TypeError) as exc:
+            raise RememberIntegrityError(
+                f"the erasure mark of {self._where(ns)} fails its check: it was altered"
+            ) from exc
+        return counter if type(counter) is int else 0
+
+    def end(self, ns: Namespace, mkey: str) -> None:
+        """Erase the manifest of *ns*, whose entries were just deleted.
+
+        The manifest key (it names the namespace: a user or session id) is
+        deleted.  What is left says only that the namespace ended, and when,
+        under the keyed name the witness uses: a sealed mark in the store
+        (``P + "__ended__:" + name``) and, with a witness, its record raised to
+        that counter with the erasure as the namespace's deadline.  So its
+        absence reads as an honest empty namespace, while a copy of the erased
+        state put back (an older counter) is still refused.
+        """
+        now = self.clock()
+        name = self.witness_name(mkey)
+        try:
+            counter = self._parse(ns, mkey, self.store.get(mkey)).counter
+        except RememberIntegrityError:
+            counter = 0  # an edited manifest: erased all the same
+        if self.witness is not None:
+            counter = max(counter, self.witness.floor(name)[0])
+        floor = self._floors.get(mkey)
+        counter = max(counter + 1, now, floor[0] + 1 if floor is not None else 0)
+        key = self._ended_key(mkey)
+        mark = json.dumps({"c": counter}).encode()
+        self.store.set(key, self._seal_text(mark, ns, key))
+        if self.witness is not None:
+            self.witness.advance(name, counter, now)
+        self._floors.put(mkey, (counter, now, now, now))
+        self._manifests.pop(mkey)
+        self.store.delete(mkey)
+
+    # -- a namespace without its manifest ----------------------------------------------------
+
+    def unlisted(self, ns: Namespace, head: str, expired: Callable[[str, str], bool]) -> None:
+        """Refuse a namespace that holds entries but has no manifest.
+
+        Called when the manifest is absent: the namespace's keys are looked
+        for (a ``SCAN``); a genuine entry past its own deadline does not count.
+
+        :param expired: ``expired(storage key, stored string)``.
+        :raises RememberIntegrityError: an entry lies in a namespace without a manifest.
+        """
+        found = [k for k in self.store.scan(glob_escape(head) + "*")
+                 if storage_namespace(self.prefix, k) == head]
+        for start in range(0, len(found), _BATCH):
+            chunk = found[start : start + _BATCH]
+            for key, raw in zip(chunk, self.store.get_many(chunk), strict=True):
+                if raw is not None and not expired(key, raw):
+                    raise RememberIntegrityError(
+                        f"{self._where(ns)} holds entries but has no manifest: its "
+                        "manifest was deleted without the secret"
+                    )
 
     @staticmethod
     def _where(ns: Namespace) -> str:
@@ -631,7 +474,7 @@ class Verifier:
             if wanted is None:
                 return None
             now = self.clock()
-            wait = 0 if self._atomic or waited >= LEASE_MS else _leased(base, wanted, now)
+            wait = 0 if self._atomic or waited >= LEASE_MS else leased(base, wanted, now)
             if wait:
                 # Another writer is between its steps on one of these keys: building on
                 # the version it is replacing would lose its write.  Wait for it (until
@@ -671,7 +514,7 @@ class Verifier:
 
     def _committed(self, mkey: str, raw: str, manifest: Manifest) -> None:
         self._manifests.put(mkey, (raw, manifest))
-        self._raise_floor(mkey, manifest)
+        self._raise_floor(mkey, manifest, witnessed=True)
         if self.witness is not None:
             self.witness.advance(self.witness_name(mkey), manifest.counter, manifest.deadline)
 
@@ -691,7 +534,7 @@ class Verifier:
                 texts.pop(bare, None)
             else:
                 rec = records[bare] = (digest(value), deadline, ())
-                texts[bare] = _record_json(bare, rec)
+                texts[bare] = record_json(bare, rec)
         return Manifest(
             max(base.counter + 1, now), manifest_deadline(records, now), records, texts
         )
@@ -716,10 +559,13 @@ class Verifier:
 
         A writer stopped after 1 leaves the old entry, which reads as before;
         after 2, the new one.  Either way an honest entry stays readable, and
-        ``verify --repair`` (or the next write of the key) settles the record.
+        the next operation on the namespace once the lease has run out (or
+        ``verify --repair``) settles the record.  Step 2 writes an entry only
+        over a version step 1 replaces (:meth:`_replace`).
         """
         records = dict(final.records)
         lease = f"{LEASE_MARK}{now + LEASE_MS}"
+        replaced: dict[str, set[str]] = {}
         for bare in wanted:
             old = base.records.get(bare)
             before = {old[0], *old[2]} if old is not None else {""}
@@ -729,17 +575,83 @@ class Verifier:
             )
             others = sorted(v for v in before - {after[0]} if not v.startswith(LEASE_MARK))
             records[bare] = (after[0], deadline, (*others, lease))
+            replaced[bare] = {v for v in before if not v.startswith(LEASE_MARK)}
         intent = Manifest(final.counter, manifest_deadline(records, now), records)
         if not self.write_manifest(ns, mkey, raw, intent):
             return self.store.get(mkey)
         intent_raw = self._manifests.get(mkey)[0]  # type: ignore[index]
-        for key, value, ttl_ms in writes:
-            if value is None:
-                self.store.delete(key)
-            else:
-                self.store.set(key, value, ttl_ms=ttl_ms)
+        for bare, (key, value, ttl_ms) in zip(wanted, writes, strict=True):
+            self._replace(ns, key, replaced[bare], value, ttl_ms)
         self.settle(ns, mkey, {bare: records[bare] for bare in wanted}, intent_raw)
         return _DONE
+
+    def _replace(
+        self, ns: Namespace, key: str, versions: set[str], value: str | None, ttl_ms: int | None
+    ) -> None:
+        """Step 2 for one entry: written only over a version the intent replaces.
+
+        A writer that stalled past its lease finds another writer's newer
+        entry there and writes nothing over it.
+
+        :raises RememberConflictError: the entry holds another version by now.
+        """
+        current = self.store.get(key)
+        replace = getattr(self.store, "replace_entry", None)
+        if (digest(current) if current is not None else "") in versions:
+            if replace is not None:
+                if replace(key, current, value, ttl_ms):
+                    return
+            elif value is None:
+                if current is not None:
+                    self.store.delete(key)
+                return
+            elif current is None:
+                if self.store.set(key, value, ttl_ms=ttl_ms, only_if_absent=True):
+                    return
+            elif self.store.compare_and_set(key, current, value, ttl_ms=ttl_ms):
+                return
+        raise RememberConflictError(
+            f"an entry of {self._where(ns)} was written by another writer while this one "
+            f"was between its steps (past its {LEASE_MS} ms lease): this write was not made"
+        )
+
+    def settle_stale(
+        self, ns: Namespace, mkey: str, known: tuple[str | None, Manifest],
+        values: Mapping[str, str | None],
+    ) -> None:
+        """Settle the unfinished two-step writes among *values* (bare key -> stored string,
+        as just read and accepted) whose writer's lease has run out.
+
+        Each such record keeps only the version the store holds (rolled forward,
+        or back); from then on the other versions are refused again.  Nothing
+        happens while a lease runs, or when another writer changed the manifest
+        meanwhile (the next operation tries again).  A store that refuses the
+        settling write (a read-only user) is logged as a warning; the read is answered.
+        """
+        raw, manifest = known
+        now = self.clock()
+        records = dict(manifest.records)
+        for bare, value in values.items():
+            rec = records.get(bare)
+            if rec is None or not rec[2] or lease_end(rec) > now:
+                continue
+            found = "" if value is None else digest(value)
+            if found != rec[0] and found not in rec[2]:
+                continue
+            if found == "":
+                del records[bare]
+            else:
+                records[bare] = (found, rec[1], ())
+        if raw is None or records == manifest.records:
+            return
+        settled = Manifest(
+            max(manifest.counter + 1, now), manifest_deadline(records, now), records
+        )
+        try:
+            self.write_manifest(ns, mkey, raw, settled)
+        except RememberStoreError as exc:
+            # The read itself succeeded: it is answered; the next operation settles.
+            log.warning("remember: settling an unfinished write failed: %s", exc.message)
 
     def write_manifest(
         self, ns: Namespace, mkey: str, raw: str | None, manifest: Manifest
@@ -791,28 +703,4 @@ class Verifier:
 
 
 _DONE = object()
-#: How long other writers wait for a two-step writer to finish a key (then take over).
-LEASE_MS = 2_000
-#: An item of a record's ``alts`` that is a lease, not a version: ``"~<epoch ms>"``.
-LEASE_MARK = "~"
 _LEASE_POLL_MS = 20
-
-
-def _leased(manifest: Manifest, wanted: Mapping[str, Change], now: int) -> int:
-    """Milliseconds until no key of *wanted* is leased by a writer between its steps (0: none)."""
-    wait = 0
-    for bare in wanted:
-        rec = manifest.records.get(bare)
-        if rec is not None:
-            for item in rec[2]:
-                if item.startswith(LEASE_MARK):
-                    wait = max(wait, int(item[1:]) - now)
-    return wait
-
-
-def manifest_deadline(records: Mapping[str, Record], now: int) -> int | None:
-    """When a manifest holding *records* may expire: after its last entry, plus a grace."""
-    deadlines = list(map(_DEADLINE, records.values()))
-    if None in deadlines:
-        return None
-    return max(max(deadlines, default=now), now) + MANIFEST_GRACE_MS

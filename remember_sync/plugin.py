@@ -535,6 +535,7 @@ class RememberPlugin:
                 refund=None if (charges := core.charges) is None else functools.partial(
                     charges.erase, cast(OwnedWrites, core.store)
                 ),
+                ended=None if core.verifier is None else core.verifier.end,
             )
             event.outcome = "counted" if dry_run else "erased"
             event.count, event.ref = receipt.total, receipt.mac
@@ -870,11 +871,6 @@ def _check_subject_keys(
         raise _config_error(
             "encryption.subject_keys", "cannot be used with read_doubled_prefix (1.8.0's "
             "entries are sealed by the master secret alone): run rotate first"
-        )
-    if options.get("integrity", integrity_settings(environ)[0]) == "verified":
-        raise _config_error(
-            "encryption.subject_keys", "is not supported together with integrity='verified' "
-            "yet (its manifests would keep an erased person's entries listed)"
         )
     return keystore
 

@@ -24,6 +24,8 @@ from typing import Any
 from agmi.adapters.base import MemoryAdapter, Record
 
 from remember_sync import RememberPlugin, identity
+from remember_sync._integrity import FileWitness
+from remember_sync._ops.verify import verify_store
 from tests.integrity_raw import RawStore
 
 OWNER, OTHER = "agmi-a", "agmi-b"
@@ -38,6 +40,9 @@ class RememberSyncAdapter(MemoryAdapter):
     :param make_plugin: builds a plugin over the store from extra ``init`` options
         (called again by :meth:`reload`, as a restarted process would).
     :param verified: ``integrity="verified"`` with a witness file outside the store.
+    :param fill: entries beside agmi's records in the same namespace (``fill-<i>``),
+        written in default mode and then recorded in the manifest by one
+        ``verify --repair`` walk (as moving a store into verified mode does).
     """
 
     supports_replay = True
@@ -52,11 +57,14 @@ class RememberSyncAdapter(MemoryAdapter):
         make_plugin: Callable[..., RememberPlugin],
         *,
         verified: bool,
+        fill: int = 0,
     ) -> None:
         self.name = f"remember-sync {'verified' if verified else 'default'} ({kind})"
         self.raw = raw
         self._make = make_plugin
         self.verified = verified
+        self.fill = fill
+        self._filled: dict[str, tuple[bytes, int]] | None = None
         self._dir: str | None = None
         self.plugin: RememberPlugin | None = None
 
@@ -72,7 +80,31 @@ class RememberSyncAdapter(MemoryAdapter):
     def setup(self) -> None:
         self.raw.delete(*self.raw.keys("remember:*"))
         self._dir = tempfile.mkdtemp(prefix="agmi-witness-")
+        if self.fill:
+            self._fill()
         self._open()
+
+    def _fill(self) -> None:
+        """:attr:`fill` entries in the owner's namespace, under a manifest when verified
+        (made once, then put back from the attacker's copy for each of agmi's runs)."""
+        assert self._dir is not None
+        if self._filled is not None:
+            self.raw.restore(self._filled, "remember:*")
+            return
+        filler = self._make()
+        with identity(user_id=OWNER):
+            for i in range(self.fill):
+                filler.remember.set(f"fill-{i}", {"n": i, "text": "x" * 100}, scope="user")
+        if self.verified:
+            witness = FileWitness(str(Path(self._dir) / "witness.db"))
+            try:
+                core = filler._core
+                verify_store(core.store, "remember:", core.codec, clock=core.clock,
+                             witness=witness, repair=True)
+            finally:
+                witness.close()
+        filler.close()
+        self._filled = self.raw.snapshot("remember:*")
 
     def teardown(self) -> None:
         if self.plugin is not None:

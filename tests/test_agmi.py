@@ -80,12 +80,14 @@ def _row(adapter: RememberSyncAdapter) -> dict[str, str]:
     return {row["edit"]: row["verdict"] for row in rows}
 
 
+@pytest.mark.parametrize("fill", [0, 2000], ids=["small", "2000-entries"])
 def test_verified_mode_rejects_every_edit_on_the_read_path(
-    target: tuple[str, RawStore, Callable[..., RememberPlugin]],
+    target: tuple[str, RawStore, Callable[..., RememberPlugin]], fill: int
 ) -> None:
-    """T1-T9 all REJECTED, on every networked store."""
+    """T1-T9 all REJECTED, on every networked store; also with agmi's records among 2,000
+    other entries of the namespace."""
     kind, raw, factory = target
-    row = _row(RememberSyncAdapter(kind, raw, factory, verified=True))
+    row = _row(RememberSyncAdapter(kind, raw, factory, verified=True, fill=fill))
     assert row == dict.fromkeys(EDITS, "REJECTED")
 
 

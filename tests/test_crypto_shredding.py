@@ -363,7 +363,6 @@ def test_a_file_keystore_is_private(
         ({"keystore": "k.db", "encryption": {"frontmcp_compatible": True}},
          "encryption.subject_keys"),
         ({"keystore": "k.db", "read_doubled_prefix": True}, "encryption.subject_keys"),
-        ({"keystore": "k.db", "integrity": "verified"}, "encryption.subject_keys"),
         ({"keystore": "/nonexistent-dir/k.db"}, "keystore"),
     ],
 )

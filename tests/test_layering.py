@@ -57,8 +57,11 @@ ALLOWED: dict[str, set[str]] = {
         "errors", "types", "identity", "_keys", "_crypto", "_erasure", "_bounded", "_clock",
         "_fork", "stores",
     },
+    "_witness": {"errors", "_keys", "_bounded", "_fork", "stores"},
+    "_manifest": {"errors", "_text"},
     "_integrity": {
-        "errors", "types", "_crypto", "_codec", "_text", "_clock", "_bounded", "_fork", "stores",
+        "errors", "types", "_keys", "_crypto", "_codec", "_text", "_clock", "_bounded", "_fork",
+        "stores", "_witness", "_manifest",
     },
     "_core": CORE | {"stores", "_fork", "_integrity", "_search", "_metrics", "_erasure", "_audit"},
     "accessor": {"_core", "errors", "types", "identity", "_metrics"},
@@ -74,7 +77,7 @@ ALLOWED: dict[str, set[str]] = {
     "_ops": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "_progress", "tools", "_config",
-        "_options", "_integrity", "_search", "_audit", "_shred", "_erasure",
+        "_options", "_integrity", "_witness", "_search", "_audit", "_shred", "_erasure",
     },
     "mcp": CORE
     | {"stores", "_core", "accessor", "_purge", "plugin", "tools", "mcp", "_progress", "_fork",

@@ -22,19 +22,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from .._audit import _MAC_INFO as AUDIT_MAC_INFO
+from .._audit import AUDIT_HEAD
 from .._clock import Clock
 from .._codec import EntryCodec
-from .._integrity import (
-    Manifest,
-    Record,
-    Verifier,
-    Witness,
-    digest,
-    manifest_deadline,
-    witness_from,
+from .._integrity import Manifest, Record, Verifier, digest, manifest_deadline
+from .._keys import (
+    MANIFEST_HEAD,
+    glob_escape,
+    manifest_key,
+    parse_storage_key,
+    storage_namespace,
 )
-from .._keys import MANIFEST_HEAD, glob_escape, parse_storage_key, storage_namespace
 from .._progress import Progress
+from .._witness import ListableWitness, Witness, listable, witness_from
 from ..errors import RememberDecryptionError, RememberIntegrityError
 from ..stores.base import Store
 from ..types import Namespace
@@ -141,7 +142,39 @@ def verify_store(
         _verify_namespace(verifier, head, manifests.get(head), entries.get(head, []), result,
                           repair=repair, codec=codec, clock=clock)
     progress.close()
+    found = listable(witness)
+    if found is not None:
+        _lost_namespaces(verifier, found, [manifests.get(h) or manifest_key(prefix, h)
+                                           for h in heads], result, clock())
     return result
+
+
+def _audit_names(codec: EntryCodec, prefix: str) -> set[str]:
+    """The audit trail's names in the witness (it anchors its head there too)."""
+    keyring = codec.keyring
+    if keyring is None:
+        return set()
+    text = b"witness-name\x00" + f"{prefix}{AUDIT_HEAD}head".encode()
+    return {hashlib.blake2b(text, key=k, digest_size=32).hexdigest()[:40]
+            for k in keyring.purpose_keys(AUDIT_MAC_INFO)}
+
+
+def _lost_namespaces(
+    verifier: Verifier, witness: ListableWitness, mkeys: list[str], result: VerifyResult,
+    now: int,
+) -> None:
+    """What the witness recorded and the store lacks: a namespace deleted whole (or rolled
+    back to before it existed), unless it expired or was erased (its deadline passed)."""
+    known = {name for mkey in mkeys for name in verifier.witness_names(mkey)}
+    known |= _audit_names(verifier.codec, verifier.prefix)
+    for name, counter, deadline in witness.names():
+        if name in known or (deadline is not None and now >= deadline):
+            continue
+        result.add(
+            f"namespace {name[:12]} (a witness name)",
+            f"the witness recorded it (counter {counter}) but the store has neither its "
+            "manifest nor its entries: deleted whole, or the store rolled back",
+        )
 
 
 def _where(prefix: str, head: str, ns: Namespace | None) -> str:

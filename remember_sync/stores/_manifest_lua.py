@@ -54,6 +54,30 @@ return {0, current, values}
 """
 
 
+#: KEYS = one entry; ARGV = the value it must hold ("" when it must be absent), the new
+#: value ("" deletes it), its PX ms or "".  Returns 1 when written (or when the entry
+#: already holds the new value: a resent script), else 0 (nothing written).  Step (2)
+#: of a two-step write on Redis Cluster: an entry is written only over the version it
+#: replaces, and no compare-and-set marker names the key.
+REPLACE_ENTRY = """\
+local current = redis.call('GET', KEYS[1])
+if (current or '') == ARGV[2] then return 1 end
+if ARGV[1] == '' then
+  if current then return 0 end
+elseif current ~= ARGV[1] then
+  return 0
+end
+if ARGV[2] == '' then
+  redis.call('UNLINK', KEYS[1])
+elseif ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+"""
+
+
 def script_input(commit: ManifestCommit) -> tuple[list[str], list[str]]:
     """The ``KEYS`` and ``ARGV`` of :data:`COMMIT_MANIFEST` for *commit*."""
     keys = [commit.manifest_key]

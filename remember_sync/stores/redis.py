@@ -45,7 +45,7 @@ from ..errors import (
 )
 from . import _index_lua as index_lua
 from . import _quota_lua as quota_lua
-from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, script_input
+from ._manifest_lua import COMMIT_MANIFEST, READ_WITH_MANIFEST, REPLACE_ENTRY, script_input
 from ._owned_redis import OwnedRedisWrites
 from ._redis_cas import key_slot, new_token, slot_tag
 from ._redis_connect import (
@@ -440,6 +440,7 @@ class RedisStore(OwnedRedisWrites):
         sources["CAS"] = CAS_LUA_SCRIPT
         sources["COMMIT_MANIFEST"] = COMMIT_MANIFEST
         sources["READ_WITH_MANIFEST"] = READ_WITH_MANIFEST
+        sources["REPLACE_ENTRY"] = REPLACE_ENTRY
         sources.update(quota_lua.SCRIPTS)
         self._scripts = {name: client.register_script(text) for name, text in sources.items()}
         # The keys a page held last time: (pattern, count, cursor) for a SCAN page
@@ -849,6 +850,17 @@ class RedisStore(OwnedRedisWrites):
                 same, manifest, values = self._client.execute_command(*command)
         text = _s(manifest) if manifest else None
         return int(same) == 1, text, [None if v is None else _s(v) for v in values]
+
+    def replace_entry(
+        self, key: str, expected: str | None, value: str | None, ttl_ms: int | None
+    ) -> bool:
+        """Write *value* (``None``: delete) under *key* only while it holds *expected*
+        (``None``: nothing); whether it was written.  One single-key script, on a
+        cluster too: verified mode's step (2) of a two-step write.
+        """
+        px = b"" if ttl_ms is None else str(ttl_ms).encode()
+        args = [_b(expected or ""), _b(value or ""), px]
+        return self._eval("REPLACE_ENTRY", [_b(key)], args, "replace entry")
 
     # -- the listing index (NamespaceIndex) --------------------------------------------
 

@@ -51,8 +51,10 @@ import collections
 import functools
 import hashlib
 import hmac
+import itertools
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -80,8 +82,6 @@ DEFAULT_BATCH = 256
 DEFAULT_FLUSH_MS = 200
 DEFAULT_MAX_EVENTS = 1_000_000
 DEFAULT_RETENTION_DAYS = 365
-#: Trim (a few reads) after this many appended blocks.
-_TRIM_EVERY = 64
 _CLAIM_ATTEMPTS = 10_000
 #: Events one block holds at most (a store's value size stays small: ~200 bytes each).
 _BLOCK_MAX = 1024
@@ -252,9 +252,11 @@ class AuditVerification:
 
 
 # An event waiting in the buffer: (at, op, scope, key, identity, brand, ttl, outcome, count,
-# ref) -- as the caller gave them; checked and turned into text at the append.
+# ref, id) -- as the caller gave them; checked and turned into text at the append.  The id
+# is unique to the event (this process's random origin and a counter): the same event
+# appended twice is seen as such by verify.
 _Pending = tuple[
-    int, str, object, object, Identity, object, object, str, "int | None", "str | None",
+    int, str, object, object, Identity, object, object, str, "int | None", "str | None", str,
 ]
 
 
@@ -313,7 +315,7 @@ class Recorder:
         trail, ident = self.trail, self.ident
         assert ident is not None  # resolved by __enter__
         trail.push((trail.clock(), self.op, self.scope, self.key, ident, self.brand, self.ttl,
-                    outcome, self.count, self.ref))
+                    outcome, self.count, self.ref, trail.new_id()))
 
 
 def _canonical(obj: Mapping[str, Any]) -> str:
@@ -373,6 +375,8 @@ class AuditTrail:
         self.max_events = settings["max_events"]
         self.batch = settings["batch"]
         self.flush_ms = settings["flush_ms"]
+        # A block never holds more than max_events: retention keeps whole blocks.
+        self._block_max = min(_BLOCK_MAX, self.max_events)
         self.witness = witness
         #: The storage-key head of (identity, scope); the core sets its own.
         self.head_of: Callable[[Identity, str], str] = lambda ident, scope: ""
@@ -397,6 +401,18 @@ class AuditTrail:
         self._thread: threading.Thread | None = None
         self._appended = 0
         self._lost = 0
+        self._origin = b64url_encode(os.urandom(6))
+        self._ids = itertools.count(1)
+        #: (block key, text, events) of an append whose outcome is unknown (it raised after
+        #: claiming): settled by the next flush before anything else is appended.
+        self._unsure: tuple[str, str, int, int] | None = None
+        self._attempt: tuple[str, str] | None = None
+        #: (first seq kept, newest time of the first block kept), or None: not read yet.
+        self._front: tuple[int, int] | None = None
+
+    def new_id(self) -> str:
+        """A new event id: unique to this process (a random origin) and to the event."""
+        return f"{self._origin}{next(self._ids):x}"
 
     # -- recording ----------------------------------------------------------------------
 
@@ -459,7 +475,7 @@ class AuditTrail:
         Written field by field, as :func:`_compact` would spell the same dict (a test
         pins the equality): what verification recomputes from the stored event.
         """
-        at, op, scope, key, ident, brand, ttl, outcome, count, ref = item
+        at, op, scope, key, ident, brand, ttl, outcome, count, ref, eid = item
         # The fields after "at" repeat (same key, scope, identity): cached when every
         # argument has the exact type its text depends on (True == 1, but not as text).
         cacheable = (
@@ -468,13 +484,13 @@ class AuditTrail:
             and (count is None or type(count) is int)
         )
         if cacheable:
-            fields = self._fields.get(item[1:])
+            fields = self._fields.get(item[1:10])
             if fields is None:
                 fields = self._fields_text(item)
-                self._fields.put(item[1:], fields)
+                self._fields.put(item[1:10], fields)
         else:
             fields = self._fields_text(item)
-        text = f'{{"seq":{seq},"at":{at},{fields}'
+        text = f'{{"seq":{seq},"at":{at},"id":{_q(eid)},{fields}'
         principal, session = ident.user_id, ident.session_id
         if principal is not None or session is not None:
             text += f',"w":{who.setdefault((principal, session), len(who))}'
@@ -482,7 +498,7 @@ class AuditTrail:
 
     def _fields_text(self, item: _Pending) -> str:
         """An event's fields from ``op`` to ``ref``, as :meth:`_event_body` writes them."""
-        _, op, scope, key, ident, brand, ttl, outcome, count, ref = item
+        _, op, scope, key, ident, brand, ttl, outcome, count, ref, _ = item
         text = f'"op":{_q(op)},"outcome":{_q(outcome)}'
         if type(scope) is str:
             text += f',"scope":{_q(scope)}'
@@ -600,10 +616,12 @@ class AuditTrail:
         chases a busy writer with one append (three round trips) per few events.
         """
         with self._flush_lock:
+            if self._unsure is not None:
+                self._settle()
             buffer = self._pending
             left = len(buffer)
             while left > 0 or self._lost:
-                take = min(left, len(buffer), _BLOCK_MAX)
+                take = min(left, len(buffer), self._block_max)
                 if take == 0 and not self._lost:
                     break  # what was left was dropped meanwhile (the buffer is bounded)
                 left -= take
@@ -611,19 +629,77 @@ class AuditTrail:
                 lost = self._lost
                 if lost:
                     pending.insert(0, (self.clock(), "lost", None, None, Identity(), None, None,
-                                       "dropped", lost, None))
+                                       "dropped", lost, None, self.new_id()))
+                self._attempt = None
                 try:
-                    self._append(pending)
+                    seq = self._append(pending)
                 except BaseException:
-                    # Kept, in order, for the next flush.
+                    # Kept, in order, for the next flush -- which first looks whether the
+                    # block was written after all (the reply lost, not the write).
                     buffer.extendleft(reversed(pending[1:] if lost else pending))
+                    if self._attempt is not None:
+                        self._unsure = (*self._attempt, take, lost)
                     raise
                 self._lost -= lost
                 self._appended += 1
-                if self._appended % _TRIM_EVERY == 0:
-                    self.trim()
+                self._bound(seq)
 
-    def _append(self, pending: Sequence[_Pending]) -> None:
+    def _bound(self, seq: int) -> None:
+        """Trim when the trail (now ending at *seq*) is past ``max_events`` by more than half
+        a block, or its first block is wholly older than ``retention_days``: checked on
+        every append, from what was read at the last check (no read while within bounds)."""
+        front = self._front
+        if front is None:
+            front = self._front = self._read_front()
+        first_seq, newest_at = front
+        cutoff = self.clock() - self.retention_days * 86_400_000
+        slack = min(self.batch, self._block_max) // 2
+        if seq - first_seq + 1 > self.max_events + slack or newest_at < cutoff:
+            self.trim()
+            self._front = None
+
+    def _read_front(self) -> tuple[int, int]:
+        """(first seq kept, newest time in the first block kept) as the store has them."""
+        first_block, first_seq, _, problems = self._start()
+        events = self._parse_block(self.store.get(self._block_key(first_block)))
+        if problems or not events:
+            return first_seq, self.clock()  # nothing the bounds could cut yet
+        return first_seq, int(events[-1].get("at", 0))
+
+    def _settle(self) -> None:
+        """Resolve an append that raised after claiming a block: if the block holds our
+        text, its events are written (taken off the buffer) and the head is advanced."""
+        assert self._unsure is not None
+        key, text, count, lost = self._unsure
+        if self.store.get(key) == text:
+            for _ in range(min(count, len(self._pending))):
+                self._pending.popleft()
+            self._lost -= lost
+            events = self._parse_block(text)
+            if events:
+                block = int(key.rsplit(":", 1)[1])
+                head_raw = self.store.get(self._head_key)
+                head = self._signed(head_raw, "head")
+                noted = int(head.get("noted", 0)) if head is not None else 0
+                last = events[-1]
+                self._publish(block, int(last["seq"]), str(last["mac"]), noted, head_raw)
+        self._unsure = None
+
+    def _claim(self, n: int, text: str) -> tuple[bool, str | None]:
+        """Claim block *n* with *text*: (ours, what block *n* holds when it is not ours).
+
+        A claim answered "not written" whose block holds exactly our text was ours
+        (a replayed or resent request): counted as written, never appended twice.
+        """
+        key = self._block_key(n)
+        self._attempt = (key, text)
+        if self.store.set(key, text, only_if_absent=True):
+            return True, None
+        found = self.store.get(key)
+        return found == text, found
+
+    def _append(self, pending: Sequence[_Pending]) -> int:
+        """Append *pending* as one block after the trail's last; the last seq written."""
         store = self.store
         # The witness first: it is advanced only after the store, so read in this order an
         # honest witness is never ahead of the head (another process may append between).
@@ -644,33 +720,46 @@ class AuditTrail:
             pending, noted = self._behind(seen, seq, prev, noted, pending)
         for _attempt in range(_CLAIM_ATTEMPTS):
             n = block + 1
-            texts = []
-            last = prev
-            who: dict[tuple[Any, Any], int] = {}
-            body_of, key = self._event_body, self._mac_keys[0]
-            for i, item in enumerate(pending):
-                body = body_of(seq + 1 + i, item, who)
-                # self._mac, inline: it runs once per recorded operation.
-                last = blake2b(f"{last}\x00{body}".encode(), key=key, digest_size=32).hexdigest()
-                texts.append(f'{body[:-1]},"mac":"{last}"}}')
-            table = ""
-            if who:
-                sealed = seal(
-                    json.dumps(list(who)).encode("utf-8", "surrogatepass"), self._seal_keys[0],
-                    kid=self.keyring.primary_kid, aad=self._who_aad(seq + 1),
-                )
-                table = f',"who":{json.dumps(sealed)}'
-            text = f'{{"block":{n}{table},"events":[{",".join(texts)}]}}'
-            if store.set(self._block_key(n), text, only_if_absent=True):
-                block, seq, prev = n, seq + len(texts), last
+            text, last = self._block_text(n, seq, prev, pending)
+            ours, found = self._claim(n, text)
+            if ours:
+                block, seq, prev = n, seq + len(pending), last
                 break
             # Block n is another writer's: continue the chain after it.
-            taken = self._parse_block(store.get(self._block_key(n)))
+            taken = self._parse_block(found)
             if taken:
                 seq, prev = int(taken[-1].get("seq", seq)), str(taken[-1].get("mac", ""))
             block = n
         else:
             raise RememberConfigurationError("the audit trail could not claim a block")
+        self._publish(block, seq, prev, noted, head_raw)
+        return seq
+
+    def _block_text(
+        self, n: int, seq: int, prev: str, pending: Sequence[_Pending]
+    ) -> tuple[str, str]:
+        """(block *n*'s text holding *pending* chained after event *seq*, its last MAC)."""
+        texts = []
+        last = prev
+        who: dict[tuple[Any, Any], int] = {}
+        body_of, key = self._event_body, self._mac_keys[0]
+        for i, item in enumerate(pending):
+            body = body_of(seq + 1 + i, item, who)
+            # self._mac, inline: it runs once per recorded operation.
+            last = blake2b(f"{last}\x00{body}".encode(), key=key, digest_size=32).hexdigest()
+            texts.append(f'{body[:-1]},"mac":"{last}"}}')
+        table = ""
+        if who:
+            sealed = seal(
+                json.dumps(list(who)).encode("utf-8", "surrogatepass"), self._seal_keys[0],
+                kid=self.keyring.primary_kid, aad=self._who_aad(seq + 1),
+            )
+            table = f',"who":{json.dumps(sealed)}'
+        return f'{{"block":{n}{table},"events":[{",".join(texts)}]}}', last
+
+    def _publish(self, block: int, seq: int, prev: str, noted: int, head_raw: str | None) -> None:
+        """Advance the head to (block, seq, prev) unless it is already past; tell the witness."""
+        store = self.store
         new_head = {"block": block, "seq": seq, "last": prev, "at": self.clock()}
         if noted:
             new_head["noted"] = noted
@@ -685,6 +774,7 @@ class AuditTrail:
             now_head = self._signed(head_raw, "head")
             if now_head is not None and int(now_head["block"]) >= block:
                 break  # another writer's head is already past ours
+        self._attempt = None
         if self.witness is not None:
             self.witness.record_head({"seq": seq, "mac": prev, "block": block})
 
@@ -708,7 +798,7 @@ class AuditTrail:
             "the store was rolled back; recorded in the trail", seq, witnessed,
         )
         found = (self.clock(), "rollback", None, None, Identity(), None, None, "detected",
-                 witnessed, None)
+                 witnessed, None, self.new_id())
         return [found, *pending], witnessed
 
     def _anchor_in(self, witness: _Floors) -> None:
@@ -749,6 +839,7 @@ class AuditTrail:
         events: list[dict[str, Any]] = []
         last_block = first_block - 1
         missing: list[int] = []
+        ids: dict[str, object] = {}
         for n, raw in self._blocks(first_block):
             parsed = self._parse_block(raw)
             if parsed is None:
@@ -764,7 +855,19 @@ class AuditTrail:
             for event in parsed:
                 who = event.pop("_who")
                 found = event.get("seq")
-                if found != seq:
+                eid = event.get("id")
+                if isinstance(eid, str):
+                    if eid in ids:
+                        problems.append(
+                            f"event {found!r} in block {n} repeats event {ids[eid]!r} "
+                            "(the same operation appended twice)"
+                        )
+                    ids.setdefault(eid, found)
+                if isinstance(found, int) and not isinstance(found, bool) and found < seq:
+                    problems.append(
+                        f"event {found} appears again in block {n} (duplicated sequence)"
+                    )
+                elif found != seq:
                     problems.append(
                         f"event {seq} expected, found {found!r} in block {n} "
                         "(events deleted, reordered or inserted)"
@@ -936,6 +1039,7 @@ class AuditTrail:
             moved = store.set(self._checkpoint_key, text, only_if_absent=True)
         else:
             moved = store.compare_and_set(self._checkpoint_key, checkpoint_raw, text)
+        self._front = None
         if not moved:
             return 0  # another process trims
         doomed = [self._block_key(n) for n in range(first_block, keep_from)]

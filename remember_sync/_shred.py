@@ -173,6 +173,8 @@ class FileKeystore:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
+        # A deleted record's bytes are overwritten with zeros, not left in a free page.
+        db.execute("PRAGMA secure_delete=ON")
         return db
 
     def _reopen(self) -> None:
@@ -207,9 +209,24 @@ class FileKeystore:
         return cursor.rowcount == 1
 
     def delete(self, *names: str) -> int:
+        """Delete *names* for good: zeroed in the database (``secure_delete``), and the
+        write-ahead log, which still holds the pages as they were, checkpointed into it
+        and truncated to nothing.
+
+        :raises RememberStoreError: the log could not be truncated (a reader held it
+            for the whole busy timeout): the deleted records may remain in ``-wal``.
+        """
         gone = 0
         for name in names:
             gone += self._run("DELETE FROM records WHERE name = ?", (name,)).rowcount
+        if gone:
+            busy, _, _ = self._run("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy:
+                raise RememberStoreError(
+                    f"keystore file {self.path!r}: its write-ahead log could not be "
+                    "truncated (another connection kept reading); the deleted records may "
+                    "remain in its -wal file until the next checkpoint"
+                )
         return gone
 
     def names(self, head: str) -> list[str]:

@@ -62,6 +62,15 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 from typing import Any, Protocol
 
+from ._audit_sign import (
+    RawTrail,
+    block_message,
+    canonical,
+    compact,
+    read_raw,
+    record_message,
+    signer_for,
+)
 from ._bounded import BoundedCache
 from ._clock import Clock
 from ._crypto import Keyring, b64url_encode, open_sealed, seal
@@ -89,7 +98,7 @@ _BLOCK_MAX = 1024
 #: dropped and counted (a ``lost`` event records how many).
 _MAX_BUFFER = 100_000
 _READ_CHUNK = 200
-_OPTIONS = frozenset({"retention_days", "max_events", "batch", "flush_ms"})
+_OPTIONS = frozenset({"retention_days", "max_events", "batch", "flush_ms", "signing_key"})
 
 
 def trail_exists(store: Store, prefix: str) -> bool:
@@ -97,7 +106,7 @@ def trail_exists(store: Store, prefix: str) -> bool:
     return store.get(f"{prefix}{AUDIT_HEAD}head") is not None
 
 
-def audit_settings(value: object, option: str = "audit") -> dict[str, int] | None:
+def audit_settings(value: object, option: str = "audit") -> dict[str, Any] | None:
     """``audit=True | False | None | {...}`` checked: the settings, or ``None`` when off.
 
     :raises RememberConfigurationError: naming the bad key or value.
@@ -120,7 +129,7 @@ def audit_settings(value: object, option: str = "audit") -> dict[str, int] | Non
             f"RememberPlugin.init option {option!r}: must be True, False or a dict; "
             f"got {type(value).__name__}"
         )
-    out = {
+    out: dict[str, Any] = {
         "retention_days": given.get("retention_days", DEFAULT_RETENTION_DAYS),
         "max_events": given.get("max_events", DEFAULT_MAX_EVENTS),
         "batch": given.get("batch", DEFAULT_BATCH),
@@ -132,6 +141,13 @@ def audit_settings(value: object, option: str = "audit") -> dict[str, int] | Non
                 f"RememberPlugin.init option '{option}.{name}': must be an int >= 1; "
                 f"got {number!r}"
             )
+    signing_key = given.get("signing_key")
+    if signing_key is not None and not isinstance(signing_key, (str, os.PathLike)):
+        raise RememberConfigurationError(
+            f"RememberPlugin.init option '{option}.signing_key': must be the path of a PEM "
+            f"Ed25519 private key; got {type(signing_key).__name__}"
+        )
+    out["signing_key"] = None if signing_key is None else os.fspath(signing_key)
     return out
 
 
@@ -318,9 +334,7 @@ class Recorder:
                     outcome, self.count, self.ref, trail.new_id()))
 
 
-def _canonical(obj: Mapping[str, Any]) -> str:
-    """A head or checkpoint record's fields as its MAC covers them (sorted keys)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+_canonical = canonical
 
 
 #: Strings JSON spells as they are: printable ASCII without ``"`` and ``\\``.
@@ -333,9 +347,7 @@ def _q(text: str) -> str:
     return f'"{text}"' if _PLAIN(text) else json.dumps(text)
 
 
-def _compact(obj: Mapping[str, Any]) -> str:
-    """An event's text as stored (fields in the order written; what its MAC covers)."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=True)
+_compact = compact
 
 
 class AuditTrail:
@@ -350,7 +362,7 @@ class AuditTrail:
         keyring: Keyring | None,
         prefix: str,
         clock: Clock,
-        settings: Mapping[str, int],
+        settings: Mapping[str, Any],
         witness: TrailWitness | None = None,
     ) -> None:
         """Make this the trail of a plugin.
@@ -371,16 +383,17 @@ class AuditTrail:
         self.keyring = keyring
         self.prefix = prefix
         self.clock = clock
-        self.retention_days = settings["retention_days"]
-        self.max_events = settings["max_events"]
-        self.batch = settings["batch"]
-        self.flush_ms = settings["flush_ms"]
+        self.retention_days: int = settings["retention_days"]
+        self.max_events: int = settings["max_events"]
+        self.batch: int = settings["batch"]
+        self.flush_ms: int = settings["flush_ms"]
         # A block never holds more than max_events: retention keeps whole blocks.
         self._block_max = min(_BLOCK_MAX, self.max_events)
         self.witness = witness
         #: The storage-key head of (identity, scope); the core sets its own.
         self.head_of: Callable[[Identity, str], str] = lambda ident, scope: ""
         self._mac_keys = keyring.purpose_keys(_MAC_INFO)
+        self._signer = signer_for(keyring, settings.get("signing_key"))
         self._seal_keys = keyring.purpose_keys(_SEAL_INFO)
         self._hash_key = keyring.purpose_keys(_HASH_INFO)[0]
         self._hashes: BoundedCache[tuple[str, str], str] = BoundedCache(4096)
@@ -562,6 +575,7 @@ class AuditTrail:
         try:
             record = json.loads(raw)
             mac = record.pop("mac")
+            record.pop("sig", None)
         except (ValueError, KeyError, AttributeError, TypeError):
             return None
         if not isinstance(record, dict) or not self._check(kind, _canonical(record), mac):
@@ -569,7 +583,19 @@ class AuditTrail:
         return record
 
     def _signed_text(self, kind: str, fields: dict[str, Any]) -> str:
-        return json.dumps({**fields, "mac": self._mac(kind, _canonical(fields))}, sort_keys=True)
+        text = _canonical(fields)
+        sig = self._signer.sign(record_message(kind, text))
+        return json.dumps({**fields, "mac": self._mac(kind, text), "sig": sig}, sort_keys=True)
+
+    def public_key(self) -> str:
+        """The public key that checks the trail's signatures, as PEM (what
+        ``remember-sync audit public-key`` prints): verification without the secret."""
+        return self._signer.public_pem()
+
+    def _raw(self) -> RawTrail:
+        """The trail's records as stored, from the checkpoint on (a signed export)."""
+        self.flush()
+        return read_raw(self.store, self.prefix, chunk=_READ_CHUNK)
 
     def _parse_block(self, raw: str | None) -> list[dict[str, Any]] | None:
         """The events of a stored block (``[]`` when malformed, ``None`` when absent).
@@ -755,7 +781,9 @@ class AuditTrail:
                 kid=self.keyring.primary_kid, aad=self._who_aad(seq + 1),
             )
             table = f',"who":{json.dumps(sealed)}'
-        return f'{{"block":{n}{table},"events":[{",".join(texts)}]}}', last
+        events = ",".join(texts)
+        sig = self._signer.sign(block_message(n, prev, sealed if who else None, events))
+        return f'{{"block":{n}{table},"events":[{events}],"sig":"{sig}"}}', last
 
     def _publish(self, block: int, seq: int, prev: str, noted: int, head_raw: str | None) -> None:
         """Advance the head to (block, seq, prev) unless it is already past; tell the witness."""

@@ -60,7 +60,10 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ._audit_sign import (
     RawTrail,
@@ -73,10 +76,10 @@ from ._audit_sign import (
 )
 from ._bounded import BoundedCache
 from ._clock import Clock
-from ._crypto import Keyring, b64url_encode, open_sealed, seal
+from ._crypto import HKDF_SALT, Keyring, b64url_encode, open_sealed, seal
 from ._fork import after_fork_in_child
 from .errors import RememberConfigurationError, RememberDecryptionError, RememberError
-from .identity import current_identity
+from .identity import current_identity, is_anonymous
 from .stores.base import Store
 from .types import Identity
 
@@ -87,6 +90,7 @@ AUDIT_HEAD = "__audit__:"
 _MAC_INFO = b"remember:audit-trail-mac:v1"
 _SEAL_INFO = b"remember:audit-trail-identities:v1"
 _HASH_INFO = b"remember:audit-trail-hashes:v1"
+_PERSON_INFO = b"remember:audit-trail-person:v1"
 DEFAULT_BATCH = 256
 DEFAULT_FLUSH_MS = 200
 DEFAULT_MAX_EVENTS = 1_000_000
@@ -168,6 +172,15 @@ class TrailWitness(Protocol):
         """The newest head recorded (``{"seq": int}`` and its ``"mac"`` or ``"tag"``), or
         ``None``."""
         ...
+
+
+@runtime_checkable
+class _PersonKeys(Protocol):
+    """Subject keys (``remember_sync._shred.SubjectKeys``), as the trail uses them."""
+
+    def current(self, user: str) -> str: ...
+
+    def data_key(self, skid: str) -> bytes: ...
 
 
 class _Floors(Protocol):
@@ -397,6 +410,7 @@ class AuditTrail:
         self._seal_keys = keyring.purpose_keys(_SEAL_INFO)
         self._hash_key = keyring.purpose_keys(_HASH_INFO)[0]
         self._hashes: BoundedCache[tuple[str, str], str] = BoundedCache(4096)
+        self._person_keys: BoundedCache[bytes, bytes] = BoundedCache(4096)
         self._fields: BoundedCache[tuple[Any, ...], str] = BoundedCache(4096)
         self._head_key = f"{prefix}{AUDIT_HEAD}head"
         self._checkpoint_key = f"{prefix}{AUDIT_HEAD}checkpoint"
@@ -618,7 +632,9 @@ class AuditTrail:
             try:
                 aad = self._who_aad(int(events[0].get("seq", 0)))
                 table = json.loads(open_sealed(sealed, self._seal_keys, aad))
-            except (RememberDecryptionError, ValueError, TypeError):
+                first = int(events[0]["seq"])
+                table = [self._person_opened(entry, first) for entry in table]
+            except (RememberDecryptionError, ValueError, TypeError, KeyError):
                 table = None
         for event in events:
             index = event.get("w")
@@ -627,8 +643,48 @@ class AuditTrail:
             elif table is None or not 0 <= index < len(table):
                 event["_who"] = None
             else:
-                event["_who"] = tuple(table[index])
+                event["_who"] = table[index]
         return events
+
+    def _person_key(self, subjects: _PersonKeys, skid: str) -> bytes:
+        """The key a person's identities in the trail are sealed with: derived from their
+        data key, asked of the keystore each time (gone with it when they are erased)."""
+        data_key = subjects.data_key(skid)
+        found = self._person_keys.get(data_key)
+        if found is None:
+            derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=HKDF_SALT,
+                           info=_PERSON_INFO)
+            found = derived.derive(data_key)
+            self._person_keys.put(data_key, found)
+        return found
+
+    def _person_sealed(self, principal: Any, session: Any, first_seq: int) -> Any:
+        """A block's identity entry: ``[principal, session]``, or under subject keys, for
+        a person, ``{"skid": ..., "sealed": ...}`` sealed with the person's key."""
+        subjects = self.keyring.subjects
+        if not isinstance(subjects, _PersonKeys) or is_anonymous(principal):
+            return [principal, session]
+        skid = subjects.current(principal)
+        text = json.dumps([principal, session]).encode("utf-8", "surrogatepass")
+        return {"skid": skid, "sealed": seal(text, self._person_key(subjects, skid),
+                                             aad=self._who_aad(first_seq))}
+
+    def _person_opened(self, entry: Any, first_seq: int) -> tuple[Any, Any]:
+        """(principal, session) of an identity entry; ``(None, None)`` for an erased person.
+
+        :raises RememberStoreError: the keystore failed (not taken for an erasure).
+        """
+        if not isinstance(entry, dict):
+            return tuple(entry)
+        subjects = self.keyring.subjects
+        if not isinstance(subjects, _PersonKeys):
+            return (None, None)  # sealed under a subject key; subject keys are off here
+        try:
+            key = self._person_key(subjects, str(entry["skid"]))
+            return tuple(json.loads(open_sealed(entry["sealed"], [key],
+                                                self._who_aad(first_seq))))
+        except (RememberDecryptionError, KeyError, ValueError, TypeError):
+            return (None, None)
 
     def flush(self) -> None:
         """Append every buffered event to the trail now (blocks of at most 1,024 events).
@@ -776,8 +832,9 @@ class AuditTrail:
             texts.append(f'{body[:-1]},"mac":"{last}"}}')
         table = ""
         if who:
+            entries = [self._person_sealed(p, s, seq + 1) for p, s in who]
             sealed = seal(
-                json.dumps(list(who)).encode("utf-8", "surrogatepass"), self._seal_keys[0],
+                json.dumps(entries).encode("utf-8", "surrogatepass"), self._seal_keys[0],
                 kid=self.keyring.primary_kid, aad=self._who_aad(seq + 1),
             )
             table = f',"who":{json.dumps(sealed)}'

@@ -26,7 +26,7 @@ import redis
 
 from remember_sync import ErasureReceipt, Identity, RememberPlugin
 from remember_sync._clock import FakeClock
-from remember_sync._crypto import parse_envelope, seal
+from remember_sync._crypto import open_sealed, parse_envelope, seal
 from remember_sync._keys import parse_storage_key
 from remember_sync._ops.rotate import rotate
 from remember_sync._shred import RECHECK_MS
@@ -741,3 +741,46 @@ def test_a_redis_keystore_keeps_no_copy_of_a_destroyed_key(
         client.close()
     finally:
         server.cleanup()
+
+
+def test_after_erase_the_trail_verifies_and_no_event_names_the_person(
+    make_plugin: Callable[..., RememberPlugin], store: Store, keystore: object
+) -> None:
+    """Under subject keys the identities in audit events are sealed with the person's key:
+    after erase the trail verifies, and no sealed field of any event opens to Alice's ids
+    with the master secret; Bob's still read back."""
+    from remember_sync._audit import _SEAL_INFO
+
+    plugin = _shredding(make_plugin, keystore, audit={"batch": 4, "flush_ms": 600_000})
+    _populate(plugin)
+    trail = plugin.audit
+    assert trail is not None
+    before = {e.principal for e in trail.events()}
+    assert {"alice", "bob"} <= before
+    plugin.erase(user_id="alice")
+    result = trail.verify()
+    assert result.ok, result.problems
+    after = trail.events()
+    assert "alice" not in {e.principal for e in after} and "bob" in {e.principal for e in after}
+    # A fresh plugin (nothing cached) neither.
+    fresh = _shredding(make_plugin, keystore, audit=True)
+    assert fresh.audit is not None and fresh.audit.verify().ok
+    assert "alice" not in {e.principal for e in fresh.audit.events()}
+    # Every sealed field of every block, opened with every key the master secret gives.
+    master_keys = [*trail.keyring.purpose_keys(_SEAL_INFO)]
+    needles = ["alice", *SESSIONS]
+    opened_fields = 0
+    for key in store.scan(plugin.key_prefix + "__audit__:b:*"):
+        block = json.loads(store.get(key) or "{}")
+        if "who" not in block:
+            continue
+        aad = b"remember:audit-who:" + str(block["events"][0]["seq"]).encode()
+        table = json.loads(open_sealed(block["who"], master_keys, aad))
+        opened_fields += 1
+        for entry in table:
+            text = json.dumps(entry)
+            assert not any(n in text for n in needles), text
+            if isinstance(entry, dict):
+                with pytest.raises(RememberDecryptionError):
+                    open_sealed(entry["sealed"], master_keys, aad)
+    assert opened_fields > 0

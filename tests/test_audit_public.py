@@ -192,3 +192,48 @@ def test_a_trail_signed_by_another_key_is_refused(
     count, _, _, problems = verify_public(raw, _public(other, tmp_path))
     assert count > 0 and any("another key" in p for p in problems)
     assert any("checkpoint" in p for p in problems) and any("head" in p for p in problems)
+
+
+def test_a_configured_signing_key_signs_instead_of_the_derived_one(
+    make_plugin: Callable[..., RememberPlugin], tmp_path: Path
+) -> None:
+    """``audit={"signing_key": path}``: a key apart from the encryption secret; its public
+    key verifies the trail, the derived key's does not."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    private = Ed25519PrivateKey.generate()
+    path = tmp_path / "signing.pem"
+    path.write_bytes(private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ))
+    plugin = _filled(make_plugin, 5, signing_key=str(path))
+    trail = plugin.audit
+    assert trail is not None
+    public = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    assert trail.public_key() == public
+    assert verify_public(trail._raw(), _public(plugin, tmp_path))[3] == []
+    derived = make_plugin(audit=True, key_prefix="derived:")
+    assert verify_public(trail._raw(), _public(derived, tmp_path))[3]
+
+
+@pytest.mark.parametrize("bad", [123, "/nonexistent/key.pem", "ec"])
+def test_a_bad_signing_key_is_refused_at_init(
+    make_plugin: Callable[..., RememberPlugin], tmp_path: Path, bad: Any
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from remember_sync import RememberConfigurationError
+
+    if bad == "ec":  # a private key of another kind
+        bad = str(tmp_path / "ec.pem")
+        key = ec.generate_private_key(ec.SECP256R1())
+        Path(bad).write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ))
+    with pytest.raises(RememberConfigurationError, match="signing_key"):
+        make_plugin(audit={"signing_key": bad})

@@ -174,6 +174,23 @@ class TrailWitness(Protocol):
         ...
 
 
+def _repeated(
+    event: Mapping[str, Any], n: int, seq: int, ids: dict[str, object], problems: list[str]
+) -> bool:
+    """Whether *event* (in block *n*, where event *seq* is expected) repeats an earlier one:
+    its id already seen, or its sequence number; each is added to *problems*."""
+    found, eid = event.get("seq"), event.get("id")
+    if isinstance(eid, str):
+        if eid in ids:
+            problems.append(f"event {found!r} in block {n} repeats event {ids[eid]!r} "
+                            "(the same operation appended twice)")
+        ids.setdefault(eid, found)
+    if isinstance(found, int) and not isinstance(found, bool) and found < seq:
+        problems.append(f"event {found} appears again in block {n} (duplicated sequence)")
+        return True
+    return False
+
+
 @runtime_checkable
 class _PersonKeys(Protocol):
     """Subject keys (``remember_sync._shred.SubjectKeys``), as the trail uses them."""
@@ -940,19 +957,7 @@ class AuditTrail:
             for event in parsed:
                 who = event.pop("_who")
                 found = event.get("seq")
-                eid = event.get("id")
-                if isinstance(eid, str):
-                    if eid in ids:
-                        problems.append(
-                            f"event {found!r} in block {n} repeats event {ids[eid]!r} "
-                            "(the same operation appended twice)"
-                        )
-                    ids.setdefault(eid, found)
-                if isinstance(found, int) and not isinstance(found, bool) and found < seq:
-                    problems.append(
-                        f"event {found} appears again in block {n} (duplicated sequence)"
-                    )
-                elif found != seq:
+                if not _repeated(event, n, seq, ids, problems) and found != seq:
                     problems.append(
                         f"event {seq} expected, found {found!r} in block {n} "
                         "(events deleted, reordered or inserted)"

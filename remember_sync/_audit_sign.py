@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -202,26 +202,59 @@ def _record(raw: str | None, kind: str, keys: Mapping[str, Ed25519PublicKey]
     return record, check(keys, record_message(kind, canonical(record)), sig)
 
 
+@dataclass
+class _Walk:
+    """Where a public verification is in the chain."""
+
+    seq: int
+    prev: str
+    head_seq: int
+    problems: list[str]
+    count: int = 0
+    at_head: str | None = None
+    ids: set[str] = field(default_factory=set)
+
+    def events(self, n: int, events: Sequence[Any]) -> None:
+        """Check block *n*'s events: sequence numbers, repeated ids; follow the chain."""
+        for event in events:
+            found = event.get("seq") if isinstance(event, dict) else None
+            eid = event.get("id") if isinstance(event, dict) else None
+            if found != self.seq:
+                self.problems.append(f"event {self.seq} expected, found {found!r} in block {n} "
+                                     "(events deleted, reordered, duplicated or inserted)")
+            if isinstance(eid, str):
+                if eid in self.ids:
+                    self.problems.append(f"event {found!r} in block {n} is appended twice")
+                self.ids.add(eid)
+            self.seq = (found if isinstance(found, int) else self.seq) + 1
+            self.prev = str(event.get("mac")) if isinstance(event, dict) else ""
+            if found == self.head_seq:
+                self.at_head = self.prev
+            self.count += 1
+
+
+def _start(trail: RawTrail, keys: Mapping[str, Ed25519PublicKey],
+           problems: list[str]) -> tuple[int, int, str]:
+    """(first block, first seq, prev MAC) from the signed checkpoint, or the genesis."""
+    checkpoint, ok = _record(trail.checkpoint, "checkpoint", keys)
+    if checkpoint is None:
+        return 1, 1, ""
+    if not ok:
+        problems.append("the checkpoint's signature does not verify (edited, forged, or "
+                        "signed by another key)")
+        return 1, 1, ""
+    return int(checkpoint["block"]), int(checkpoint["seq"]), str(checkpoint["prev"])
+
+
 def verify_public(
     trail: RawTrail, keys: Mapping[str, Ed25519PublicKey]
 ) -> tuple[int, int, int, list[str]]:
     """Check *trail* with public keys only: (events, first seq, last seq, problems)."""
     problems: list[str] = []
-    block, seq, prev = 1, 1, ""
-    checkpoint, ok = _record(trail.checkpoint, "checkpoint", keys)
-    if checkpoint is not None:
-        if not ok:
-            problems.append("the checkpoint's signature does not verify (edited, forged, or "
-                            "signed by another key)")
-        else:
-            block, seq, prev = int(checkpoint["block"]), int(checkpoint["seq"]),\
-                str(checkpoint["prev"])
-    first = seq
+    block, first, prev = _start(trail, keys, problems)
     head, head_ok = _record(trail.head, "head", keys)
-    head_seq = int(head["seq"]) if head and head_ok else -1
-    at_head: str | None = None
-    count, last_block, signed = 0, block - 1, 0
-    ids: set[str] = set()
+    walk = _Walk(first, prev, int(head["seq"]) if head and head_ok else -1, problems)
+    last_block, signed = block - 1, 0
     for n, text in trail.blocks:
         if n < block:
             continue  # before the checkpoint: trimmed
@@ -236,41 +269,28 @@ def verify_public(
         except (ValueError, KeyError, TypeError, AttributeError):
             problems.append(f"block {n} is not a well-formed block (edited)")
             continue
-        if check(keys, block_message(n, prev, who, events_text), sig):
+        if check(keys, block_message(n, walk.prev, who, events_text), sig):
             signed += 1
         else:
             problems.append(f"block {n}'s signature does not verify (edited, forged, moved, "
                             "its predecessor removed, or signed by another key)")
-        for event in events:
-            found = event.get("seq") if isinstance(event, dict) else None
-            eid = event.get("id") if isinstance(event, dict) else None
-            if found != seq:
-                problems.append(f"event {seq} expected, found {found!r} in block {n} "
-                                "(events deleted, reordered, duplicated or inserted)")
-            if isinstance(eid, str):
-                if eid in ids:
-                    problems.append(f"event {found!r} in block {n} is appended twice")
-                ids.add(eid)
-            seq = (found if isinstance(found, int) else seq) + 1
-            prev = str(event.get("mac")) if isinstance(event, dict) else ""
-            if found == head_seq:
-                at_head = prev
-            count += 1
+        walk.events(n, events)
     if trail.blocks and not signed:
         problems.append("no block is signed by the given public key(s): the trail was "
                         "signed by another key")
+    last = walk.seq - 1
     if head is None:
-        if count:
+        if walk.count:
             problems.append("the head record is missing (deleted)")
     elif not head_ok:
         problems.append("the head's signature does not verify (edited, forged, or signed "
                         "by another key)")
-    elif head_seq > seq - 1:
-        problems.append(f"the trail ends at event {seq - 1} but its head records "
-                        f"{head_seq}: the last events were removed")
-    elif at_head is not None and at_head != str(head["last"]):
-        problems.append(f"event {head_seq} is not the one the head names (rewritten)")
-    return count, first if count else 0, seq - 1 if count else 0, problems
+    elif walk.head_seq > last:
+        problems.append(f"the trail ends at event {last} but its head records "
+                        f"{walk.head_seq}: the last events were removed")
+    elif walk.at_head is not None and walk.at_head != str(head["last"]):
+        problems.append(f"event {walk.head_seq} is not the one the head names (rewritten)")
+    return walk.count, first if walk.count else 0, last if walk.count else 0, problems
 
 
 def read_raw(store: Store, prefix: str, *, chunk: int = 200) -> RawTrail:

@@ -51,21 +51,35 @@ import collections
 import functools
 import hashlib
 import hmac
+import itertools
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from ._audit_sign import (
+    RawTrail,
+    block_message,
+    canonical,
+    compact,
+    read_raw,
+    record_message,
+    signer_for,
+)
 from ._bounded import BoundedCache
 from ._clock import Clock
-from ._crypto import Keyring, b64url_encode, open_sealed, seal
+from ._crypto import HKDF_SALT, Keyring, b64url_encode, open_sealed, seal
 from ._fork import after_fork_in_child
 from .errors import RememberConfigurationError, RememberDecryptionError, RememberError
-from .identity import current_identity
+from .identity import current_identity, is_anonymous
 from .stores.base import Store
 from .types import Identity
 
@@ -76,12 +90,11 @@ AUDIT_HEAD = "__audit__:"
 _MAC_INFO = b"remember:audit-trail-mac:v1"
 _SEAL_INFO = b"remember:audit-trail-identities:v1"
 _HASH_INFO = b"remember:audit-trail-hashes:v1"
+_PERSON_INFO = b"remember:audit-trail-person:v1"
 DEFAULT_BATCH = 256
 DEFAULT_FLUSH_MS = 200
 DEFAULT_MAX_EVENTS = 1_000_000
 DEFAULT_RETENTION_DAYS = 365
-#: Trim (a few reads) after this many appended blocks.
-_TRIM_EVERY = 64
 _CLAIM_ATTEMPTS = 10_000
 #: Events one block holds at most (a store's value size stays small: ~200 bytes each).
 _BLOCK_MAX = 1024
@@ -89,7 +102,7 @@ _BLOCK_MAX = 1024
 #: dropped and counted (a ``lost`` event records how many).
 _MAX_BUFFER = 100_000
 _READ_CHUNK = 200
-_OPTIONS = frozenset({"retention_days", "max_events", "batch", "flush_ms"})
+_OPTIONS = frozenset({"retention_days", "max_events", "batch", "flush_ms", "signing_key"})
 
 
 def trail_exists(store: Store, prefix: str) -> bool:
@@ -97,7 +110,7 @@ def trail_exists(store: Store, prefix: str) -> bool:
     return store.get(f"{prefix}{AUDIT_HEAD}head") is not None
 
 
-def audit_settings(value: object, option: str = "audit") -> dict[str, int] | None:
+def audit_settings(value: object, option: str = "audit") -> dict[str, Any] | None:
     """``audit=True | False | None | {...}`` checked: the settings, or ``None`` when off.
 
     :raises RememberConfigurationError: naming the bad key or value.
@@ -120,7 +133,7 @@ def audit_settings(value: object, option: str = "audit") -> dict[str, int] | Non
             f"RememberPlugin.init option {option!r}: must be True, False or a dict; "
             f"got {type(value).__name__}"
         )
-    out = {
+    out: dict[str, Any] = {
         "retention_days": given.get("retention_days", DEFAULT_RETENTION_DAYS),
         "max_events": given.get("max_events", DEFAULT_MAX_EVENTS),
         "batch": given.get("batch", DEFAULT_BATCH),
@@ -132,6 +145,13 @@ def audit_settings(value: object, option: str = "audit") -> dict[str, int] | Non
                 f"RememberPlugin.init option '{option}.{name}': must be an int >= 1; "
                 f"got {number!r}"
             )
+    signing_key = given.get("signing_key")
+    if signing_key is not None and not isinstance(signing_key, (str, os.PathLike)):
+        raise RememberConfigurationError(
+            f"RememberPlugin.init option '{option}.signing_key': must be the path of a PEM "
+            f"Ed25519 private key; got {type(signing_key).__name__}"
+        )
+    out["signing_key"] = None if signing_key is None else os.fspath(signing_key)
     return out
 
 
@@ -152,6 +172,32 @@ class TrailWitness(Protocol):
         """The newest head recorded (``{"seq": int}`` and its ``"mac"`` or ``"tag"``), or
         ``None``."""
         ...
+
+
+def _repeated(
+    event: Mapping[str, Any], n: int, seq: int, ids: dict[str, object], problems: list[str]
+) -> bool:
+    """Whether *event* (in block *n*, where event *seq* is expected) repeats an earlier one:
+    its id already seen, or its sequence number; each is added to *problems*."""
+    found, eid = event.get("seq"), event.get("id")
+    if isinstance(eid, str):
+        if eid in ids:
+            problems.append(f"event {found!r} in block {n} repeats event {ids[eid]!r} "
+                            "(the same operation appended twice)")
+        ids.setdefault(eid, found)
+    if isinstance(found, int) and not isinstance(found, bool) and found < seq:
+        problems.append(f"event {found} appears again in block {n} (duplicated sequence)")
+        return True
+    return False
+
+
+@runtime_checkable
+class _PersonKeys(Protocol):
+    """Subject keys (``remember_sync._shred.SubjectKeys``), as the trail uses them."""
+
+    def current(self, user: str) -> str: ...
+
+    def data_key(self, skid: str) -> bytes: ...
 
 
 class _Floors(Protocol):
@@ -252,9 +298,11 @@ class AuditVerification:
 
 
 # An event waiting in the buffer: (at, op, scope, key, identity, brand, ttl, outcome, count,
-# ref) -- as the caller gave them; checked and turned into text at the append.
+# ref, id) -- as the caller gave them; checked and turned into text at the append.  The id
+# is unique to the event (this process's random origin and a counter): the same event
+# appended twice is seen as such by verify.
 _Pending = tuple[
-    int, str, object, object, Identity, object, object, str, "int | None", "str | None",
+    int, str, object, object, Identity, object, object, str, "int | None", "str | None", str,
 ]
 
 
@@ -313,12 +361,10 @@ class Recorder:
         trail, ident = self.trail, self.ident
         assert ident is not None  # resolved by __enter__
         trail._push((trail.clock(), self.op, self.scope, self.key, ident, self.brand, self.ttl,
-                    outcome, self.count, self.ref))
+                    outcome, self.count, self.ref, trail.new_id()))
 
 
-def _canonical(obj: Mapping[str, Any]) -> str:
-    """A head or checkpoint record's fields as its MAC covers them (sorted keys)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+_canonical = canonical
 
 
 #: Strings JSON spells as they are: printable ASCII without ``"`` and ``\\``.
@@ -331,9 +377,7 @@ def _q(text: str) -> str:
     return f'"{text}"' if _PLAIN(text) else json.dumps(text)
 
 
-def _compact(obj: Mapping[str, Any]) -> str:
-    """An event's text as stored (fields in the order written; what its MAC covers)."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=True)
+_compact = compact
 
 
 class AuditTrail:
@@ -348,7 +392,7 @@ class AuditTrail:
         keyring: Keyring | None,
         prefix: str,
         clock: Clock,
-        settings: Mapping[str, int],
+        settings: Mapping[str, Any],
         witness: TrailWitness | None = None,
     ) -> None:
         """Make this the trail of a plugin.
@@ -369,17 +413,21 @@ class AuditTrail:
         self.keyring = keyring
         self.prefix = prefix
         self.clock = clock
-        self.retention_days = settings["retention_days"]
-        self.max_events = settings["max_events"]
-        self.batch = settings["batch"]
-        self.flush_ms = settings["flush_ms"]
+        self.retention_days: int = settings["retention_days"]
+        self.max_events: int = settings["max_events"]
+        self.batch: int = settings["batch"]
+        self.flush_ms: int = settings["flush_ms"]
+        # A block never holds more than max_events: retention keeps whole blocks.
+        self._block_max = min(_BLOCK_MAX, self.max_events)
         self.witness = witness
         #: The storage-key head of (identity, scope); the core sets its own.
         self.head_of: Callable[[Identity, str], str] = lambda ident, scope: ""
         self._mac_keys = keyring.purpose_keys(_MAC_INFO)
+        self._signer = signer_for(keyring, settings.get("signing_key"))
         self._seal_keys = keyring.purpose_keys(_SEAL_INFO)
         self._hash_key = keyring.purpose_keys(_HASH_INFO)[0]
         self._hashes: BoundedCache[tuple[str, str], str] = BoundedCache(4096)
+        self._person_keys: BoundedCache[bytes, bytes] = BoundedCache(4096)
         self._fields: BoundedCache[tuple[Any, ...], str] = BoundedCache(4096)
         self._head_key = f"{prefix}{AUDIT_HEAD}head"
         self._checkpoint_key = f"{prefix}{AUDIT_HEAD}checkpoint"
@@ -397,6 +445,18 @@ class AuditTrail:
         self._thread: threading.Thread | None = None
         self._appended = 0
         self._lost = 0
+        self._origin = b64url_encode(os.urandom(6))
+        self._ids = itertools.count(1)
+        #: (block key, text, events) of an append whose outcome is unknown (it raised after
+        #: claiming): settled by the next flush before anything else is appended.
+        self._unsure: tuple[str, str, int, int] | None = None
+        self._attempt: tuple[str, str] | None = None
+        #: (first seq kept, newest time of the first block kept), or None: not read yet.
+        self._front: tuple[int, int] | None = None
+
+    def new_id(self) -> str:
+        """A new event id: unique to this process (a random origin) and to the event."""
+        return f"{self._origin}{next(self._ids):x}"
 
     # -- recording ----------------------------------------------------------------------
 
@@ -459,7 +519,7 @@ class AuditTrail:
         Written field by field, as :func:`_compact` would spell the same dict (a test
         pins the equality): what verification recomputes from the stored event.
         """
-        at, op, scope, key, ident, brand, ttl, outcome, count, ref = item
+        at, op, scope, key, ident, brand, ttl, outcome, count, ref, eid = item
         # The fields after "at" repeat (same key, scope, identity): cached when every
         # argument has the exact type its text depends on (True == 1, but not as text).
         cacheable = (
@@ -468,13 +528,13 @@ class AuditTrail:
             and (count is None or type(count) is int)
         )
         if cacheable:
-            fields = self._fields.get(item[1:])
+            fields = self._fields.get(item[1:10])
             if fields is None:
                 fields = self._fields_text(item)
-                self._fields.put(item[1:], fields)
+                self._fields.put(item[1:10], fields)
         else:
             fields = self._fields_text(item)
-        text = f'{{"seq":{seq},"at":{at},{fields}'
+        text = f'{{"seq":{seq},"at":{at},"id":{_q(eid)},{fields}'
         principal, session = ident.user_id, ident.session_id
         if principal is not None or session is not None:
             text += f',"w":{who.setdefault((principal, session), len(who))}'
@@ -482,7 +542,7 @@ class AuditTrail:
 
     def _fields_text(self, item: _Pending) -> str:
         """An event's fields from ``op`` to ``ref``, as :meth:`_event_body` writes them."""
-        _, op, scope, key, ident, brand, ttl, outcome, count, ref = item
+        _, op, scope, key, ident, brand, ttl, outcome, count, ref, _ = item
         text = f'"op":{_q(op)},"outcome":{_q(outcome)}'
         if type(scope) is str:
             text += f',"scope":{_q(scope)}'
@@ -546,6 +606,7 @@ class AuditTrail:
         try:
             record = json.loads(raw)
             mac = record.pop("mac")
+            record.pop("sig", None)
         except (ValueError, KeyError, AttributeError, TypeError):
             return None
         if not isinstance(record, dict) or not self._check(kind, _canonical(record), mac):
@@ -553,7 +614,19 @@ class AuditTrail:
         return record
 
     def _signed_text(self, kind: str, fields: dict[str, Any]) -> str:
-        return json.dumps({**fields, "mac": self._mac(kind, _canonical(fields))}, sort_keys=True)
+        text = _canonical(fields)
+        sig = self._signer.sign(record_message(kind, text))
+        return json.dumps({**fields, "mac": self._mac(kind, text), "sig": sig}, sort_keys=True)
+
+    def public_key(self) -> str:
+        """The public key that checks the trail's signatures, as PEM (what
+        ``remember-sync audit public-key`` prints): verification without the secret."""
+        return self._signer.public_pem()
+
+    def _raw(self) -> RawTrail:
+        """The trail's records as stored, from the checkpoint on (a signed export)."""
+        self.flush()
+        return read_raw(self.store, self.prefix, chunk=_READ_CHUNK)
 
     def _parse_block(self, raw: str | None) -> list[dict[str, Any]] | None:
         """The events of a stored block (``[]`` when malformed, ``None`` when absent).
@@ -576,7 +649,9 @@ class AuditTrail:
             try:
                 aad = self._who_aad(int(events[0].get("seq", 0)))
                 table = json.loads(open_sealed(sealed, self._seal_keys, aad))
-            except (RememberDecryptionError, ValueError, TypeError):
+                first = int(events[0]["seq"])
+                table = [self._person_opened(entry, first) for entry in table]
+            except (RememberDecryptionError, ValueError, TypeError, KeyError):
                 table = None
         for event in events:
             index = event.get("w")
@@ -585,8 +660,48 @@ class AuditTrail:
             elif table is None or not 0 <= index < len(table):
                 event["_who"] = None
             else:
-                event["_who"] = tuple(table[index])
+                event["_who"] = table[index]
         return events
+
+    def _person_key(self, subjects: _PersonKeys, skid: str) -> bytes:
+        """The key a person's identities in the trail are sealed with: derived from their
+        data key, asked of the keystore each time (gone with it when they are erased)."""
+        data_key = subjects.data_key(skid)
+        found = self._person_keys.get(data_key)
+        if found is None:
+            derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=HKDF_SALT,
+                           info=_PERSON_INFO)
+            found = derived.derive(data_key)
+            self._person_keys.put(data_key, found)
+        return found
+
+    def _person_sealed(self, principal: Any, session: Any, first_seq: int) -> Any:
+        """A block's identity entry: ``[principal, session]``, or under subject keys, for
+        a person, ``{"skid": ..., "sealed": ...}`` sealed with the person's key."""
+        subjects = self.keyring.subjects
+        if not isinstance(subjects, _PersonKeys) or is_anonymous(principal):
+            return [principal, session]
+        skid = subjects.current(principal)
+        text = json.dumps([principal, session]).encode("utf-8", "surrogatepass")
+        return {"skid": skid, "sealed": seal(text, self._person_key(subjects, skid),
+                                             aad=self._who_aad(first_seq))}
+
+    def _person_opened(self, entry: Any, first_seq: int) -> tuple[Any, Any]:
+        """(principal, session) of an identity entry; ``(None, None)`` for an erased person.
+
+        :raises RememberStoreError: the keystore failed (not taken for an erasure).
+        """
+        if not isinstance(entry, dict):
+            return tuple(entry)
+        subjects = self.keyring.subjects
+        if not isinstance(subjects, _PersonKeys):
+            return (None, None)  # sealed under a subject key; subject keys are off here
+        try:
+            key = self._person_key(subjects, str(entry["skid"]))
+            return tuple(json.loads(open_sealed(entry["sealed"], [key],
+                                                self._who_aad(first_seq))))
+        except (RememberDecryptionError, KeyError, ValueError, TypeError):
+            return (None, None)
 
     def flush(self) -> None:
         """Append every buffered event to the trail now (blocks of at most 1,024 events).
@@ -600,10 +715,12 @@ class AuditTrail:
         chases a busy writer with one append (three round trips) per few events.
         """
         with self._flush_lock:
+            if self._unsure is not None:
+                self._settle()
             buffer = self._pending
             left = len(buffer)
             while left > 0 or self._lost:
-                take = min(left, len(buffer), _BLOCK_MAX)
+                take = min(left, len(buffer), self._block_max)
                 if take == 0 and not self._lost:
                     break  # what was left was dropped meanwhile (the buffer is bounded)
                 left -= take
@@ -611,19 +728,77 @@ class AuditTrail:
                 lost = self._lost
                 if lost:
                     pending.insert(0, (self.clock(), "lost", None, None, Identity(), None, None,
-                                       "dropped", lost, None))
+                                       "dropped", lost, None, self.new_id()))
+                self._attempt = None
                 try:
-                    self._append(pending)
+                    seq = self._append(pending)
                 except BaseException:
-                    # Kept, in order, for the next flush.
+                    # Kept, in order, for the next flush -- which first looks whether the
+                    # block was written after all (the reply lost, not the write).
                     buffer.extendleft(reversed(pending[1:] if lost else pending))
+                    if self._attempt is not None:
+                        self._unsure = (*self._attempt, take, lost)
                     raise
                 self._lost -= lost
                 self._appended += 1
-                if self._appended % _TRIM_EVERY == 0:
-                    self.trim()
+                self._bound(seq)
 
-    def _append(self, pending: Sequence[_Pending]) -> None:
+    def _bound(self, seq: int) -> None:
+        """Trim when the trail (now ending at *seq*) is past ``max_events`` by more than half
+        a block, or its first block is wholly older than ``retention_days``: checked on
+        every append, from what was read at the last check (no read while within bounds)."""
+        front = self._front
+        if front is None:
+            front = self._front = self._read_front()
+        first_seq, newest_at = front
+        cutoff = self.clock() - self.retention_days * 86_400_000
+        slack = min(self.batch, self._block_max) // 2
+        if seq - first_seq + 1 > self.max_events + slack or newest_at < cutoff:
+            self.trim()
+            self._front = None
+
+    def _read_front(self) -> tuple[int, int]:
+        """(first seq kept, newest time in the first block kept) as the store has them."""
+        first_block, first_seq, _, problems = self._start()
+        events = self._parse_block(self.store.get(self._block_key(first_block)))
+        if problems or not events:
+            return first_seq, self.clock()  # nothing the bounds could cut yet
+        return first_seq, int(events[-1].get("at", 0))
+
+    def _settle(self) -> None:
+        """Resolve an append that raised after claiming a block: if the block holds our
+        text, its events are written (taken off the buffer) and the head is advanced."""
+        assert self._unsure is not None
+        key, text, count, lost = self._unsure
+        if self.store.get(key) == text:
+            for _ in range(min(count, len(self._pending))):
+                self._pending.popleft()
+            self._lost -= lost
+            events = self._parse_block(text)
+            if events:
+                block = int(key.rsplit(":", 1)[1])
+                head_raw = self.store.get(self._head_key)
+                head = self._signed(head_raw, "head")
+                noted = int(head.get("noted", 0)) if head is not None else 0
+                last = events[-1]
+                self._publish(block, int(last["seq"]), str(last["mac"]), noted, head_raw)
+        self._unsure = None
+
+    def _claim(self, n: int, text: str) -> tuple[bool, str | None]:
+        """Claim block *n* with *text*: (ours, what block *n* holds when it is not ours).
+
+        A claim answered "not written" whose block holds exactly our text was ours
+        (a replayed or resent request): counted as written, never appended twice.
+        """
+        key = self._block_key(n)
+        self._attempt = (key, text)
+        if self.store.set(key, text, only_if_absent=True):
+            return True, None
+        found = self.store.get(key)
+        return found == text, found
+
+    def _append(self, pending: Sequence[_Pending]) -> int:
+        """Append *pending* as one block after the trail's last; the last seq written."""
         store = self.store
         # The witness first: it is advanced only after the store, so read in this order an
         # honest witness is never ahead of the head (another process may append between).
@@ -644,33 +819,49 @@ class AuditTrail:
             pending, noted = self._behind(seen, seq, prev, noted, pending)
         for _attempt in range(_CLAIM_ATTEMPTS):
             n = block + 1
-            texts = []
-            last = prev
-            who: dict[tuple[Any, Any], int] = {}
-            body_of, key = self._event_body, self._mac_keys[0]
-            for i, item in enumerate(pending):
-                body = body_of(seq + 1 + i, item, who)
-                # self._mac, inline: it runs once per recorded operation.
-                last = blake2b(f"{last}\x00{body}".encode(), key=key, digest_size=32).hexdigest()
-                texts.append(f'{body[:-1]},"mac":"{last}"}}')
-            table = ""
-            if who:
-                sealed = seal(
-                    json.dumps(list(who)).encode("utf-8", "surrogatepass"), self._seal_keys[0],
-                    kid=self.keyring.primary_kid, aad=self._who_aad(seq + 1),
-                )
-                table = f',"who":{json.dumps(sealed)}'
-            text = f'{{"block":{n}{table},"events":[{",".join(texts)}]}}'
-            if store.set(self._block_key(n), text, only_if_absent=True):
-                block, seq, prev = n, seq + len(texts), last
+            text, last = self._block_text(n, seq, prev, pending)
+            ours, found = self._claim(n, text)
+            if ours:
+                block, seq, prev = n, seq + len(pending), last
                 break
             # Block n is another writer's: continue the chain after it.
-            taken = self._parse_block(store.get(self._block_key(n)))
+            taken = self._parse_block(found)
             if taken:
                 seq, prev = int(taken[-1].get("seq", seq)), str(taken[-1].get("mac", ""))
             block = n
         else:
             raise RememberConfigurationError("the audit trail could not claim a block")
+        self._publish(block, seq, prev, noted, head_raw)
+        return seq
+
+    def _block_text(
+        self, n: int, seq: int, prev: str, pending: Sequence[_Pending]
+    ) -> tuple[str, str]:
+        """(block *n*'s text holding *pending* chained after event *seq*, its last MAC)."""
+        texts = []
+        last = prev
+        who: dict[tuple[Any, Any], int] = {}
+        body_of, key = self._event_body, self._mac_keys[0]
+        for i, item in enumerate(pending):
+            body = body_of(seq + 1 + i, item, who)
+            # self._mac, inline: it runs once per recorded operation.
+            last = blake2b(f"{last}\x00{body}".encode(), key=key, digest_size=32).hexdigest()
+            texts.append(f'{body[:-1]},"mac":"{last}"}}')
+        table = ""
+        if who:
+            entries = [self._person_sealed(p, s, seq + 1) for p, s in who]
+            sealed = seal(
+                json.dumps(entries).encode("utf-8", "surrogatepass"), self._seal_keys[0],
+                kid=self.keyring.primary_kid, aad=self._who_aad(seq + 1),
+            )
+            table = f',"who":{json.dumps(sealed)}'
+        events = ",".join(texts)
+        sig = self._signer.sign(block_message(n, prev, sealed if who else None, events))
+        return f'{{"block":{n}{table},"events":[{events}],"sig":"{sig}"}}', last
+
+    def _publish(self, block: int, seq: int, prev: str, noted: int, head_raw: str | None) -> None:
+        """Advance the head to (block, seq, prev) unless it is already past; tell the witness."""
+        store = self.store
         new_head = {"block": block, "seq": seq, "last": prev, "at": self.clock()}
         if noted:
             new_head["noted"] = noted
@@ -685,6 +876,7 @@ class AuditTrail:
             now_head = self._signed(head_raw, "head")
             if now_head is not None and int(now_head["block"]) >= block:
                 break  # another writer's head is already past ours
+        self._attempt = None
         if self.witness is not None:
             self.witness.record_head({"seq": seq, "mac": prev, "block": block})
 
@@ -708,7 +900,7 @@ class AuditTrail:
             "the store was rolled back; recorded in the trail", seq, witnessed,
         )
         found = (self.clock(), "rollback", None, None, Identity(), None, None, "detected",
-                 witnessed, None)
+                 witnessed, None, self.new_id())
         return [found, *pending], witnessed
 
     def _anchor_in(self, witness: _Floors) -> None:
@@ -749,6 +941,7 @@ class AuditTrail:
         events: list[dict[str, Any]] = []
         last_block = first_block - 1
         missing: list[int] = []
+        ids: dict[str, object] = {}
         for n, raw in self._blocks(first_block):
             parsed = self._parse_block(raw)
             if parsed is None:
@@ -764,7 +957,7 @@ class AuditTrail:
             for event in parsed:
                 who = event.pop("_who")
                 found = event.get("seq")
-                if found != seq:
+                if not _repeated(event, n, seq, ids, problems) and found != seq:
                     problems.append(
                         f"event {seq} expected, found {found!r} in block {n} "
                         "(events deleted, reordered or inserted)"
@@ -936,6 +1129,7 @@ class AuditTrail:
             moved = store.set(self._checkpoint_key, text, only_if_absent=True)
         else:
             moved = store.compare_and_set(self._checkpoint_key, checkpoint_raw, text)
+        self._front = None
         if not moved:
             return 0  # another process trims
         doomed = [self._block_key(n) for n in range(first_block, keep_from)]

@@ -54,12 +54,15 @@ class AuditOptions(TypedDict, total=False):
     :key batch: append after this many buffered events (default 256; ``1``: before
         each write returns).
     :key flush_ms: append what is buffered at least this often (default 200).
+    :key signing_key: path of a PEM Ed25519 private key that signs the trail (default:
+        a key derived from the master secret under a label of its own).
     """
 
     retention_days: int
     max_events: int
     batch: int
     flush_ms: int
+    signing_key: str
 
 
 class ToolsOptions(TypedDict, total=False):

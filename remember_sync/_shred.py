@@ -82,6 +82,7 @@ class Backend(Protocol):
     def delete(self, *names: str) -> int: ...
     def names(self, head: str) -> list[str]: ...
     def check_apart(self, name: str) -> None: ...
+    def scrub(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -118,6 +119,9 @@ class StoreKeystore:
     def names(self, head: str) -> list[str]:
         cut = len(self.head)
         return [k[cut:] for k in self.store.scan(glob_escape(self.head + head) + "*")]
+
+    def scrub(self) -> None:
+        """Nothing to do: a deleted key is gone from the store (no journal of our own)."""
 
     def check_apart(self, name: str) -> None:
         """Refuse a keystore that is the data's own database through another client:
@@ -173,6 +177,8 @@ class FileKeystore:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
+        # A deleted record's bytes are overwritten with zeros, not left in a free page.
+        db.execute("PRAGMA secure_delete=ON")
         return db
 
     def _reopen(self) -> None:
@@ -211,6 +217,22 @@ class FileKeystore:
         for name in names:
             gone += self._run("DELETE FROM records WHERE name = ?", (name,)).rowcount
         return gone
+
+    def scrub(self) -> None:
+        """Leave no copy of deleted records: the database zeroes them (``secure_delete``);
+        the write-ahead log, which still holds the pages as they were, is checkpointed
+        into it and truncated to nothing.
+
+        :raises RememberStoreError: the log could not be truncated (a reader held it
+            for the whole busy timeout): the deleted records may remain in ``-wal``.
+        """
+        busy, _, _ = self._run("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            raise RememberStoreError(
+                f"keystore file {self.path!r}: its write-ahead log could not be truncated "
+                "(another connection kept reading); the destroyed keys may remain in its "
+                "-wal file until the next checkpoint"
+            )
 
     def names(self, head: str) -> list[str]:
         rows = self._run(
@@ -473,6 +495,7 @@ class SubjectKeys:
         tombstone = "erased:" + hashes[0]
         self.backend.delete(tombstone)
         self.backend.add(tombstone, str(now))
+        self.backend.scrub()
         self._current.pop(user)
         for skid in mine:
             self._forget(skid)

@@ -9,6 +9,7 @@ file and in a second store, a second redis-server that is stopped.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sqlite3
@@ -25,7 +26,7 @@ import redis
 
 from remember_sync import ErasureReceipt, Identity, RememberPlugin
 from remember_sync._clock import FakeClock
-from remember_sync._crypto import parse_envelope, seal
+from remember_sync._crypto import open_sealed, parse_envelope, seal
 from remember_sync._keys import parse_storage_key
 from remember_sync._ops.rotate import rotate
 from remember_sync._shred import RECHECK_MS
@@ -662,3 +663,154 @@ def test_the_data_database_through_another_client_is_refused(
         assert not [k for k in left if "keystore" in k or ":v2:" in k], left
     finally:
         other.close()
+
+
+# -- erasure leaves no copy of the destroyed key ------------------------------------------
+
+
+def _key_records(keystore: object, tmp_path: Path) -> dict[str, str]:
+    """Every ``key:`` record in the keystore, by name."""
+    if isinstance(keystore, str):
+        db = sqlite3.connect(keystore)
+        try:
+            rows = db.execute("SELECT name, value FROM records WHERE name LIKE 'key:%'")
+            return {str(n): str(v) for n, v in rows}
+        finally:
+            db.close()
+    assert isinstance(keystore, Store)
+    keys = list(keystore.scan("*keystore:key:*"))
+    return {k: v for k, v in zip(keys, keystore.get_many(keys), strict=True) if v is not None}
+
+
+def _needles(record: str) -> list[bytes]:
+    """The wrapped key's bytes, in every spelling a file could hold: the record's text,
+    the sealed envelope's ciphertext and tag as text, and the ciphertext's raw bytes."""
+    envelope = json.loads(json.loads(record)["wrapped"])
+    data = envelope["data"]
+    raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
+    return [record.encode(), data[:40].encode(), envelope["tag"].encode(), raw[:32]]
+
+
+def test_a_file_keystore_keeps_no_byte_of_a_destroyed_key(
+    make_plugin: Callable[..., RememberPlugin], store: Store, tmp_path: Path
+) -> None:
+    """After erase: no byte sequence of Alice's wrapped key in any file of the keystore's
+    directory (``-wal`` and ``-shm`` included); a copy of those files taken after the erase,
+    with a backup of the data taken before it, opens nothing of hers."""
+    path = str(tmp_path / "keys" / "keys.sqlite")
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    plugin = _shredding(make_plugin, path)
+    bob = _populate(plugin)
+    before = _key_records(path, tmp_path)
+    assert len(before) == 2  # Alice's and Bob's
+    copy = _backup(store, None)
+    assert plugin.erase(user_id="alice").keys_destroyed == 1
+    after = _key_records(path, tmp_path)
+    (alice_record,) = [v for v in before.values() if v not in after.values()]
+    files = sorted(os.listdir(os.path.dirname(path)))
+    assert "keys.sqlite" in files
+    for name in files:
+        data = (Path(os.path.dirname(path)) / name).read_bytes()
+        for needle in _needles(alice_record):
+            assert needle not in data, (name, needle[:20])
+    # Bob's key is still there (the scan would find it: the test can fail).
+    (bob_record,) = after.values()
+    assert any(_needles(bob_record)[1] in (Path(os.path.dirname(path)) / n).read_bytes()
+               for n in files)
+    # A copy of the keystore's files, taken now, with the data as it was before the erase.
+    copied = tmp_path / "copied"
+    copied.mkdir(mode=0o700)
+    for name in files:
+        (copied / name).write_bytes((Path(os.path.dirname(path)) / name).read_bytes())
+        os.chmod(copied / name, 0o600)
+    restored = MemoryStore()
+    _restore(restored, None, copy)
+    fresh = make_plugin(store=restored, encryption={"subject_keys": True},
+                        keystore=str(copied / "keys.sqlite"))
+    entries = _entries(fresh)
+    alice = {k: v for k, v in entries.items() if _is_alice(fresh, k)}
+    assert len(alice) >= 10
+    assert all(isinstance(v, RememberDecryptionError) for v in alice.values()), alice
+    assert {k: v for k, v in entries.items() if not _is_alice(fresh, k)} == bob
+
+
+@pytest.mark.parametrize("store_kind", ["redis"])
+def test_a_redis_keystore_keeps_no_copy_of_a_destroyed_key(
+    make_plugin: Callable[..., RememberPlugin], store: Store, store_kind: str
+) -> None:
+    """A second redis-server as keystore: after erase, a raw scan of every key there
+    finds no byte of Alice's wrapped key in any key's name or value."""
+    server = RedisServer().start()
+    try:
+        plugin = _shredding(make_plugin, server.url)
+        _populate(plugin)
+        client = server.client()
+
+        def everything() -> list[bytes]:
+            out = []
+            for key in client.scan_iter("*"):
+                out.append(key)
+                kind = client.type(key)
+                if kind == b"string":
+                    out.append(client.get(key) or b"")
+                elif kind == b"hash":
+                    out.extend(b"%s=%s" % kv for kv in client.hgetall(key).items())
+                else:
+                    out.append(client.dump(key) or b"")
+            return out
+
+        before = {v for v in everything() if b'"wrapped"' in v}
+        assert len(before) == 2
+        assert plugin.erase(user_id="alice").keys_destroyed == 1
+        after = everything()
+        (gone,) = [v for v in before if v not in after]
+        needles = _needles(gone.decode())
+        for blob in after:
+            for needle in needles:
+                assert needle not in blob
+        client.close()
+    finally:
+        server.cleanup()
+
+
+def test_after_erase_the_trail_verifies_and_no_event_names_the_person(
+    make_plugin: Callable[..., RememberPlugin], store: Store, keystore: object
+) -> None:
+    """Under subject keys the identities in audit events are sealed with the person's key:
+    after erase the trail verifies, and no sealed field of any event opens to Alice's ids
+    with the master secret; Bob's still read back."""
+    from remember_sync._audit import _SEAL_INFO
+
+    plugin = _shredding(make_plugin, keystore, audit={"batch": 4, "flush_ms": 600_000})
+    _populate(plugin)
+    trail = plugin.audit
+    assert trail is not None
+    before = {e.principal for e in trail.events()}
+    assert {"alice", "bob"} <= before
+    plugin.erase(user_id="alice")
+    result = trail.verify()
+    assert result.ok, result.problems
+    after = trail.events()
+    assert "alice" not in {e.principal for e in after} and "bob" in {e.principal for e in after}
+    # A fresh plugin (nothing cached) neither.
+    fresh = _shredding(make_plugin, keystore, audit=True)
+    assert fresh.audit is not None and fresh.audit.verify().ok
+    assert "alice" not in {e.principal for e in fresh.audit.events()}
+    # Every sealed field of every block, opened with every key the master secret gives.
+    master_keys = [*trail.keyring.purpose_keys(_SEAL_INFO)]
+    needles = ["alice", *SESSIONS]
+    opened_fields = 0
+    for key in store.scan(plugin.key_prefix + "__audit__:b:*"):
+        block = json.loads(store.get(key) or "{}")
+        if "who" not in block:
+            continue
+        aad = b"remember:audit-who:" + str(block["events"][0]["seq"]).encode()
+        table = json.loads(open_sealed(block["who"], master_keys, aad))
+        opened_fields += 1
+        for entry in table:
+            text = json.dumps(entry)
+            assert not any(n in text for n in needles), text
+            if isinstance(entry, dict):
+                with pytest.raises(RememberDecryptionError):
+                    open_sealed(entry["sealed"], master_keys, aad)
+    assert opened_fields > 0

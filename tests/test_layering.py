@@ -49,9 +49,10 @@ ALLOWED: dict[str, set[str]] = {
         "errors", "types", "identity", "_keys", "_crypto", "_codec", "_bounded", "_clock",
         "stores",
     },
+    "_audit_sign": {"errors", "_crypto", "stores"},
     "_audit": {
         "errors", "types", "identity", "_keys", "_crypto", "_codec", "_bounded", "_clock",
-        "_fork", "stores",
+        "_fork", "stores", "_audit_sign",
     },
     "_shred": {
         "errors", "types", "identity", "_keys", "_crypto", "_erasure", "_bounded", "_clock",
@@ -85,7 +86,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": CORE
     | {
         "stores", "_core", "accessor", "_purge", "plugin", "tools", "_ops", "_progress", "mcp",
-        "_config", "cli", "_metrics", "_audit",
+        "_config", "cli", "_metrics", "_audit", "_audit_sign",
     },
     "__main__": {"cli"},
     "__init__": CORE | {"stores", "accessor", "plugin", "_options", "_audit"},

@@ -1,4 +1,4 @@
-"""``erase`` (one person, every scope) and ``audit tail|verify|export``."""
+"""``erase`` (one person, every scope) and ``audit tail|verify|export|public-key``."""
 
 from __future__ import annotations
 
@@ -58,13 +58,21 @@ def add_audit_command(c: Commands) -> None:
     p.add_argument("-n", "--lines", type=_positive_int, default=20, metavar="N",
                    help="how many events (default: %(default)s)")
     p = c.add("verify", _cmd_audit_verify, "check the chain; exit code 1 if it is broken",
-              [c.store, c.reads, c.as_json], needs_store=True, subs=actions,
+              [c.store, c.reads, c.as_json], subs=actions,
               description="Check every event from the checkpoint to the head: an edited, "
               "deleted, reordered, inserted or forged event, or removed last events, is "
               "reported and the exit code is 1. With the application's witness (--witness, or "
               "REMEMBER_INTEGRITY=verified and REMEMBER_WITNESS), a store rolled back as a "
-              "whole is reported too.")
+              "whole is reported too. With --public-key no secret is needed: the signatures "
+              "of the blocks, the checkpoint and the head are checked, in the store or in a "
+              "signed export (--export).")
     _witness_argument(p)
+    p.add_argument("--public-key", metavar="FILE", action="append", default=None,
+                   help="verify with this public key (PEM; 'audit public-key') and no secret; "
+                   "repeat it for the keys before and after a rotation")
+    p.add_argument("--export", metavar="FILE", default=None,
+                   help="with --public-key: check this signed export ('audit export --signed') "
+                   "instead of the store")
     p = c.add("export", _cmd_audit_export, "write every event as JSON Lines (after verifying)",
               [c.store, c.reads], needs_store=True, subs=actions,
               description="Write every event (identities decrypted) as JSON Lines; the exit "
@@ -72,7 +80,17 @@ def add_audit_command(c: Commands) -> None:
               "the problems on standard error).")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write to FILE (created with mode 0600; must not exist)")
+    p.add_argument("--signed", action="store_true",
+                   help="write the records as stored (identities sealed, signatures kept), "
+                   "for 'audit verify --public-key FILE --export FILE'")
     _witness_argument(p)
+    p = c.add("public-key", _cmd_audit_public_key, "print the key that checks the trail",
+              [c.store, c.reads], subs=actions,
+              description="Print (or write) the Ed25519 public key that checks the trail's "
+              "signatures: give it to an auditor, who runs 'audit verify --public-key FILE' "
+              "with no secret (docs/audit.rst).")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write to FILE (must not exist)")
 
 
 def _witness_argument(p: argparse.ArgumentParser) -> None:
@@ -119,9 +137,40 @@ def _report(result: AuditVerification) -> None:
         _stderr(f"{PROG}: audit: {problem}")
 
 
+def _public_verification(args: argparse.Namespace) -> AuditVerification:
+    """Verify with public keys only: the signed export, or the store's records."""
+    from .._audit import AuditVerification
+    from .._audit_sign import RawTrail, load_public_keys, read_raw, verify_public
+    from .._ops.context import open_store
+
+    keys = load_public_keys(args.public_key)
+    if args.export is not None:
+        with open(args.export, encoding="utf-8") as f:
+            raw = RawTrail.from_lines(f)
+    else:
+        if args.store_choice.kind == "memory":
+            args.subparser.error("--public-key needs --export FILE or a store "
+                                 "(--redis-url or --vercel-kv)")
+        store = open_store(args.store_choice)
+        try:
+            raw = read_raw(store, args.prefix)
+        finally:
+            store.close()
+    count, first, last, problems = verify_public(raw, keys)
+    return AuditVerification(ok=not problems, events=count, first_seq=first, last_seq=last,
+                             problems=tuple(problems))
+
+
 def _cmd_audit_verify(args: argparse.Namespace) -> int:
-    with _checked_trail(args) as trail:
-        result = trail.verify()
+    if args.public_key:
+        result = _public_verification(args)
+    elif args.export is not None:
+        args.subparser.error("--export needs --public-key")
+    elif args.store_choice.kind == "memory":
+        args.subparser.error("needs a store (--redis-url or --vercel-kv), or --public-key")
+    else:
+        with _checked_trail(args) as trail:
+            result = trail.verify()
     if args.json:
         _print_json({"ok": result.ok, "events": result.events, "first_seq": result.first_seq,
                      "last_seq": result.last_seq, "problems": list(result.problems)})
@@ -138,8 +187,10 @@ def _cmd_audit_export(args: argparse.Namespace) -> int:
 
     with _checked_trail(args) as trail:
         result = trail.verify()
-        events = trail.events()
-    lines = "".join(json_line(event.as_dict()) + "\n" for event in events)
+        if args.signed:
+            lines = "".join(line + "\n" for line in trail._raw().export_lines())
+        else:
+            lines = "".join(json_line(event.as_dict()) + "\n" for event in trail.events())
     if args.output:
         fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -148,3 +199,14 @@ def _cmd_audit_export(args: argparse.Namespace) -> int:
         sys.stdout.write(lines)
     _report(result)
     return EXIT_OK if result.ok else EXIT_FAIL
+
+
+def _cmd_audit_public_key(args: argparse.Namespace) -> int:
+    with _opened(args, audit=True) as opened:
+        pem = _trail(opened).public_key()
+    if args.output:
+        with open(args.output, "x", encoding="ascii") as out:
+            out.write(pem)
+    else:
+        sys.stdout.write(pem)
+    return EXIT_OK

@@ -108,14 +108,8 @@ def eviction_warning(store: Store) -> str | None:
 
 
 def verify_store(
-    store: Store,
-    prefix: str,
-    codec: EntryCodec,
-    *,
-    clock: Clock,
-    witness: Witness | None = None,
-    repair: bool = False,
-    progress_stream: TextIO | None = None,
+    store: Store, prefix: str, codec: EntryCodec, *, clock: Clock,
+    witness: Witness | None = None, repair: bool = False, progress_stream: TextIO | None = None,
 ) -> VerifyResult:
     """Check (and with *repair*, rebuild) every namespace's manifest under *prefix*."""
     verifier = Verifier(store, codec, prefix=prefix, clock=clock, witness=witness)

@@ -17,22 +17,24 @@ if TYPE_CHECKING:
     from .._ops.context import Opened
 
 
+#: ``remember-sync verify --help``'s description.
+_VERIFY_DESCRIPTION = (
+    "Walk every namespace under the prefix (session, user, tool, global) and report each "
+    "integrity violation of verified mode: an entry its manifest lists as live that is "
+    "missing or holds another version, an entry outside its manifest, a manifest that fails "
+    "its check or is older than the witness, entries without a manifest, and (with --witness) "
+    "a namespace the witness recorded that the store no longer has. Exit code 1 when there "
+    "is any. --repair rebuilds every manifest from what the secret can read now (entries it "
+    "cannot open are reported and left in place): the one command that moves an existing "
+    "store into verified mode, and the way to settle what a crashed writer left. Repair "
+    "accepts the store as it is now."
+)
+
+
 def add_verify_command(c: Commands) -> None:
     """``verify``."""
-    p = c.add(
-        "verify", _cmd_verify, "check every namespace's manifest (verified mode); --repair",
-        [c.store, c.reads, c.as_json], needs_store=True,
-        description="Walk every namespace under the prefix (session, user, tool, global) and "
-        "report each integrity violation of verified mode: an entry its manifest lists as "
-        "live that is missing or holds another version, an entry outside its manifest, a "
-        "manifest that fails its check or is older than the witness, entries without a "
-        "manifest, and (with --witness) a namespace the witness recorded that the store "
-        "no longer has. Exit code 1 when there "
-        "is any. --repair rebuilds every manifest from what the secret can read now (entries "
-        "it cannot open are reported and left in place): the one command that moves an "
-        "existing store into verified mode, and the way to settle what a crashed writer "
-        "left. Repair accepts the store as it is now.",
-    )
+    p = c.add("verify", _cmd_verify, "check every namespace's manifest (verified mode); --repair",
+              [c.store, c.reads, c.as_json], needs_store=True, description=_VERIFY_DESCRIPTION)
     p.add_argument("--repair", action="store_true",
                    help="rebuild the manifests from the readable entries")
     p.add_argument("--witness", metavar="W", default=None,

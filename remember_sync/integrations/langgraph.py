@@ -164,16 +164,12 @@ class RememberStore(BaseStore):
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
     ) -> None:
-        if not isinstance(plugin, RememberPlugin):
-            raise RememberConfigurationError(
-                f"RememberStore needs a RememberPlugin; got {type(plugin).__name__}"
-            )
+        self._plugin = _checked_plugin(plugin)
         labels = tuple(user_prefix)
         if isinstance(user_prefix, str) or any(not isinstance(e, str) or not e for e in labels):
             raise RememberConfigurationError(
                 f"user_prefix must be a tuple of non-empty labels; got {user_prefix!r}"
             )
-        self._plugin = plugin
         self._rule = NamespaceRule(labels)
         self._user: object = _CONTEXT
         self.ttl_config = ttl
@@ -457,6 +453,14 @@ class RememberStore(BaseStore):
         if op.max_depth is not None:
             spaces = {ns[: op.max_depth] for ns in spaces}
         return sorted(spaces)[op.offset : op.offset + op.limit]
+
+
+def _checked_plugin(plugin: object) -> RememberPlugin:
+    if isinstance(plugin, RememberPlugin):
+        return plugin
+    raise RememberConfigurationError(
+        f"RememberStore needs a RememberPlugin; got {type(plugin).__name__}"
+    )
 
 
 def _embeddings(embed: Any) -> Embeddings:

@@ -2,9 +2,11 @@
 ``redis+cluster://`` URL: a real CLI process, a store in verified mode.
 
 A writer killed between the two steps of its write leaves an unfinished
-record, and a manifest edited behind the application's back fails its check:
-``verify`` reports both (exit 1), ``verify --repair`` settles the record and
-rebuilds the manifest, and ``verify`` is clean (exit 0) afterwards.
+record, which ``verify`` counts (``pending``; not a violation by itself, exit
+0); a manifest edited behind the application's back fails its check (exit 1).
+``verify --repair`` settles the record and rebuilds the manifest, ``verify`` is
+clean (exit 0) afterwards, and the version the killed writer replaced is
+refused again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from remember_sync.stores.base import Store
 from tests.conftest import TEST_SECRET
 from tests.integrity_raw import RawStore
 from tests.test_cli import child_env, run_cli
+from tests.test_integrity_cluster import killed_before_commit
 from tests.test_plugin_reindex import _cluster_url
 
 Factory = Callable[..., RememberPlugin]
@@ -41,22 +44,6 @@ def _verify(url: str, cwd: Path, *extra: str) -> tuple[int, dict[str, Any]]:
                    env=child_env(REMEMBER_SECRET=TEST_SECRET), cwd=cwd)  # fmt: skip
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout)
-
-
-def _killed_before_commit(make_plugin: Factory, store: Store) -> int:
-    """The wait status of a forked writer of Alice's ``approval`` (``revoked``) killed
-    after writing the entry, before the commit that drops the previous version."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            child = make_plugin(store=store, integrity="verified")
-            verifier: Any = child._core.verifier
-            verifier.settle = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
-            with identity(user_id=ALICE):
-                child.remember.set("approval", "revoked", scope="user")
-        finally:
-            os._exit(3)
-    return os.waitpid(pid, 0)[1]
 
 
 def _edit(raw: RawStore, key: str) -> None:
@@ -86,7 +73,7 @@ def test_verify_and_repair_reach_a_cluster_from_the_cli(
     with identity(user_id="bob"):
         plugin.remember.set("n", 1, scope="user")
     granted = raw.get(ENTRY + "approval")
-    status = _killed_before_commit(make_plugin, redis_cluster_store)
+    status = killed_before_commit(make_plugin, redis_cluster_store, "approval", "revoked")
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     url = _cluster_url(redis_cluster)
 

@@ -74,6 +74,22 @@ def test_a_stalled_writer_never_overwrites_a_newer_acknowledged_value(
         assert reader.remember.entries(scope="user")["approval"].value == "revoked-B"
 
 
+def killed_before_commit(make_plugin: Factory, store: Store, key: str, value: object) -> int:
+    """The wait status of a forked writer of Alice's *key* killed after writing the
+    entry, before the commit that drops the version it replaced."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child = make_plugin(store=store, integrity="verified")
+            verifier: Any = child._core.verifier
+            verifier.settle = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+            with identity(user_id=ALICE):
+                child.remember.set(key, value, scope="user")
+        finally:
+            os._exit(3)
+    return os.waitpid(pid, 0)[1]
+
+
 def test_a_killed_writer_is_settled_and_the_old_ciphertext_refused(
     redis_cluster_store: Store, make_plugin: Factory, clock: FakeClock,
     redis_cluster_client: Any,
@@ -86,17 +102,7 @@ def test_a_killed_writer_is_settled_and_the_old_ciphertext_refused(
     with identity(user_id=ALICE):
         plugin.remember.set("approval", "granted", scope="user")
     granted = raw.get(ENTRY + "approval")
-    pid = os.fork()
-    if pid == 0:
-        try:
-            child = make_plugin(store=redis_cluster_store, integrity="verified")
-            verifier: Any = child._core.verifier
-            verifier.settle = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
-            with identity(user_id=ALICE):
-                child.remember.set("approval", "revoked", scope="user")
-        finally:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
+    status = killed_before_commit(make_plugin, redis_cluster_store, "approval", "revoked")
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     core = plugin._core
     assert verify_store(redis_cluster_store, "remember:", core.codec,

@@ -38,7 +38,9 @@ Configuration (every key optional):
 ``REMEMBER_PRINCIPAL_RESOLVER`` / ``REMEMBER_USER_LOADER``
     who the signed-in user is: an ``environ -> principal | None`` callable,
     or a zero-argument callable run inside the app's request context (so it
-    may read ``flask.session`` or Flask-Login's ``current_user``).  Default:
+    may read ``flask.session`` or Flask-Login's ``current_user``) returning the
+    principal, or a Flask-Login user object (``lambda: current_user``: its
+    ``get_id()`` when ``is_authenticated``, else no principal).  Default:
     the ``REMOTE_USER`` the server or an auth layer in front sets.
 ``REMEMBER_TOKEN_VERIFIER``
     ``token -> principal | None`` for ``Authorization: Bearer`` tokens,
@@ -224,14 +226,30 @@ def _user_resolver(app: Flask, config: Mapping[str, Any]) -> PrincipalResolver:
     return remote_user_resolver
 
 
+def _loaded_principal(value: object) -> str | None:
+    """A ``REMEMBER_USER_LOADER`` result as a principal.
+
+    A user object in Flask-Login's shape (``is_authenticated`` and ``get_id()``,
+    e.g. ``current_user`` itself) is its ``get_id()`` when ``is_authenticated``
+    is ``True``, else no principal: Flask-Login's anonymous user is truthy and
+    must never sign anyone in.
+    """
+    if hasattr(value, "is_authenticated") and hasattr(value, "get_id"):
+        user: Any = value
+        if user.is_authenticated is not True:
+            return None
+        value = user.get_id()
+    return identity_part(value, "REMEMBER_USER_LOADER's result")
+
+
 def _in_request_context(app: Flask, loader: Any) -> PrincipalResolver:
     def resolve(environ: Mapping[str, Any]) -> str | None:
         if has_request_context() and request.environ is environ:
-            return identity_part(loader(), "REMEMBER_USER_LOADER's result")
+            return _loaded_principal(loader())
         # The middleware runs before Flask pushes the request context (and a mounted MCP
         # server never gets one): push one, on a copy so the app's own Request is untouched.
         with app.request_context(dict(environ)):
-            return identity_part(loader(), "REMEMBER_USER_LOADER's result")
+            return _loaded_principal(loader())
 
     return resolve
 

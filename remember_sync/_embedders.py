@@ -9,6 +9,7 @@ and once per process (every plugin shares it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -21,6 +22,11 @@ EXTRA: Final = "remember-sync[embeddings]"
 
 #: The dimensions of the model the wheel ships.
 _DIMS: Final = 256
+
+#: Words whose tokens one embedder keeps (then it starts over).
+_WORD_CACHE: Final = 65_536
+#: A line of words separated by single spaces, with no other whitespace.
+_PLAIN: Final = re.compile(r"[^\s]+(?: [^\s]+)*").fullmatch
 
 # A forked child gets it free (the model list is appended to only once loaded).
 _lock = ForkSafeLock()
@@ -74,13 +80,58 @@ class WordLlamaEmbedder:
         self._model = _wordllama_model()
         self._table = getattr(self._model, "embedding", None)
         self._tokenizer = getattr(self._model, "tokenizer", None)
+        self._words: dict[tuple[str, bool], list[int]] = {}
+        #: The tokens of a newline inside a text (those of "\n" alone, less the leading "▁").
+        self._newline: list[int] = []
+        if self._tokenizer is not None:
+            self._newline = list(self._tokenizer.encode("\n", add_special_tokens=False).ids[1:])
+
+    def _ids(self, text: str) -> list[int]:
+        """The token ids of *text*, exactly as the tokenizer gives them for the whole text.
+
+        The model's tokenizer marks the start of the text and each space with
+        ``▁`` and merges within a word only, and a newline is a token of its
+        own; so a text of lines of single-space-separated words is the
+        concatenation of its words' tokens (the first word of a later line
+        unmarked) and the newlines'.  Those are kept per word (each tokenized
+        once per process, at most :data:`_WORD_CACHE`); a text of any other
+        shape goes to the tokenizer whole.  ``tests/test_search_wordllama.py``
+        checks the two agree.
+        """
+        assert self._tokenizer is not None
+        lines = text.split("\n")
+        if not all(_PLAIN(line) for line in lines):
+            return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        ids: list[int] = []
+        for n, line in enumerate(lines):
+            if n:
+                ids += self._newline
+            for i, word in enumerate(line.split(" ")):
+                ids += self._word(word, bare=n > 0 and i == 0)
+        return ids
+
+    def _word(self, word: str, *, bare: bool) -> list[int]:
+        """*word*'s tokens after a space or at the start (``bare``: after a newline)."""
+        known = self._words
+        got = known.get((word, bare))
+        if got is None:
+            assert self._tokenizer is not None
+            if bare:  # "\n" + word, less the tokens of "▁\n"
+                got = self._tokenizer.encode("\n" + word, add_special_tokens=False).ids
+                got = list(got[len(self._newline) + 1 :])
+            else:
+                got = list(self._tokenizer.encode(word, add_special_tokens=False).ids)
+            if len(known) >= _WORD_CACHE:
+                known.clear()
+            known[(word, bare)] = got
+        return got
 
     def __call__(self, text: str) -> Any:
         """The vector of *text* (a float32 numpy array: a sequence of floats)."""
         table, tokenizer = self._table, self._tokenizer
         if table is None or tokenizer is None:  # another layout: the model's own call
             return self._model.embed(text)[0]
-        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        ids = self._ids(text)
         if not ids:
             return [0.0] * int(table.shape[1])
         return table.take(ids, axis=0).sum(axis=0) / len(ids)

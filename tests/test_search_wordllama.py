@@ -173,3 +173,28 @@ def test_reindex_embeds_older_entries_with_wordllama(
     assert json.loads(done.stdout)["embedded"] == 1
     query = "dietary restrictions before ordering food"
     assert _search_in_fresh_process(redis_url, query) == (["allergy"], [query])
+
+
+def test_word_by_word_tokens_equal_the_whole_texts() -> None:
+    """The embedder's per-word token cache gives exactly the tokenizer's ids for the whole
+    text: entry texts (lines of words), odd whitespace, punctuation, other scripts."""
+    import random
+
+    from remember_sync._embedders import WordLlamaEmbedder
+    from remember_sync._search import entry_text
+
+    embedder = WordLlamaEmbedder()
+    tokenizer = embedder._tokenizer
+    assert tokenizer is not None
+    rng = random.Random(7)
+    words = ["peanut", "allergy", "EpiPen;", "Lisbon", "naïve", "日本語", "x", "42", "dark-mode",
+             "user_pref", "(note)", "café", "O'Brien", "—", "emoji🙂", "A", "ZZZ", "tab\tbed"]
+    texts = ["", " ", "a  b", " lead", "trail ", "x\n\ny", "\nstart", "end\n", "one\ttwo"]
+    for _ in range(400):
+        line = " ".join(rng.choice(words) for _ in range(rng.randint(1, 12)))
+        texts.append(line)
+        texts.append(entry_text(rng.choice(words), {"note": line, "n": 3}, "brand", {"t": [line]}))
+    for text in texts:
+        whole = list(tokenizer.encode(text, add_special_tokens=False).ids)
+        assert embedder._ids(text) == whole, text
+    assert len(embedder._words) > 0  # the cache is used

@@ -4,6 +4,7 @@ left are moved, and the trail verifies."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -12,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from remember_sync import RememberPlugin
+from remember_sync import Identity, RememberPlugin
 from remember_sync._audit import AUDIT_HEAD, AuditTrail
 from tests.audit_crash_writer import crash_store
 from tests.conftest import TEST_SECRET
@@ -102,3 +103,81 @@ def test_no_returned_write_loses_its_event_on_the_cluster(
     nodes = ",".join(f"{host}:{port}" for host, port in redis_cluster.startup_nodes)
     _check_after_kills("redis", f"redis+cluster://{nodes}")
 
+
+
+def _cli_verify(redis_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEMBER_")}
+    env["REMEMBER_SECRET"] = TEST_SECRET
+    return subprocess.run(
+        [sys.executable, "-m", "remember_sync", "audit", "verify", "--redis-url", redis_url,
+         *extra], env=env, capture_output=True, text=True, check=False, timeout=120,
+    )
+
+
+def test_verify_reports_intents_of_a_stopped_process_and_repair_moves_them(
+    redis_url: str, redis_client: Any
+) -> None:
+    plugin = RememberPlugin.init(
+        store=crash_store("redis", redis_url), encryption={"secrets": [TEST_SECRET]},
+        skip_legacy_purge=True, audit={"flush_ms": 600_000},
+    )
+    trail = plugin.audit
+    assert trail is not None
+    mem = plugin.accessor(Identity("s-1", "alice", "notes"))
+    mem.set("k0", 0)
+    trail.flush()
+    for i in range(1, 4):
+        mem.set(f"k{i}", i)
+    # The process stops: its buffer is gone, its lease expires.
+    trail._pending.clear()
+    assert redis_client.delete(f"{trail.prefix}{AUDIT_HEAD}l:{trail._origin}") == 1
+    assert len(_intents_left(trail)) == 3
+
+    broken = _cli_verify(redis_url)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "3 event(s) of stopped processes" in broken.stdout + broken.stderr
+
+    repaired = _cli_verify(redis_url, "--repair", "--json")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert json.loads(repaired.stdout)["events"] == 4
+    assert "moved 3 event(s)" in repaired.stderr
+    assert _intents_left(trail) == []
+    # A second pass finds nothing left to move, and nothing is appended twice.
+    assert _cli_verify(redis_url, "--repair").returncode == 0
+    events = trail.events()
+    assert [e.key_hash for e in events] == [trail.hash_text("key", f"k{i}") for i in range(4)]
+    assert {(e.principal, e.session, e.tool) for e in events} == {("alice", "s-1", "notes")}
+    plugin.close()
+
+
+def test_intents_of_events_already_in_the_chain_are_not_appended_again(
+    redis_url: str, redis_client: Any
+) -> None:
+    # A process killed between appending its events and deleting their intents.
+    plugin = RememberPlugin.init(
+        store=crash_store("redis", redis_url), encryption={"secrets": [TEST_SECRET]},
+        skip_legacy_purge=True, audit={"flush_ms": 600_000},
+    )
+    trail = plugin.audit
+    assert trail is not None
+    mem = plugin.accessor(Identity("s-1", "alice"))
+    for i in range(3):
+        mem.set(f"k{i}", i)
+    left = {key: redis_client.get(key) for key in _intents_left(trail)}
+    assert len(left) == 3
+    trail.flush()
+    assert _intents_left(trail) == []
+    redis_client.mset(left)
+    redis_client.delete(f"{trail.prefix}{AUDIT_HEAD}l:{trail._origin}")
+    plugin.close()
+
+    other = RememberPlugin.init(
+        store=crash_store("redis", redis_url), encryption={"secrets": [TEST_SECRET]},
+        skip_legacy_purge=True, audit=True,
+    )
+    assert other.audit is not None
+    assert other.audit.recover() == 0
+    assert _intents_left(other.audit) == []
+    assert len(other.audit.events()) == 3
+    assert other.audit.verify().ok
+    other.close()

@@ -28,14 +28,17 @@ compare-and-set, never backwards; a head left behind by a crash is caught up
 by the next append.  The keys are no entries (they start neither with ``v2:``
 nor ``global:``), so no scope lists them and no purge touches them.
 
-**Buffering.**  An operation adds its event to an in-process buffer; the buffer
-is appended when it holds ``batch`` events, every ``flush_ms`` by a daemon
-thread, on :meth:`AuditTrail.flush`, on every read of the trail and on close.
-``batch=1`` appends before the operation returns (three more store round
-trips per write).  The crash window is therefore: a process killed between an
-operation and the next flush loses the events of at most ``batch - 1``
-operations and ``flush_ms`` milliseconds; the trail stays verifiable (a lost
-buffer is a gap in what was recorded, not a break in the chain).
+**Intents and buffering.**  An operation stores its event as an *intent*
+(``P + "__audit__:i:" + its id``: its fields, sealed identity and a block the
+trail had reached) before it returns, then adds it to an in-process buffer;
+the buffer is appended when it holds ``batch`` events, every ``flush_ms`` by a
+daemon thread, on :meth:`AuditTrail.flush`, on every read of the trail and on
+close, and each append deletes the intents of its events.  A process renews a
+lease on its intents; once it has expired (the process stopped), a recovery
+pass (:meth:`AuditTrail.recover`) moves them into the chain, skipping any
+event already there (by its id).  So the event of an operation that returned
+is never lost with its process.  The memory store dies with the process: no
+intents there.
 
 **Retention.**  Blocks older than ``retention_days`` and events beyond
 ``max_events`` are trimmed from the front.  A MAC'd *checkpoint*

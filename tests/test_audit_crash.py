@@ -53,16 +53,20 @@ def _kill_writers(kind: str, url: str) -> tuple[list[int], int]:
     return returned, kills
 
 
+def _plugin(kind: str, url: str, audit: object) -> RememberPlugin:
+    return RememberPlugin.init(
+        store=crash_store(kind, url), encryption={"secrets": [TEST_SECRET]},
+        skip_legacy_purge=True, audit=audit,
+    )
+
+
 def _intents_left(trail: AuditTrail) -> list[str]:
     return list(trail.store.scan(f"{trail.prefix}{AUDIT_HEAD}i:*"))
 
 
 def _check_after_kills(kind: str, url: str) -> None:
     returned, kills = _kill_writers(kind, url)
-    plugin = RememberPlugin.init(
-        store=crash_store(kind, url), encryption={"secrets": [TEST_SECRET]},
-        skip_legacy_purge=True, audit=True,
-    )
+    plugin = _plugin(kind, url, True)
     try:
         trail = plugin.audit
         assert trail is not None
@@ -104,6 +108,12 @@ def test_no_returned_write_loses_its_event_on_the_cluster(
     _check_after_kills("redis", f"redis+cluster://{nodes}")
 
 
+def _unflushed(redis_url: str) -> tuple[RememberPlugin, AuditTrail]:
+    """A plugin on Redis whose buffer is flushed only when asked."""
+    plugin = _plugin("redis", redis_url, {"flush_ms": 600_000})
+    assert plugin.audit is not None
+    return plugin, plugin.audit
+
 
 def _cli_verify(redis_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEMBER_")}
@@ -117,12 +127,7 @@ def _cli_verify(redis_url: str, *extra: str) -> subprocess.CompletedProcess[str]
 def test_verify_reports_intents_of_a_stopped_process_and_repair_moves_them(
     redis_url: str, redis_client: Any
 ) -> None:
-    plugin = RememberPlugin.init(
-        store=crash_store("redis", redis_url), encryption={"secrets": [TEST_SECRET]},
-        skip_legacy_purge=True, audit={"flush_ms": 600_000},
-    )
-    trail = plugin.audit
-    assert trail is not None
+    plugin, trail = _unflushed(redis_url)
     mem = plugin.accessor(Identity("s-1", "alice", "notes"))
     mem.set("k0", 0)
     trail.flush()
@@ -154,12 +159,7 @@ def test_intents_of_events_already_in_the_chain_are_not_appended_again(
     redis_url: str, redis_client: Any
 ) -> None:
     # A process killed between appending its events and deleting their intents.
-    plugin = RememberPlugin.init(
-        store=crash_store("redis", redis_url), encryption={"secrets": [TEST_SECRET]},
-        skip_legacy_purge=True, audit={"flush_ms": 600_000},
-    )
-    trail = plugin.audit
-    assert trail is not None
+    plugin, trail = _unflushed(redis_url)
     mem = plugin.accessor(Identity("s-1", "alice"))
     for i in range(3):
         mem.set(f"k{i}", i)
@@ -171,13 +171,22 @@ def test_intents_of_events_already_in_the_chain_are_not_appended_again(
     redis_client.delete(f"{trail.prefix}{AUDIT_HEAD}l:{trail._origin}")
     plugin.close()
 
-    other = RememberPlugin.init(
-        store=crash_store("redis", redis_url), encryption={"secrets": [TEST_SECRET]},
-        skip_legacy_purge=True, audit=True,
-    )
+    other = _plugin("redis", redis_url, True)
     assert other.audit is not None
     assert other.audit.recover() == 0
     assert _intents_left(other.audit) == []
     assert len(other.audit.events()) == 3
     assert other.audit.verify().ok
     other.close()
+
+
+def test_the_memory_store_keeps_no_intents() -> None:
+    # It lives and dies with the process: an intent there would outlive nothing.
+    plugin = RememberPlugin.init(encryption={"secrets": [TEST_SECRET]},
+                                 skip_legacy_purge=True, audit={"flush_ms": 600_000})
+    trail = plugin.audit
+    assert trail is not None
+    plugin.accessor(Identity("s-1", "alice")).set("k0", 0)
+    assert _intents_left(trail) == []
+    assert len(trail.events()) == 1
+    plugin.close()

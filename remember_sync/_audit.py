@@ -657,11 +657,15 @@ class AuditTrail:
             if self._closed:
                 return
             try:
-                if time.monotonic() - self._recovered > self._lease_ms / 1000:
-                    self.recover()
                 self.flush()
             except Exception:  # noqa: BLE001 - logged; the events stay buffered, retried next time
                 log.warning("remember: the audit trail could not be appended", exc_info=True)
+            if time.monotonic() - self._recovered > self._lease_ms / 1000:
+                try:
+                    self.recover()
+                except Exception:  # noqa: BLE001 - logged; the intents stay, moved next pass
+                    log.warning("remember: stopped processes' audit intents could not be "
+                                "moved", exc_info=True)
 
     def hash_text(self, kind: str, text: str) -> str:
         """The keyed hash events carry for a key (``kind="key"``) or namespace (``"ns"``)."""

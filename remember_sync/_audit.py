@@ -28,14 +28,17 @@ compare-and-set, never backwards; a head left behind by a crash is caught up
 by the next append.  The keys are no entries (they start neither with ``v2:``
 nor ``global:``), so no scope lists them and no purge touches them.
 
-**Buffering.**  An operation adds its event to an in-process buffer; the buffer
-is appended when it holds ``batch`` events, every ``flush_ms`` by a daemon
-thread, on :meth:`AuditTrail.flush`, on every read of the trail and on close.
-``batch=1`` appends before the operation returns (three more store round
-trips per write).  The crash window is therefore: a process killed between an
-operation and the next flush loses the events of at most ``batch - 1``
-operations and ``flush_ms`` milliseconds; the trail stays verifiable (a lost
-buffer is a gap in what was recorded, not a break in the chain).
+**Intents and buffering.**  An operation stores its event as an *intent*
+(``P + "__audit__:i:" + its id``: its fields, sealed identity and a block the
+trail had reached) before it returns, then adds it to an in-process buffer;
+the buffer is appended when it holds ``batch`` events, every ``flush_ms`` by a
+daemon thread, on :meth:`AuditTrail.flush`, on every read of the trail and on
+close, and each append deletes the intents of its events.  A process renews a
+lease on its intents; once it has expired (the process stopped), a recovery
+pass (:meth:`AuditTrail.recover`) moves them into the chain, skipping any
+event already there (by its id).  So the event of an operation that returned
+is never lost with its process.  The memory store dies with the process: no
+intents there.
 
 **Retention.**  Blocks older than ``retention_days`` and events beyond
 ``max_events`` are trimmed from the front.  A MAC'd *checkpoint*
@@ -57,6 +60,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
@@ -78,9 +82,11 @@ from ._bounded import BoundedCache
 from ._clock import Clock
 from ._crypto import HKDF_SALT, Keyring, b64url_encode, open_sealed, seal
 from ._fork import after_fork_in_child
+from ._keys import glob_escape
 from .errors import RememberConfigurationError, RememberDecryptionError, RememberError
 from .identity import current_identity, is_anonymous
 from .stores.base import Store
+from .stores.memory import MemoryStore
 from .types import Identity
 
 log = logging.getLogger("remember_sync")
@@ -102,6 +108,10 @@ _BLOCK_MAX = 1024
 #: dropped and counted (a ``lost`` event records how many).
 _MAX_BUFFER = 100_000
 _READ_CHUNK = 200
+#: How long a process's intents stay its own without renewal (renewed every flush): past
+#: it, the process is taken as stopped and a recovery pass moves its intents.
+_LEASE_MS = 30_000
+_INTENT_AAD = b"remember:audit-intent:v1"
 _OPTIONS = frozenset({"retention_days", "max_events", "batch", "flush_ms", "signing_key"})
 
 
@@ -306,6 +316,13 @@ _Pending = tuple[
 ]
 
 
+class _Fields(str):
+    """An event's fields from ``op`` on, as recorded in an intent (in a recovered
+    event's ``op`` place: the text :meth:`AuditTrail._fields_text` wrote for it)."""
+
+    __slots__ = ()
+
+
 class _NoAudit:
     """What :meth:`AccessorCore.audited` gives with the trail off: a context doing nothing."""
 
@@ -431,6 +448,12 @@ class AuditTrail:
         self._fields: BoundedCache[tuple[Any, ...], str] = BoundedCache(4096)
         self._head_key = f"{prefix}{AUDIT_HEAD}head"
         self._checkpoint_key = f"{prefix}{AUDIT_HEAD}checkpoint"
+        self._intent_head = f"{prefix}{AUDIT_HEAD}i:"
+        # The memory store lives and dies with the process: an intent there outlives
+        # nothing the buffer does not, so none is written.
+        self._durable = not isinstance(store, MemoryStore)
+        self._lease_ms = _LEASE_MS
+        self._whos: BoundedCache[tuple[Any, Any], str] = BoundedCache(4096)
         self._closed = False
         self._reset()
         after_fork_in_child(self._reset)
@@ -453,6 +476,11 @@ class AuditTrail:
         self._attempt: tuple[str, str] | None = None
         #: (first seq kept, newest time of the first block kept), or None: not read yet.
         self._front: tuple[int, int] | None = None
+        #: A block number the trail had reached before any intent written since (an
+        #: intent's event lands in a later block), or None: not read yet.
+        self._known_block: int | None = None
+        self._leased: float | None = None  # monotonic time of the last lease renewal
+        self._recovered = -1e18  # monotonic time of the last recovery pass
 
     def new_id(self) -> str:
         """A new event id: unique to this process (a random origin) and to the event."""
@@ -474,6 +502,8 @@ class AuditTrail:
         Only a tuple is built per operation: hashing, sealing and MACs happen
         at the append, once per block.
         """
+        if self._durable:
+            self._intend(event)  # before the buffer: a flush deletes only what it appended
         pending = self._pending
         pending.append(event)  # a deque: appends and pops are atomic, no lock needed
         if len(pending) >= self.batch:
@@ -483,6 +513,134 @@ class AuditTrail:
             self.flush()
         elif self._thread is None and not self._closed:
             self._start_flusher()
+
+    def _intend(self, item: _Pending) -> None:
+        """Store *item* as an intent (``P + "__audit__:i:" + id``) before its operation
+        returns: its fields, time and sealed identity, and a block the trail had reached.
+        The flush that appends the event deletes it; a recovery pass moves the intents of
+        a stopped process into the chain (:meth:`AuditTrail.recover`)."""
+        if self._leased is None or time.monotonic() - self._leased > self._lease_ms / 3000:
+            self._renew()
+        known = self._known_block
+        if known is None:
+            head = self._signed(self.store.get(self._head_key), "head")
+            known = self._known_block = int(head["block"]) if head is not None else 0
+        ident = item[4]
+        who = None
+        if ident.user_id is not None or ident.session_id is not None:
+            who = self._whos.get((ident.user_id, ident.session_id))
+            if who is None:
+                text = json.dumps([ident.user_id, ident.session_id])
+                who = seal(text.encode("utf-8", "surrogatepass"), self._seal_keys[0],
+                           kid=self.keyring.primary_kid, aad=_INTENT_AAD)
+                self._whos.put((ident.user_id, ident.session_id), who)
+        self.store.set(self._intent_head + item[10],
+                       json.dumps([item[0], self._fields_of(item), who, known]))
+
+    def _renew(self) -> None:
+        """Renew this process's lease on its intents (a key that expires unless renewed)."""
+        self._leased = time.monotonic()
+        self.store.set(f"{self.prefix}{AUDIT_HEAD}l:{self._origin}", "1", ttl_ms=self._lease_ms)
+
+    def _forget(self, items: Sequence[_Pending]) -> None:
+        """Delete the intents of *items*, now in the chain."""
+        if not self._durable:
+            return
+        keys = [self._intent_head + item[10] for item in items]
+        for i in range(0, len(keys), 500):
+            self.store.delete(*keys[i : i + 500])
+
+    def recover(self) -> int:
+        """Move the intents of stopped processes into the chain; the events moved.
+
+        A process is stopped when its lease has expired (it renews it on every flush).
+        An event already in the chain (its process or an earlier pass appended it and
+        stopped before deleting the intent) is recognised by its id and not appended
+        again.  Runs when the flusher starts and every lease period after, and in
+        ``remember-sync audit verify --repair``; :meth:`verify` reports intents left to move.
+        """
+        if not self._durable:
+            return 0
+        self._recovered = time.monotonic()
+        moved = 0
+        for origin, keys in self._stranded().items():
+            claim = f"{self.prefix}{AUDIT_HEAD}r:{origin}"
+            if not self.store.set(claim, self._origin, ttl_ms=self._lease_ms,
+                                  only_if_absent=True):
+                continue  # another process is moving them
+            try:
+                with self._flush_lock:
+                    moved += self._move(keys)
+            finally:
+                self.store.delete(claim)
+        return moved
+
+    def _stranded(self) -> dict[str, list[str]]:
+        """The intent keys of stopped processes (their lease expired), by process."""
+        if not self._durable:
+            return {}
+        start = len(self._intent_head)
+        by_origin: dict[str, list[str]] = {}
+        for key in self.store.scan(glob_escape(self._intent_head) + "*"):
+            origin = key[start : start + len(self._origin)]
+            if origin != self._origin:
+                by_origin.setdefault(origin, []).append(key)
+        return {origin: keys for origin, keys in sorted(by_origin.items())
+                if self.store.get(f"{self.prefix}{AUDIT_HEAD}l:{origin}") is None}
+
+    def _move(self, keys: list[str]) -> int:
+        """Append the intents under *keys* (one stopped process's) not yet in the chain,
+        in their process's order, then delete them; how many were appended."""
+        start = len(self._intent_head)
+        found: list[tuple[int, int, _Pending]] = []
+        done: list[str] = []
+        for key, raw in zip(keys, self.store.get_many(keys), strict=True):
+            recovered = self._recovered_item(key[start:], raw)
+            if recovered is None:
+                log.warning("remember: audit intent %r is malformed; left in place", key)
+                continue
+            done.append(key)
+            if recovered[1] >= 0:
+                found.append(recovered)
+        keys = done
+        if found:
+            first_block = self._start()[0]
+            floor = max(first_block, min(known for known, _, _ in found) + 1)
+            chained = self._ids_from(floor)
+            fresh = [item for _, _, item in sorted(found, key=lambda f: f[1])
+                     if item[10] not in chained]
+            for i in range(0, len(fresh), self._block_max):
+                self._append(fresh[i : i + self._block_max])
+        for i in range(0, len(keys), 500):
+            self.store.delete(*keys[i : i + 500])
+        return len(fresh) if found else 0
+
+    def _recovered_item(self, eid: str, raw: str | None) -> tuple[int, int, _Pending] | None:
+        """(known block, counter, event) of an intent; ``(0, -1, ...)`` when it is gone,
+        ``None`` when it is malformed."""
+        if raw is None:
+            return 0, -1, (0, "", None, None, Identity(), None, None, "", None, None, eid)
+        try:
+            at, fields, who, known = json.loads(raw)
+            counter = int(eid[len(self._origin):], 16)
+            principal, session = None, None
+            if who is not None:
+                principal, session = json.loads(open_sealed(who, self._seal_keys, _INTENT_AAD))
+            ident = Identity(session_id=session, user_id=principal)
+            item: _Pending = (int(at), _Fields(fields), None, None, ident, None, None, "",
+                              None, None, eid)
+            return int(known), counter, item
+        except (ValueError, TypeError, RememberError):
+            return None
+
+    def _ids_from(self, first: int) -> set[str]:
+        """The ids of the events in the blocks from *first* on."""
+        ids: set[str] = set()
+        for _, raw in self._blocks(first):
+            for event in self._parse_block(raw) or []:
+                if isinstance(event.get("id"), str):
+                    ids.add(event["id"])
+        return ids
 
     def _start_flusher(self) -> None:
         with self._lock:
@@ -502,6 +660,12 @@ class AuditTrail:
                 self.flush()
             except Exception:  # noqa: BLE001 - logged; the events stay buffered, retried next time
                 log.warning("remember: the audit trail could not be appended", exc_info=True)
+            if time.monotonic() - self._recovered > self._lease_ms / 1000:
+                try:
+                    self.recover()
+                except Exception:  # noqa: BLE001 - logged; the intents stay, moved next pass
+                    log.warning("remember: stopped processes' audit intents could not be "
+                                "moved", exc_info=True)
 
     def hash_text(self, kind: str, text: str) -> str:
         """The keyed hash events carry for a key (``kind="key"``) or namespace (``"ns"``)."""
@@ -540,9 +704,24 @@ class AuditTrail:
             text += f',"w":{who.setdefault((principal, session), len(who))}'
         return text + "}"
 
+    def _fields_of(self, item: _Pending) -> str:
+        """:meth:`_fields_text` of *item*, cached as :meth:`_event_body` caches it."""
+        _, _, scope, key, _, brand, ttl, _, count, _, _ = item
+        if not (type(scope) is str and (key is None or type(key) is str)
+                and (brand is None or type(brand) is str) and (ttl is None or type(ttl) is int)
+                and (count is None or type(count) is int)):
+            return self._fields_text(item)
+        fields = self._fields.get(item[1:10])
+        if fields is None:
+            fields = self._fields_text(item)
+            self._fields.put(item[1:10], fields)
+        return fields
+
     def _fields_text(self, item: _Pending) -> str:
         """An event's fields from ``op`` to ``ref``, as :meth:`_event_body` writes them."""
         _, op, scope, key, ident, brand, ttl, outcome, count, ref, _ = item
+        if type(op) is _Fields:
+            return str(op)  # recovered from an intent: written then
         text = f'"op":{_q(op)},"outcome":{_q(outcome)}'
         if type(scope) is str:
             text += f',"scope":{_q(scope)}'
@@ -714,6 +893,8 @@ class AuditTrail:
         other threads add meanwhile wait for the next flush, so a flusher never
         chases a busy writer with one append (three round trips) per few events.
         """
+        if self._leased is not None and time.monotonic() - self._leased > self._lease_ms / 3000:
+            self._renew()  # alive: the intents this process wrote stay its own
         with self._flush_lock:
             if self._unsure is not None:
                 self._settle()
@@ -741,6 +922,7 @@ class AuditTrail:
                     raise
                 self._lost -= lost
                 self._appended += 1
+                self._forget(pending)
                 self._bound(seq)
 
     def _bound(self, seq: int) -> None:
@@ -771,8 +953,8 @@ class AuditTrail:
         assert self._unsure is not None
         key, text, count, lost = self._unsure
         if self.store.get(key) == text:
-            for _ in range(min(count, len(self._pending))):
-                self._pending.popleft()
+            self._forget([self._pending.popleft()
+                          for _ in range(min(count, len(self._pending)))])
             self._lost -= lost
             events = self._parse_block(text)
             if events:
@@ -877,6 +1059,8 @@ class AuditTrail:
             if now_head is not None and int(now_head["block"]) >= block:
                 break  # another writer's head is already past ours
         self._attempt = None
+        if self._known_block is None or self._known_block < block:
+            self._known_block = block
         if self.witness is not None:
             self.witness.record_head({"seq": seq, "mac": prev, "block": block})
 
@@ -1069,6 +1253,13 @@ class AuditTrail:
     def verify(self) -> AuditVerification:
         """Check the whole chain from the checkpoint to the head (and the witness's head)."""
         events, problems, _, _ = self._walk()
+        stranded = sum(map(len, self._stranded().values()))
+        if stranded:
+            problems.append(
+                f"{stranded} event(s) of stopped processes are recorded as intents and not "
+                "yet in the chain (moved by the next recovery pass, or by "
+                "'remember-sync audit verify --repair')"
+            )
         first = int(events[0].get("seq", 0)) if events else 0
         last = int(events[-1].get("seq", 0)) if events else 0
         return AuditVerification(

@@ -73,6 +73,9 @@ def add_audit_command(c: Commands) -> None:
     p.add_argument("--export", metavar="FILE", default=None,
                    help="with --public-key: check this signed export ('audit export --signed') "
                    "instead of the store")
+    p.add_argument("--repair", action="store_true",
+                   help="first move the events that stopped processes left as intents into "
+                   "the chain (those whose lease has expired)")
     p = c.add("export", _cmd_audit_export, "write every event as JSON Lines (after verifying)",
               [c.store, c.reads], needs_store=True, subs=actions,
               description="Write every event (identities decrypted) as JSON Lines; the exit "
@@ -162,7 +165,9 @@ def _public_verification(args: argparse.Namespace) -> AuditVerification:
 
 
 def _cmd_audit_verify(args: argparse.Namespace) -> int:
-    if args.public_key:
+    if args.repair and args.public_key:
+        args.subparser.error("--repair needs the secret, not --public-key")
+    elif args.public_key:
         result = _public_verification(args)
     elif args.export is not None:
         args.subparser.error("--export needs --public-key")
@@ -170,6 +175,9 @@ def _cmd_audit_verify(args: argparse.Namespace) -> int:
         args.subparser.error("needs a store (--redis-url or --vercel-kv), or --public-key")
     else:
         with _checked_trail(args) as trail:
+            if args.repair:
+                moved = trail.recover()
+                sys.stderr.write(f"moved {moved} event(s) from intents into the chain\n")
             result = trail.verify()
     if args.json:
         _print_json({"ok": result.ok, "events": result.events, "first_seq": result.first_seq,

@@ -185,18 +185,18 @@ def quota_write(body: str, *, value_at: int, px_at: int) -> str:
     compare-and-set's marker and token are optional).  Returns the body's
     reply, or :data:`OVER_ENTRIES` / :data:`OVER_BYTES` with nothing written.
     """
-    renamed = body.replace("KEYS", "BK").replace("ARGV", "BA")
     return (
         _QUOTA_HELPERS
         + "local BK, BA = {unpack(KEYS, 3)}, {unpack(ARGV, 3)}\n"
-        + f"local function q_write()\n{renamed}end\n"
+        # The body's own KEYS and ARGV: parameters shadowing the script's.
+        + f"local function q_write(KEYS, ARGV)\n{body}end\n"
         + f"""\
 local z, h = KEYS[1], KEYS[2]
 local size = string.len(BK[1]) + string.len(BA[{value_at}])
 local max_n, max_b = tonumber(ARGV[1]), tonumber(ARGV[2])
 local v, now, old = q_check(z, h, BK[1], size, max_n, max_b, true)
 if v ~= 0 then return v end
-local r = q_write()
+local r = q_write(BK, BA)
 if r == 1 then q_account(z, h, BK[1], size, BA[{px_at}], now, old) end
 return r
 """
